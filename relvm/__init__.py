@@ -1,0 +1,67 @@
+"""relvm: a bytecode virtual machine for dynamic-shape neural network inference.
+
+>>> import relvm
+>>> mod = relvm.parse('''
+... def @main(%x: Tensor[(n, 4), float32]) -> Tensor[(n, 4), float32] {
+...   add(%x, 1f)
+... }''')
+>>> print(mod["main"].checked_type)
+fn (Tensor[(n, 4), float32]) -> Tensor[(n, 4), float32]
+
+The front end (parser, type inference, compiler) is imported on first use, so a process that only
+loads and runs executables never imports lark or the compiler.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import (RelvmCompileError, RelvmError, RelvmFormatError, RelvmInputError,
+                     RelvmRuntimeError, RelvmSyntaxError, RelvmTypeError)
+
+__version__ = "0.1.0"
+
+
+def parse(text: str, constants: Any = None, *, source_name: str | None = None):
+    """Parse Relay text into a type-checked :class:`relvm.ir.Module`.
+
+    Parameters
+    ----------
+    text : str
+        The program, in TVM Relay's text format (``#[version = "0.0.5"]``) with named symbolic
+        dims such as ``Tensor[(n, 784), float32]``.
+    constants : sequence or mapping of array_like, optional
+        Values for ``meta[relay.Constant][k]`` references: a list indexed by ``k``, or a dict.
+
+    Returns
+    -------
+    Module
+        Every expression carries its inferred ``checked_type``.
+
+    Raises
+    ------
+    RelvmSyntaxError
+        Malformed text, an unknown name or op; the message has the line, column and a caret.
+    RelvmTypeError
+        A shape, dtype or attribute mismatch, located the same way.
+
+    Examples
+    --------
+    >>> m = relvm.parse("def @main(%a: Tensor[(n), float32]) { nn.relu(%a) }")
+    >>> str(m["main"].body.checked_type)
+    'Tensor[(n), float32]'
+    """
+    from .frontend.parser import parse as _parse
+
+    return _parse(text, constants=constants, source_name=source_name)
+
+
+def print_module(module) -> str:
+    """The Relay text of a module; ``parse(print_module(m)) == m``."""
+    from .ir.printer import print_module as _print
+
+    return _print(module)
+
+
+__all__ = ["parse", "print_module", "RelvmError", "RelvmSyntaxError", "RelvmTypeError",
+           "RelvmCompileError", "RelvmFormatError", "RelvmInputError", "RelvmRuntimeError"]

@@ -1,0 +1,575 @@
+"""Symbolic dimensions: integer expressions over named and anonymous shape symbols.
+
+A dimension (``Dim``) is either a Python ``int`` or a :class:`DimExpr`. A ``DimExpr`` is kept in
+one canonical form -- a sum of monomials with integer coefficients over *atoms* -- so two
+expressions that are equal as polynomials compare equal and print the same:
+
+>>> n = Sym("n")
+>>> (n * 12) // 4
+n*3
+>>> n + 1 - 1
+n
+
+Atoms are symbols (:class:`Sym`), floor divisions and remainders that did not simplify, and the
+run-time-only ``max``/``min``/broadcast of two dims. Symbols stand for non-negative integers.
+Anonymous symbols (the ``?`` of the text format, and dims only known at run time, like the length
+of an ``argwhere`` result) print as ``?``; so does any expression containing one.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Iterable, Mapping, Union
+
+Dim = Union[int, "DimExpr"]
+
+_anon_ids = itertools.count(1)
+
+
+class Atom:
+    """A factor of a monomial. Subclasses define ``key`` (canonical string) and ``text``."""
+
+    __slots__ = ("key",)
+    key: str
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Atom):
+            return self.key == other.key
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __repr__(self) -> str:
+        return self.key
+
+    # Subclasses override these three.
+    def text(self) -> str:
+        raise NotImplementedError
+
+    def is_expressible(self) -> bool:
+        """True if the text format can spell this atom (no anonymous parts)."""
+        raise NotImplementedError
+
+    def children(self) -> tuple[Dim, ...]:
+        return ()
+
+
+class Sym(Atom):
+    """A shape symbol. Named symbols are equal by name; anonymous ones only to themselves."""
+
+    __slots__ = ("name", "anonymous", "uid")
+
+    def __init__(self, name: str, anonymous: bool = False, uid: int = 0):
+        self.name = name
+        self.anonymous = anonymous
+        self.uid = uid
+        self.key = f"?#{uid}" if anonymous else name
+
+    def text(self) -> str:
+        return "?" if self.anonymous else self.name
+
+    def is_expressible(self) -> bool:
+        return not self.anonymous
+
+    # A Sym is usable directly in arithmetic: Sym("n") * 2 == DimExpr n*2.
+    def __add__(self, o): return as_expr(self) + o
+    def __radd__(self, o): return o + as_expr(self)
+    def __sub__(self, o): return as_expr(self) - o
+    def __rsub__(self, o): return o - as_expr(self)
+    def __mul__(self, o): return as_expr(self) * o
+    def __rmul__(self, o): return o * as_expr(self)
+    def __floordiv__(self, o): return floordiv(self, o)
+    def __mod__(self, o): return mod(self, o)
+
+
+#: The ``?`` of a type annotation as parsed. Type inference replaces every occurrence in a
+#: function's parameters with a fresh anonymous symbol, so two ``?`` are never assumed equal.
+ANY = Sym("?", anonymous=True, uid=0)
+
+
+def fresh(hint: str = "?") -> Sym:
+    """A new anonymous symbol (prints as ``?``)."""
+    return Sym(hint, anonymous=True, uid=next(_anon_ids))
+
+
+class _Binary(Atom):
+    """An atom combining two dims that did not simplify: floordiv, mod, max, min, broadcast."""
+
+    __slots__ = ("a", "b")
+    op = ""
+
+    def __init__(self, a: Dim, b: Dim):
+        self.a = a
+        self.b = b
+        self.key = f"{self.op}({dim_key(a)},{dim_key(b)})"
+
+    def children(self) -> tuple[Dim, ...]:
+        return (self.a, self.b)
+
+    def is_expressible(self) -> bool:
+        return is_expressible(self.a) and is_expressible(self.b)
+
+
+class FloorDivAtom(_Binary):
+    __slots__ = ()
+    op = "div"
+
+    def text(self) -> str:
+        return f"{_paren(self.a)}/{_paren(self.b)}"
+
+
+class ModAtom(_Binary):
+    __slots__ = ()
+    op = "mod"
+
+    def text(self) -> str:
+        return f"{_paren(self.a)}%{_paren(self.b)}"
+
+
+class MaxAtom(_Binary):
+    __slots__ = ()
+    op = "max"
+
+    def text(self) -> str:
+        return f"max({dim_str(self.a)}, {dim_str(self.b)})"
+
+
+class MinAtom(_Binary):
+    __slots__ = ()
+    op = "min"
+
+    def text(self) -> str:
+        return f"min({dim_str(self.a)}, {dim_str(self.b)})"
+
+
+class BroadcastAtom(_Binary):
+    """NumPy's broadcast of two dims neither of which is known to be 1 or equal to the other.
+
+    At run time it is ``a`` if ``a == b`` or ``b == 1``, ``b`` if ``a == 1``, and an error otherwise.
+    """
+
+    __slots__ = ()
+    op = "bcast"
+
+    def text(self) -> str:
+        return "?"
+
+    def is_expressible(self) -> bool:
+        return False
+
+
+Monomial = tuple  # tuple[Atom, ...], sorted by key; () is the constant monomial
+
+
+class DimExpr:
+    """A canonical polynomial over atoms. Immutable; build it through arithmetic on Syms."""
+
+    __slots__ = ("terms", "_key")
+
+    def __init__(self, terms: tuple[tuple[Monomial, int], ...]):
+        self.terms = terms
+        self._key: str | None = None
+
+    # --- identity -------------------------------------------------------------------------
+    @property
+    def key(self) -> str:
+        if self._key is None:
+            self._key = "+".join(
+                f"{c}*" + "*".join(a.key for a in m) if m else str(c) for m, c in self.terms
+            )
+        return self._key
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, DimExpr):
+            return self.key == other.key
+        if isinstance(other, Sym):
+            return self.key == as_expr(other).key
+        return False
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __repr__(self) -> str:
+        return dim_str(self)
+
+    # --- arithmetic -----------------------------------------------------------------------
+    def __add__(self, other: object) -> Dim:
+        o = _coerce(other)
+        if o is None:
+            return NotImplemented
+        return _from_dict(_merge(_as_dict(self), _as_dict(o), 1))
+
+    def __radd__(self, other: object) -> Dim:
+        return self.__add__(other)
+
+    def __sub__(self, other: object) -> Dim:
+        o = _coerce(other)
+        if o is None:
+            return NotImplemented
+        return _from_dict(_merge(_as_dict(self), _as_dict(o), -1))
+
+    def __rsub__(self, other: object) -> Dim:
+        o = _coerce(other)
+        if o is None:
+            return NotImplemented
+        return _from_dict(_merge(_as_dict(o), _as_dict(self), -1))
+
+    def __neg__(self) -> Dim:
+        return _from_dict({m: -c for m, c in self.terms})
+
+    def __mul__(self, other: object) -> Dim:
+        o = _coerce(other)
+        if o is None:
+            return NotImplemented
+        out: dict[Monomial, int] = {}
+        for m1, c1 in _as_dict(self).items():
+            for m2, c2 in _as_dict(o).items():
+                m = tuple(sorted(m1 + m2, key=lambda a: a.key))
+                out[m] = out.get(m, 0) + c1 * c2
+        return _from_dict(out)
+
+    def __rmul__(self, other: object) -> Dim:
+        return self.__mul__(other)
+
+    def __floordiv__(self, other: object) -> Dim:
+        return floordiv(self, other)
+
+    def __rfloordiv__(self, other: object) -> Dim:
+        return floordiv(other, self)
+
+    def __mod__(self, other: object) -> Dim:
+        return mod(self, other)
+
+    def __rmod__(self, other: object) -> Dim:
+        return mod(other, self)
+
+
+# --- canonical-form helpers -------------------------------------------------------------------
+
+def _coerce(x: object) -> Dim | None:
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, int):
+        return x
+    if isinstance(x, Sym):
+        return as_expr(x)
+    if isinstance(x, DimExpr):
+        return x
+    return None
+
+
+def as_expr(x: Dim | Atom) -> DimExpr:
+    """Wrap an int or atom as a DimExpr (no simplification to int)."""
+    if isinstance(x, DimExpr):
+        return x
+    if isinstance(x, Atom):
+        return DimExpr((((x,), 1),))
+    return DimExpr(((((), int(x)),) if x else ()))
+
+
+def _as_dict(x: Dim) -> dict[Monomial, int]:
+    if isinstance(x, int):
+        return {(): x} if x else {}
+    return dict(x.terms)
+
+
+def _merge(a: dict, b: dict, sign: int) -> dict:
+    out = dict(a)
+    for m, c in b.items():
+        out[m] = out.get(m, 0) + sign * c
+    return out
+
+
+def _mono_key(m: Monomial) -> tuple:
+    # Higher degree first, then by atom keys; the constant monomial last.
+    return (0 if m else 1, -len(m), tuple(a.key for a in m))
+
+
+def _from_dict(d: Mapping[Monomial, int]) -> Dim:
+    terms = tuple(sorted(((m, c) for m, c in d.items() if c), key=lambda t: _mono_key(t[0])))
+    if not terms:
+        return 0
+    if len(terms) == 1 and terms[0][0] == ():
+        return terms[0][1]
+    return DimExpr(terms)
+
+
+def _atom_dim(atom: Atom) -> DimExpr:
+    return DimExpr((((atom,), 1),))
+
+
+# --- operations that may not stay polynomial --------------------------------------------------
+
+def _single_term(x: Dim) -> tuple[Monomial, int] | None:
+    d = _as_dict(x)
+    return next(iter(d.items())) if len(d) == 1 else None
+
+
+def _exact_divide(num: Dim, den: Dim) -> Dim | None:
+    """num / den when den is a single term dividing every term of num exactly; else None."""
+    t = _single_term(den)
+    if t is None:
+        return None
+    dm, dc = t
+    out: dict[Monomial, int] = {}
+    for m, c in _as_dict(num).items():
+        rest = list(m)
+        for a in dm:
+            if a not in rest:
+                return None
+            rest.remove(a)
+        if c % dc:
+            return None
+        out[tuple(rest)] = out.get(tuple(rest), 0) + c // dc
+    return _from_dict(out)
+
+
+def floordiv(a: Dim | Sym, b: Dim | Sym) -> Dim:
+    """Floor division, simplified where it is exact for every value of the symbols."""
+    a = _coerce(a)
+    b = _coerce(b)
+    if isinstance(a, int) and isinstance(b, int):
+        if b == 0:
+            raise ZeroDivisionError("dimension divided by zero")
+        return a // b
+    if b == 1:
+        return a
+    exact = _exact_divide(a, b)
+    if exact is not None:
+        return exact
+    if isinstance(b, int) and b > 0:
+        # a = b*q + r with every coefficient of r in [0, b): floor(a/b) = q + floor(r/b).
+        q: dict[Monomial, int] = {}
+        r: dict[Monomial, int] = {}
+        for m, c in _as_dict(a).items():
+            qc, rc = divmod(c, b)
+            if qc:
+                q[m] = qc
+            if rc:
+                r[m] = rc
+        rest = _from_dict(r)
+        if isinstance(rest, int):
+            return _from_dict(q) + rest // b
+        if len(d := _as_dict(rest)) == 1:
+            (m, c), = d.items()
+            if len(m) == 1 and isinstance(m[0], FloorDivAtom) and c == 1 \
+                    and isinstance(m[0].b, int) and m[0].b > 0:
+                # (x / c1) / c2 == x / (c1*c2) for positive divisors.
+                return _from_dict(q) + floordiv(m[0].a, m[0].b * b)
+        return _from_dict(q) + _atom_dim(FloorDivAtom(rest, b))
+    return _atom_dim(FloorDivAtom(a, b))
+
+
+def ceildiv(a: Dim, b: Dim) -> Dim:
+    """Ceiling division ``ceil(a / b)`` for positive ``b``."""
+    return floordiv(a + b - 1, b)
+
+
+def mod(a: Dim | Sym, b: Dim | Sym) -> Dim:
+    """Remainder with the sign of the divisor (Python's ``%``), simplified where exact."""
+    a = _coerce(a)
+    b = _coerce(b)
+    if isinstance(a, int) and isinstance(b, int):
+        if b == 0:
+            raise ZeroDivisionError("dimension modulo zero")
+        return a % b
+    if b == 1 or _exact_divide(a, b) is not None:
+        return 0
+    if isinstance(b, int) and b > 0:
+        r = _from_dict({m: c % b for m, c in _as_dict(a).items()})
+        if isinstance(r, int):
+            return r % b
+        return _atom_dim(ModAtom(r, b))
+    return _atom_dim(ModAtom(a, b))
+
+
+def dim_max(a: Dim, b: Dim) -> Dim:
+    if isinstance(a, int) and isinstance(b, int):
+        return max(a, b)
+    if prove_equal(a, b):
+        return a
+    diff = _coerce(a) - _coerce(b)
+    if isinstance(diff, int):
+        return a if diff > 0 else b
+    return _atom_dim(MaxAtom(*sorted((a, b), key=dim_key)))
+
+
+def dim_min(a: Dim, b: Dim) -> Dim:
+    if isinstance(a, int) and isinstance(b, int):
+        return min(a, b)
+    if prove_equal(a, b):
+        return a
+    diff = _coerce(a) - _coerce(b)
+    if isinstance(diff, int):
+        return a if diff < 0 else b
+    return _atom_dim(MinAtom(*sorted((a, b), key=dim_key)))
+
+
+def broadcast(a: Dim, b: Dim) -> Dim:
+    """NumPy broadcasting of two dims, symbolically.
+
+    Raises ValueError when both are known and incompatible. Where the answer depends on run-time
+    values the result is a broadcast atom that the VM evaluates (and checks) when it runs.
+    """
+    if prove_equal(a, b):
+        return a
+    if a == 1:
+        return b
+    if b == 1:
+        return a
+    if isinstance(a, int) and isinstance(b, int):
+        raise ValueError(f"dims {a} and {b} do not broadcast")
+    if isinstance(a, int):
+        return a  # b must be 1 or a at run time; a is the answer either way
+    if isinstance(b, int):
+        return b
+    return _atom_dim(BroadcastAtom(*sorted((a, b), key=dim_key)))
+
+
+# --- queries ------------------------------------------------------------------------------------
+
+def dim_key(x: Dim) -> str:
+    if isinstance(x, int):
+        return str(x)
+    return x.key
+
+
+def is_static(x: Dim) -> bool:
+    return isinstance(x, int)
+
+
+def prove_equal(a: Dim, b: Dim) -> bool | None:
+    """True if equal for every symbol value, False if never equal, None if it depends."""
+    diff = _coerce(a) - _coerce(b)
+    if isinstance(diff, int):
+        return diff == 0
+    return None
+
+
+def atoms(x: Dim) -> Iterable[Atom]:
+    """Every atom in ``x``, recursively (atoms of atoms too)."""
+    if isinstance(x, int):
+        return
+    for m, _ in x.terms:
+        for a in m:
+            yield a
+            for ch in a.children():
+                yield from atoms(ch)
+
+
+def free_symbols(x: Dim) -> set[Sym]:
+    return {a for a in atoms(x) if isinstance(a, Sym)}
+
+
+def is_expressible(x: Dim) -> bool:
+    """True if the text format can spell ``x`` (it contains no anonymous or run-time-only part)."""
+    if isinstance(x, int):
+        return True
+    return all(a.is_expressible() for m, _ in x.terms for a in m)
+
+
+def _apply_atom(atom: Atom, f) -> Dim:
+    """Rebuild ``atom`` with ``f`` applied to each Sym; re-simplifies the result."""
+    if isinstance(atom, Sym):
+        return f(atom)
+    a, b = (map_symbols(ch, f) for ch in atom.children())
+    if isinstance(atom, FloorDivAtom):
+        return floordiv(a, b)
+    if isinstance(atom, ModAtom):
+        return mod(a, b)
+    if isinstance(atom, MaxAtom):
+        return dim_max(a, b)
+    if isinstance(atom, MinAtom):
+        return dim_min(a, b)
+    if isinstance(atom, BroadcastAtom):
+        return broadcast(a, b)
+    raise AssertionError(f"unknown atom {atom!r}")
+
+
+def map_symbols(x: Dim, f) -> Dim:
+    """Replace each symbol ``s`` in ``x`` by ``f(s)`` (a Dim) and re-simplify."""
+    if isinstance(x, int):
+        return x
+    total: Dim = 0
+    for m, c in x.terms:
+        term: Dim = c
+        for a in m:
+            term = _coerce(term) * _coerce(_apply_atom(a, f))
+        total = _coerce(total) + _coerce(term)
+    return total
+
+
+def substitute(x: Dim, mapping: Mapping[Sym, Dim]) -> Dim:
+    return map_symbols(x, lambda s: mapping.get(s, s))
+
+
+def evaluate(x: Dim, env: Mapping[Sym, int]) -> int:
+    """The value of ``x`` given a value for each of its symbols. Raises KeyError/ValueError."""
+    if isinstance(x, int):
+        return x
+    total = 0
+    for m, c in x.terms:
+        term = c
+        for a in m:
+            term *= _eval_atom(a, env)
+        total += term
+    return total
+
+
+def _eval_atom(a: Atom, env: Mapping[Sym, int]) -> int:
+    if isinstance(a, Sym):
+        return env[a]
+    x, y = (evaluate(ch, env) for ch in a.children())
+    if isinstance(a, FloorDivAtom):
+        return x // y
+    if isinstance(a, ModAtom):
+        return x % y
+    if isinstance(a, MaxAtom):
+        return max(x, y)
+    if isinstance(a, MinAtom):
+        return min(x, y)
+    if isinstance(a, BroadcastAtom):
+        if x == y or y == 1:
+            return x
+        if x == 1:
+            return y
+        raise ValueError(f"dims {x} and {y} do not broadcast")
+    raise AssertionError(f"unknown atom {a!r}")
+
+
+# --- printing -------------------------------------------------------------------------------------
+
+def _mono_str(m: Monomial, c: int) -> str:
+    if not m:
+        return str(c)
+    body = "*".join(a.text() for a in m)
+    return body if c == 1 else f"{body}*{c}"
+
+
+def dim_str(x: Dim) -> str:
+    """Text form: ``n*2 + 1``; ``?`` when the dim involves anything anonymous."""
+    if isinstance(x, int):
+        return str(x)
+    if not is_expressible(x):
+        return "?"
+    out = ""
+    for i, (m, c) in enumerate(x.terms):
+        sign = "-" if c < 0 else "+"
+        s = _mono_str(m, abs(c))
+        out = (("-" + s) if sign == "-" else s) if i == 0 else f"{out} {sign} {s}"
+    return out
+
+
+def _paren(x: Dim) -> str:
+    s = dim_str(x)
+    if isinstance(x, int) and x >= 0:
+        return s
+    if isinstance(x, DimExpr) and len(x.terms) == 1 and x.terms[0][1] == 1 and len(x.terms[0][0]) == 1:
+        return s
+    return f"({s})"
+
+
+def shape_str(shape: Iterable[Dim]) -> str:
+    """``(n, 784)``; a 1-d shape prints as Relay printed it, ``(n)``."""
+    return "(" + ", ".join(dim_str(d) for d in shape) + ")"

@@ -1,0 +1,98 @@
+"""Helpers shared by the type relations and references of every op module."""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from .. import dtypes
+from ..ir import dims as D
+from ..ir.dims import Dim
+from ..ir.types import TensorType, TupleType, Type
+from .registry import OpTypeError
+
+
+def fmt_shape(shape: Iterable[Dim]) -> str:
+    return D.shape_str(shape)
+
+
+def tensor_arg(t: Type, name: str) -> TensorType:
+    """``t`` as a TensorType, or an OpTypeError naming the input."""
+    if not isinstance(t, TensorType):
+        raise OpTypeError(f"{name} must be a tensor, got {t}")
+    return t
+
+
+def tuple_arg(t: Type, name: str) -> tuple[TensorType, ...]:
+    """``t`` as a tuple of tensors, or an OpTypeError naming the input."""
+    if not isinstance(t, TupleType) or not all(isinstance(f, TensorType) for f in t.fields):
+        raise OpTypeError(f"{name} must be a tuple of tensors, got {t}")
+    return t.fields  # type: ignore[return-value]
+
+
+def check_dtype(t: TensorType, name: str, allowed: Iterable[str], what: str) -> None:
+    """Require ``t.dtype`` in ``allowed``; ``what`` describes the set ("a float dtype")."""
+    if t.dtype not in allowed:
+        raise OpTypeError(f"{name} must have {what}, got {t.dtype}")
+
+
+def same_dtype(*named: tuple[str, TensorType]) -> str:
+    """The common dtype of the named tensors, or an OpTypeError listing them."""
+    first = named[0][1].dtype
+    if any(t.dtype != first for _, t in named):
+        desc = " vs ".join(f"{n} {t.dtype}" for n, t in named)
+        raise OpTypeError(f"dtypes differ: {desc}")
+    return first
+
+
+def check_rank(t: TensorType, name: str, ndim: int) -> None:
+    if t.ndim != ndim:
+        raise OpTypeError(f"{name} must have rank {ndim}, got {fmt_shape(t.shape)}")
+
+
+def broadcast_shapes(*named: tuple[str, Sequence[Dim]]) -> tuple[Dim, ...]:
+    """NumPy broadcasting over symbolic shapes, with an error naming both operands."""
+    out: tuple[Dim, ...] = ()
+    out_name = named[0][0]
+    for name, shape in named:
+        rank = max(len(out), len(shape))
+        a = (1,) * (rank - len(out)) + tuple(out)
+        b = (1,) * (rank - len(shape)) + tuple(shape)
+        try:
+            out = tuple(D.broadcast(x, y) for x, y in zip(a, b))
+        except ValueError:
+            prev = named[0][1] if len(named) == 2 else out
+            raise OpTypeError(f"shapes do not broadcast: {out_name} {fmt_shape(prev)} vs "
+                              f"{name} {fmt_shape(shape)}") from None
+        out_name = "result" if name != named[0][0] else out_name
+    return out
+
+
+def normalize_axis(axis: int, ndim: int, what: str = "axis") -> int:
+    """``axis`` in [0, ndim), accepting negatives as NumPy does."""
+    if not -ndim <= axis < max(ndim, 1) or (ndim == 0 and axis not in (0, -1)):
+        raise OpTypeError(f"{what} {axis} is out of range for rank {ndim}")
+    return axis + ndim if axis < 0 else axis
+
+
+def normalize_axes(axes: int | Sequence[int] | None, ndim: int, what: str = "axis") -> tuple[int, ...]:
+    """A sorted tuple of distinct axes; None means all."""
+    if axes is None:
+        return tuple(range(ndim))
+    if isinstance(axes, int):
+        axes = (axes,)
+    out = tuple(normalize_axis(a, ndim, what) for a in axes)
+    if len(set(out)) != len(out):
+        raise OpTypeError(f"{what} {list(axes)} repeats an axis")
+    return tuple(sorted(out))
+
+
+def np_dtype(name: str) -> np.dtype:
+    return dtypes.to_numpy(name)
+
+
+NUMERIC = tuple(d for d in dtypes.DTYPES if d != "bool")
+FLOATS = tuple(dtypes.FLOAT_DTYPES)
+INTEGERS = tuple(dtypes.INT_DTYPES)
+ALL_DTYPES = tuple(dtypes.DTYPES)

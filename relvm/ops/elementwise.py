@@ -1,0 +1,172 @@
+"""Elementwise ops: unary math, binary arithmetic and comparison with broadcasting, ``where``.
+
+Semantics where NumPy and C disagree are fixed here, and the kernels follow the reference:
+integer ``divide`` truncates toward zero and gives 0 for a zero divisor; ``round`` rounds half to
+even; ``sign`` of NaN is NaN; ``rsqrt(x) = 1 / sqrt(x)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ir.types import TensorType
+from .common import (ALL_DTYPES, FLOATS, NUMERIC, broadcast_shapes, check_dtype, np_dtype,
+                     same_dtype, tensor_arg)
+from .registry import BROADCAST, DTYPE, ELEMWISE, FLOAT, attr, register
+
+# --- unary --------------------------------------------------------------------------------------
+
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def _unary_type(allowed: tuple[str, ...], what: str):
+    def infer(attrs, x):
+        t = tensor_arg(x, "data")
+        check_dtype(t, "data", allowed, what)
+        return t
+    return infer
+
+
+def _unary(name: str, fn, allowed: tuple[str, ...], what: str, doc: str) -> None:
+    register(name, inputs=("data",), infer=_unary_type(allowed, what),
+             reference=lambda attrs, x: np.asarray(fn(x)).astype(x.dtype, copy=False),
+             pattern=ELEMWISE, doc=doc)
+
+
+_F = (FLOATS, "a float dtype")
+_N = (NUMERIC, "a numeric dtype")
+
+_unary("nn.relu", lambda x: np.maximum(x, x.dtype.type(0)), *_N, "max(x, 0)")
+_unary("sigmoid", lambda x: 1 / (1 + np.exp(-x)), *_F, "1 / (1 + exp(-x))")
+_unary("tanh", np.tanh, *_F, "hyperbolic tangent")
+_unary("exp", np.exp, *_F, "e to the x")
+_unary("log", np.log, *_F, "natural logarithm")
+_unary("sqrt", np.sqrt, *_F, "square root")
+_unary("rsqrt", lambda x: 1 / np.sqrt(x), *_F, "1 / sqrt(x)")
+_unary("erf", lambda x: _erf(x.astype(np.float64)).astype(np.float64), *_F, "Gauss error function")
+_unary("floor", np.floor, *_F, "round toward -inf")
+_unary("ceil", np.ceil, *_F, "round toward +inf")
+_unary("round", np.round, *_F, "round half to even")
+_unary("negative", np.negative, *_N, "-x")
+_unary("abs", np.abs, *_N, "|x|")
+_unary("sign", np.sign, *_N, "-1, 0 or 1 (NaN stays NaN)")
+
+
+def _logical_not_type(attrs, x):
+    t = tensor_arg(x, "data")
+    check_dtype(t, "data", ("bool",), "dtype bool")
+    return t
+
+
+register("logical_not", inputs=("data",), infer=_logical_not_type,
+         reference=lambda attrs, x: np.logical_not(x), pattern=ELEMWISE, doc="not x (bool)")
+
+
+def _clip_ref(attrs, x):
+    lo, hi = attrs.a_min, attrs.a_max
+    if x.dtype.kind in "iu":
+        info = np.iinfo(x.dtype)
+        lo, hi = max(math.ceil(lo), info.min), min(math.floor(hi), info.max)
+    return np.minimum(np.maximum(x, x.dtype.type(lo)), x.dtype.type(hi)).astype(x.dtype)
+
+
+def _clip_type(attrs, x):
+    t = tensor_arg(x, "data")
+    check_dtype(t, "data", NUMERIC, "a numeric dtype")
+    return t
+
+
+register("clip", inputs=("data",), infer=_clip_type, reference=_clip_ref, pattern=ELEMWISE,
+         attrs=[attr("a_min", FLOAT, required=True), attr("a_max", FLOAT, required=True)],
+         doc="min(max(x, a_min), a_max)")
+
+
+def _leaky_relu_type(attrs, x):
+    t = tensor_arg(x, "data")
+    check_dtype(t, "data", FLOATS, "a float dtype")
+    return t
+
+
+register("nn.leaky_relu", inputs=("data",), infer=_leaky_relu_type,
+         reference=lambda attrs, x: np.where(x > 0, x, x * x.dtype.type(attrs.alpha)).astype(x.dtype),
+         pattern=ELEMWISE, attrs=[attr("alpha", FLOAT, 0.25)], doc="x if x > 0 else alpha * x")
+
+
+def _cast_type(attrs, x):
+    t = tensor_arg(x, "data")
+    return TensorType(t.shape, attrs.dtype)
+
+
+def _cast_ref(attrs, x):
+    target = np_dtype(attrs.dtype)
+    if x.dtype.kind == "f" and target.kind in "iu":
+        # Float to int truncates toward zero (C semantics); NaN and out-of-range give 0.
+        with np.errstate(invalid="ignore"):
+            info = np.iinfo(target)
+            ok = np.isfinite(x) & (x >= info.min) & (x <= info.max)
+            return np.where(ok, np.trunc(np.where(ok, x, 0)), 0).astype(target)
+    return x.astype(target)
+
+
+register("cast", inputs=("data",), infer=_cast_type, reference=_cast_ref, pattern=ELEMWISE,
+         attrs=[attr("dtype", DTYPE, required=True)], doc="convert to another dtype")
+
+# --- binary with broadcasting -------------------------------------------------------------------
+
+
+def _binary_type(allowed: tuple[str, ...], what: str, out_dtype: str | None):
+    def infer(attrs, a, b):
+        lhs, rhs = tensor_arg(a, "lhs"), tensor_arg(b, "rhs")
+        dtype = same_dtype(("lhs", lhs), ("rhs", rhs))
+        check_dtype(lhs, "lhs", allowed, what)
+        shape = broadcast_shapes(("lhs", lhs.shape), ("rhs", rhs.shape))
+        return TensorType(shape, out_dtype or dtype)
+    return infer
+
+
+def _binary(name: str, fn, allowed, what: str, out_dtype: str | None, doc: str) -> None:
+    def reference(attrs, a, b):
+        out = np.asarray(fn(a, b))
+        return out.astype(out_dtype or a.dtype, copy=False)
+    register(name, inputs=("lhs", "rhs"), infer=_binary_type(allowed, what, out_dtype),
+             reference=reference, pattern=BROADCAST, doc=doc)
+
+
+def _divide(a, b):
+    if a.dtype.kind in "iu":
+        safe = np.where(b == 0, 1, b)
+        q = np.abs(a.astype(np.int64)) // np.abs(safe.astype(np.int64))
+        q = np.where((a < 0) != (safe < 0), -q, q)
+        return np.where(b == 0, 0, q)
+    return a / b
+
+
+_binary("add", np.add, *_N, None, "a + b")
+_binary("subtract", np.subtract, *_N, None, "a - b")
+_binary("multiply", np.multiply, *_N, None, "a * b")
+_binary("divide", _divide, *_N, None, "a / b (integers: truncated, 0 for a zero divisor)")
+_binary("power", np.power, *_F, None, "a ** b")
+_binary("maximum", np.maximum, *_N, None, "elementwise max (NaN propagates)")
+_binary("minimum", np.minimum, *_N, None, "elementwise min (NaN propagates)")
+for _name, _fn, _doc in [("equal", np.equal, "a == b"), ("not_equal", np.not_equal, "a != b"),
+                         ("less", np.less, "a < b"), ("less_equal", np.less_equal, "a <= b"),
+                         ("greater", np.greater, "a > b"),
+                         ("greater_equal", np.greater_equal, "a >= b")]:
+    _binary(_name, _fn, ALL_DTYPES, "a dtype", "bool", _doc)
+_binary("logical_and", np.logical_and, ("bool",), "dtype bool", "bool", "a and b (bool)")
+_binary("logical_or", np.logical_or, ("bool",), "dtype bool", "bool", "a or b (bool)")
+
+
+def _where_type(attrs, c, a, b):
+    cond, lhs, rhs = tensor_arg(c, "condition"), tensor_arg(a, "x"), tensor_arg(b, "y")
+    check_dtype(cond, "condition", ("bool",), "dtype bool")
+    dtype = same_dtype(("x", lhs), ("y", rhs))
+    shape = broadcast_shapes(("condition", cond.shape), ("x", lhs.shape), ("y", rhs.shape))
+    return TensorType(shape, dtype)
+
+
+register("where", inputs=("condition", "x", "y"), infer=_where_type,
+         reference=lambda attrs, c, a, b: np.where(c, a, b).astype(a.dtype, copy=False),
+         pattern=BROADCAST, doc="x where condition else y, with broadcasting")

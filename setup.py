@@ -1,0 +1,27 @@
+"""Build and install relvm.
+
+The C kernel library in ``kernels/`` is compiled by cffi into the extension ``relvm._kernels``
+(see ``kernels/build.py``); the grammar in ``grammar/`` is installed as package data
+``relvm/grammar/*.lark``.
+"""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="relvm",
+    version="0.1.0",
+    description="A bytecode virtual machine for dynamic-shape neural network inference",
+    python_requires=">=3.10",
+    packages=find_packages(include=["relvm", "relvm.*"]) + ["relvm.grammar"],
+    package_dir={"relvm.grammar": "grammar"},
+    package_data={"relvm.grammar": ["*.lark"], "relvm.examples": ["*.relay"]},
+    install_requires=["numpy>=1.24", "cffi>=1.15", "lark>=1.1"],
+    extras_require={
+        "test": ["pytest>=7", "hypothesis>=6.80"],
+        "bench": ["onnx>=1.15", "onnxruntime>=1.17"],
+    },
+    setup_requires=["cffi>=1.15"],
+    cffi_modules=["kernels/build.py:ffibuilder"],
+    entry_points={"console_scripts": ["relvm=relvm.cli:main"]},
+    zip_safe=False,
+)
