@@ -19,6 +19,8 @@ from typing import Any
 from .errors import (RelvmCompileError, RelvmError, RelvmFormatError, RelvmInputError,
                      RelvmRuntimeError, RelvmSyntaxError, RelvmTypeError)
 
+from .runtime import Executable, VirtualMachine
+
 __version__ = "0.1.0"
 
 
@@ -56,6 +58,13 @@ def parse(text: str, constants: Any = None, *, source_name: str | None = None):
     return _parse(text, constants=constants, source_name=source_name)
 
 
+def build(module, params=None, *, upper_bounds=None, backend: str = "numpy"):
+    """Compile a module into an Executable; see :func:`relvm.compiler.build`."""
+    from .compiler import build as _build
+
+    return _build(module, params, upper_bounds=upper_bounds, backend=backend)
+
+
 def print_module(module) -> str:
     """The Relay text of a module; ``parse(print_module(m)) == m``."""
     from .ir.printer import print_module as _print
@@ -63,5 +72,5 @@ def print_module(module) -> str:
     return _print(module)
 
 
-__all__ = ["parse", "print_module", "RelvmError", "RelvmSyntaxError", "RelvmTypeError",
+__all__ = ["parse", "print_module", "build", "Executable", "VirtualMachine", "RelvmError", "RelvmSyntaxError", "RelvmTypeError",
            "RelvmCompileError", "RelvmFormatError", "RelvmInputError", "RelvmRuntimeError"]

@@ -500,12 +500,14 @@ def @main(%x: Tensor[(n, 6), float32], %y: Tensor[(n, 2), float32]) {
      lambda x, y: (np.concatenate([x, y], 1)[:, :3], np.concatenate([x, y], 1)[:, 5:], x[:, 3:]))
 
 case("squeeze_expand_dims_broadcast_to", """
-def @main(%x: Tensor[(n, 1, 3), float32]) {
+def @main(%x: Tensor[(n, 1, 3), float32], %b: Tensor[(1, 3), float32]) {
   %0 = squeeze(%x, axis=[1]);
   %1 = expand_dims(%0, axis=0, num_newaxis=2);
-  broadcast_to(%1, shape=[2, 1, n, 3])
-}""", lambda n, r: [f32(r, n, 1, 3)],
-     lambda x: np.broadcast_to(x[:, 0][None, None], (2, 1, x.shape[0], 3)).copy())
+  %2 = broadcast_to(%b, shape=[2, 1, 1, 3]);
+  add(%1, %2)
+}""", lambda n, r: [f32(r, n, 1, 3), f32(r, 1, 3)],
+     lambda x, b: x[:, 0][None, None] + np.broadcast_to(b, (2, 1, 1, 3)),
+     result_type="Tensor[(2, 1, n, 3), float32]")
 
 case("strided_slice", """
 def @main(%x: Tensor[(n, 10), float32]) {

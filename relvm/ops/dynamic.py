@@ -1,1 +1,110 @@
-"""placeholder until written"""
+"""Ops whose result shape depends on input *values*: ``arange``, ``argwhere``, ``dyn.reshape``;
+and ``shape_of``, whose value is a shape but whose own shape is static.
+
+A data-dependent op's type gives each unknown dim a fresh anonymous symbol (printed ``?``), a new
+one per use of the type relation, so no two such results are ever assumed equal. At run time the VM
+learns the dims from the values of the inputs listed in ``shape_inputs``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ir import dims as D
+from ..ir.types import TensorType
+from .common import NUMERIC, check_dtype, check_rank, fmt_shape, np_dtype, same_dtype, tensor_arg
+from .registry import DTYPE_OR_EMPTY, OPAQUE, OpTypeError, attr, choice, register
+from .transform import INDEX_DTYPES, ZERO_OR_ONE, at_run_time, infer_newshape
+
+
+def _shape_of_type(attrs, data):
+    return TensorType((tensor_arg(data, "data").ndim,), attrs.dtype)
+
+
+register("shape_of", inputs=("data",), infer=_shape_of_type, pattern=OPAQUE,
+         reference=lambda attrs, x: np.array(x.shape, np_dtype(attrs.dtype)),
+         doc="the shape of data as a 1-d tensor",
+         attrs=[attr("dtype", choice(*INDEX_DTYPES), "int32")])
+
+# --- arange -------------------------------------------------------------------------------------
+
+
+def _arange_type(attrs, start, stop, step):
+    named = [(n, tensor_arg(t, n)) for n, t in (("start", start), ("stop", stop), ("step", step))]
+    for name, t in named:
+        check_rank(t, name, 0)
+    dtype = same_dtype(*named)
+    out = TensorType((D.fresh(),), attrs.dtype or dtype)
+    check_dtype(out, "the result", NUMERIC, "a numeric dtype")
+    return out
+
+
+def _arange_length(start, stop, step) -> int:
+    """max(0, ceil((stop - start) / step)); exact for integers."""
+    if step == 0:
+        raise ValueError("arange: step must not be zero")
+    if isinstance(start, int):
+        return max(0, -((start - stop) // step))
+    span = (stop - start) / step
+    if not math.isfinite(span):
+        raise ValueError(f"arange: the length of [{start}, {stop}) in steps of {step} is not finite")
+    return max(0, math.ceil(span))
+
+
+def _arange_ref(attrs, start, stop, step):
+    dtype = np_dtype(attrs.dtype) if attrs.dtype else start.dtype
+    # The inputs take the result dtype first (Relay's arange makes them constants of it), and
+    # each element is start + i * step computed in that dtype.
+    a, b, s = (np.asarray(v).astype(dtype) for v in (start, stop, step))
+    n = _arange_length(a.item(), b.item(), s.item())
+    return (np.arange(n, dtype=dtype) * s + a).astype(dtype)
+
+
+register("arange", inputs=("start", "stop", "step"), infer=_arange_type, reference=_arange_ref,
+         pattern=OPAQUE, data_dependent=True, shape_inputs=(0, 1, 2),
+         doc="start, start + step, ... up to stop (exclusive); scalars in, 1-d out",
+         attrs=[attr("dtype", DTYPE_OR_EMPTY, "")])
+
+# --- argwhere -----------------------------------------------------------------------------------
+
+
+def _argwhere_type(attrs, condition):
+    t = tensor_arg(condition, "condition")
+    return TensorType((D.fresh(), t.ndim), "int32")
+
+
+register("argwhere", inputs=("condition",), infer=_argwhere_type, pattern=OPAQUE,
+         reference=lambda attrs, c: np.argwhere(c).astype(np.int32),
+         data_dependent=True, shape_inputs=(0,),
+         doc="the coordinates of the non-zero entries, one row each (int32)")
+
+# --- dyn.reshape --------------------------------------------------------------------------------
+
+
+def _dyn_reshape_type(attrs, data, newshape):
+    t, s = tensor_arg(data, "data"), tensor_arg(newshape, "newshape")
+    check_rank(s, "newshape", 1)
+    check_dtype(s, "newshape", INDEX_DTYPES, "dtype int32 or int64")
+    rank = s.shape[0]
+    if not isinstance(rank, int):
+        raise OpTypeError(f"newshape {fmt_shape(s.shape)} must have a static length: it is the "
+                          "rank of the result")
+    return TensorType(tuple(D.fresh() for _ in range(rank)), t.dtype)
+
+
+def _dyn_reshape_ref(attrs, x, newshape):
+    codes = [int(v) for v in newshape]
+    # Only the codes that keep one output dim per entry: the result rank is newshape's length.
+    bad = [c for c in codes if c < -1]
+    if bad:
+        raise ValueError(f"dyn.reshape: newshape {codes} holds {bad[0]}; only sizes, 0 and -1 "
+                         "are allowed")
+    return x.reshape(at_run_time(infer_newshape, x.shape, codes, attrs.allowzero)).copy()
+
+
+register("dyn.reshape", inputs=("data", "newshape"), infer=_dyn_reshape_type,
+         reference=_dyn_reshape_ref, pattern=OPAQUE, data_dependent=True, shape_inputs=(1,),
+         doc="reshape to a shape given as a tensor (codes 0 and -1)",
+         attrs=[attr("allowzero", ZERO_OR_ONE, 0)])

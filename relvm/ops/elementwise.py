@@ -61,7 +61,7 @@ def _logical_not_type(attrs, x):
 
 
 register("logical_not", inputs=("data",), infer=_logical_not_type,
-         reference=lambda attrs, x: np.logical_not(x), pattern=ELEMWISE, doc="not x (bool)")
+         reference=lambda attrs, x: np.asarray(np.logical_not(x)), pattern=ELEMWISE, doc="not x (bool)")
 
 
 def _clip_ref(attrs, x):

@@ -8,14 +8,13 @@ only the taken branch of ``if``.
 
 from __future__ import annotations
 
-import sys
-import threading
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from .. import dtypes
+from .._stack import run_with_deep_stack
 from ..errors import RelvmInputError, RelvmRuntimeError
 from ..ir import dims as D
 from ..ir.nodes import (Call, Constant, Expr, Function, GlobalVar, If, Let, Module, Tuple,
@@ -85,7 +84,7 @@ def evaluate(module: Module, *inputs: Any, params: Mapping[str, Any] | None = No
     fn = module.functions[func]
     args = _bind_arguments(fn, func, inputs, params or {})
     interp = _Interpreter(module)
-    return _with_deep_stack(lambda: interp.call(fn, args, _Env()))
+    return run_with_deep_stack(lambda: interp.call(fn, args, _Env()))
 
 
 def _bind_arguments(fn: Function, name: str, inputs: Sequence[Any],
@@ -132,33 +131,6 @@ def _check_tensor(value: Any, t: Type, what: str, fname: str, symbols: dict[D.Sy
                 raise RelvmInputError(f"@{fname} input {what}: dim {i} is {sym.name}={seen} by an "
                                       f"earlier input, got {actual}")
     return arr
-
-
-def _with_deep_stack(run):
-    """Run ``run()`` in a thread with a large stack, so deep recursion in programs works."""
-    result: list[Any] = []
-    error: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            result.append(run())
-        except BaseException as e:  # re-raised in the caller's thread
-            error.append(e)
-
-    old_limit = sys.getrecursionlimit()
-    old_size = threading.stack_size()
-    sys.setrecursionlimit(max(old_limit, 200_000))
-    threading.stack_size(512 * 1024 * 1024)
-    try:
-        t = threading.Thread(target=target, name="relvm-reference")
-        t.start()
-    finally:
-        threading.stack_size(old_size)
-    t.join()
-    sys.setrecursionlimit(old_limit)
-    if error:
-        raise error[0]
-    return result[0]
 
 
 class _Interpreter:

@@ -1,0 +1,119 @@
+"""The compiler: typed IR -> Executable (``relvm.build``)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from .. import dtypes
+from .._stack import run_with_deep_stack
+from ..errors import RelvmCompileError
+from ..ir import dims as D
+from ..ir.nodes import Module
+from ..ir.types import TensorType
+from ..runtime.executable import Executable
+from .lower import FunctionLowering, Program
+from .memplan import plan_and_assemble
+
+BACKENDS = ("numpy",)
+
+
+def build(module: Module, params: Mapping[str, Any] | None = None, *,
+          upper_bounds: Mapping[str, int] | None = None, backend: str = "numpy") -> Executable:
+    """Compile a module into an :class:`Executable` that runs for every value of its dims.
+
+    Parameters
+    ----------
+    module : Module
+        From :func:`relvm.parse` (type inference runs again here if needed).
+    params : mapping of str to array_like, optional
+        Values for parameters of ``@main`` by name (the weights); they become constants and
+        leave the signature, as ``relay.build(..., params=...)`` did.
+    upper_bounds : mapping of str to int, optional
+        Largest value of named dims, e.g. ``{"n": 64}``: memory is then planned into one arena
+        allocated once per VM, and an input over a bound is an error.
+    backend : str
+        Where kernels come from: ``"numpy"`` (the op references).
+
+    Returns
+    -------
+    Executable
+
+    Examples
+    --------
+    >>> exe = relvm.build(relvm.parse(text), params={"w": w}, upper_bounds={"n": 64})
+    >>> print(exe.bytecode)
+    """
+    from ..passes.type_infer import infer_module
+
+    if backend not in BACKENDS:
+        raise RelvmCompileError(f"unknown backend {backend!r}; relvm has {', '.join(BACKENDS)}")
+    bounds = _check_bounds(upper_bounds)
+    if any(f.checked_type is None for f in module.functions.values()):
+        infer_module(module)
+    bound = _bind_params(module, dict(params or {}))
+    return run_with_deep_stack(lambda: _compile(module, bound, bounds, backend))
+
+
+def _check_bounds(upper_bounds: Mapping[str, int] | None) -> dict[str, int]:
+    out = {}
+    for k, v in (upper_bounds or {}).items():
+        if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, (int, np.integer)) \
+                or v < 0:
+            raise RelvmCompileError(f"upper_bounds must map dim names to non-negative ints, "
+                                    f"got {k!r}: {v!r}")
+        out[k] = int(v)
+    return out
+
+
+def _bind_params(module: Module, params: dict[str, Any]) -> dict[int, np.ndarray]:
+    """Check ``params`` against @main's parameters: id(Var) -> array."""
+    if not params:
+        return {}
+    if "main" not in module.functions:
+        raise RelvmCompileError("params bind parameters of @main, but the module has no @main")
+    main = module.functions["main"]
+    by_name = {p.name: p for p in main.params}
+    bound: dict[int, np.ndarray] = {}
+    for name, value in params.items():
+        var = by_name.get(name)
+        if var is None:
+            raise RelvmCompileError(f"params: @main has no parameter %{name}; it has "
+                                    + ", ".join("%" + p.name for p in main.params))
+        t = var.checked_type
+        arr = np.asarray(value)
+        if not isinstance(t, TensorType):
+            raise RelvmCompileError(f"params: %{name} has type {t}; only tensors can be bound")
+        if dtypes.from_numpy(arr.dtype) != t.dtype:
+            raise RelvmCompileError(f"params: %{name} must have dtype {t.dtype}, got {arr.dtype}")
+        if arr.ndim != t.ndim or any(isinstance(d, int) and d != s for d, s in zip(t.shape, arr.shape)):
+            raise RelvmCompileError(f"params: %{name} must have shape {D.shape_str(t.shape)}, "
+                                    f"got {arr.shape}")
+        if any(not isinstance(d, int) for d in t.shape):
+            raise RelvmCompileError(f"params: %{name} has symbolic shape {D.shape_str(t.shape)}; "
+                                    f"only parameters of static shape can be bound")
+        bound[id(var)] = arr
+    return bound
+
+
+def _compile(module: Module, bound: dict[int, np.ndarray], bounds: dict[str, int],
+             backend: str) -> Executable:
+    program = Program()
+    for i, name in enumerate(module.functions):
+        program.function_index[name] = i
+    lowered = []
+    for name, fn in module.functions.items():
+        params = [p for p in fn.params if id(p) not in bound]
+        lowered.append(FunctionLowering(program, name, fn, params, bound).run(bounds))
+    while program.pending:  # closures lifted while lowering (and closures inside them)
+        name, fn, captured = program.pending.pop(0)
+        lowered.append(FunctionLowering(program, name, fn, captured + list(fn.params),
+                                        bound).run(bounds))
+    order = sorted(lowered, key=lambda lo: program.function_index[lo.name])
+    functions = [plan_and_assemble(lo, program, bounds) for lo in order]
+    return Executable(functions, program.constants, program.kernels, program.dim_programs,
+                      upper_bounds=bounds, backend=backend)
+
+
+__all__ = ["build"]

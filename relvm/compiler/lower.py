@@ -1,0 +1,491 @@
+"""Lower typed IR to register bytecode, one VM function at a time.
+
+Every IR node gets a register (A-normal form, made during the walk): shared nodes are lowered
+once per scope; an ``if`` branch is a scope of its own, so nothing computed inside it is reused
+after it. Primitive ops become destination-passing kernel calls: their outputs are allocated
+first (AllocTensor with dims read from the frame's dims vector), then InvokePacked. Reshape-like
+ops become ReshapeTensor views. Function literals are lambda-lifted into VM functions that take
+their captured variables first; calls of globals become Invoke, calls of closures InvokeClosure.
+
+Memory planning (``memplan.py``) runs afterwards on the finished instruction list.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import RelvmCompileError
+from ..ir import dims as D
+from ..ir.nodes import (Call, Constant, Expr, Function, GlobalVar, If, Let, Tuple, TupleGetItem,
+                        Var, post_order)
+from ..ir.types import FuncType, TensorType, TupleType, Type, tensor_types
+from ..ops.registry import Op
+from ..runtime.bytecode import make
+from ..runtime.executable import KernelEntry, ParamSig, TensorSig
+from .dimtable import DimTable
+
+#: Ops that only change how a tensor's elements are indexed: lowered to ReshapeTensor views.
+RESHAPE_OPS = frozenset({"reshape", "reshape_like", "squeeze", "expand_dims", "nn.batch_flatten",
+                         "dyn.reshape"})
+
+ALIGN = 64
+
+
+@dataclass
+class Program:
+    """What the lowering of a whole module accumulates across functions."""
+
+    constants: list[np.ndarray] = field(default_factory=list)
+    constant_index: dict[int, int] = field(default_factory=dict)
+    kernels: list[KernelEntry] = field(default_factory=list)
+    kernel_index: dict[tuple, int] = field(default_factory=dict)
+    dim_programs: list[tuple] = field(default_factory=list)
+    function_index: dict[str, int] = field(default_factory=dict)
+    #: Lifted closures waiting to be lowered: (name, Function, captured Vars).
+    pending: list[tuple[str, Function, list[Var]]] = field(default_factory=list)
+    lifted: dict[int, int] = field(default_factory=dict)  # id(Function) -> function index
+
+    def constant(self, key: int, value: np.ndarray) -> int:
+        if key not in self.constant_index:
+            self.constant_index[key] = len(self.constants)
+            self.constants.append(np.asarray(value, order="C"))
+        return self.constant_index[key]
+
+    def kernel(self, op: Op, attrs: dict, inputs: tuple[str, ...], outputs: tuple[str, ...],
+               groups: tuple[int, ...]) -> int:
+        key = (op.name, _freeze(attrs), inputs, outputs, groups)
+        if key not in self.kernel_index:
+            self.kernel_index[key] = len(self.kernels)
+            self.kernels.append(KernelEntry(op.name, op.name, _jsonable(attrs), inputs, outputs,
+                                            groups))
+        return self.kernel_index[key]
+
+    def dim_program(self, statements: list[tuple]) -> int:
+        self.dim_programs.append(tuple(statements))
+        return len(self.dim_programs) - 1
+
+
+def _freeze(v: Any) -> Any:
+    if isinstance(v, dict):
+        return tuple(sorted((k, _freeze(x)) for k, x in v.items()))
+    if isinstance(v, (list, tuple)):
+        return tuple(_freeze(x) for x in v)
+    return v
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, dict) or hasattr(v, "items"):
+        return {k: _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+@dataclass
+class Lowered:
+    """One lowered VM function, before memory planning and assembly."""
+
+    name: str
+    params: list[ParamSig]
+    prologue: list[tuple]
+    body: list[tuple]
+    num_regs: int
+    dims: DimTable
+    result_reg: int
+    ret_type: Type
+    #: symbols the prologue binds from the inputs
+    entry_symbols: set
+    #: body pcs of AllocTensor instructions whose tensor is a fresh kernel output
+    allocs: dict[int, Any] = field(default_factory=dict)
+
+
+class FunctionLowering:
+    """Lowers one function (global or lifted closure) into a :class:`Lowered`."""
+
+    def __init__(self, program: Program, name: str, func: Function, params: list[Var],
+                 bound: dict[int, np.ndarray] | None = None):
+        self.program = program
+        self.name = name
+        self.func = func
+        self.params = params
+        self.bound = bound or {}  # id(Var) -> value of parameters bound by build(params=...)
+        self.code: list[tuple] = []
+        self.num_regs = 0
+        self.dims = DimTable(name)
+        self._memo: list[dict[int, int]] = [{}]
+        self._env: list[dict[int, int]] = [{}]
+        self.allocs: dict[int, Any] = {}  # pc -> size Dim (bytes) of fresh kernel outputs
+
+    # --- registers, scopes ---------------------------------------------------------------------
+    def reg(self) -> int:
+        self.num_regs += 1
+        return self.num_regs - 1
+
+    def emit(self, *ins_fields) -> int:
+        self.code.append(make(*ins_fields))
+        return len(self.code) - 1
+
+    def lookup(self, scopes: list[dict], key: int) -> int | None:
+        for scope in reversed(scopes):
+            if key in scope:
+                return scope[key]
+        return None
+
+    def push(self) -> None:
+        self._memo.append({})
+        self._env.append({})
+        self.dims.push()
+
+    def pop(self) -> None:
+        self._memo.pop()
+        self._env.pop()
+        self.dims.pop()
+
+    # --- entry ---------------------------------------------------------------------------------
+    def run(self, upper_bounds: dict[str, int]) -> Lowered:
+        param_regs = [self.reg() for _ in self.params]
+        for v, r in zip(self.params, param_regs):
+            self._env[0][id(v)] = r
+        prologue = self.prologue(param_regs, upper_bounds)
+        entry_symbols = set(self.dims.symbols)
+        result = self.lower(self.func.body)
+        self.emit("Ret", result)
+        ret_type = self.func.checked_type.ret if isinstance(self.func.checked_type, FuncType) \
+            else self.func.body.checked_type
+        return Lowered(self.name, [self.param_sig(v) for v in self.params], prologue, self.code,
+                       self.num_regs, self.dims, result, ret_type, entry_symbols, self.allocs)
+
+    def param_sig(self, v: Var) -> ParamSig:
+        t = v.checked_type
+        tensors = tuple(TensorSig(tt.dtype, tuple(d if isinstance(d, int) else D.dim_str(d)
+                                                  for d in tt.shape))
+                        for tt in tensor_types(t))
+        return ParamSig(v.name, str(t), tensors, isinstance(t, TupleType))
+
+    def prologue(self, param_regs: list[int], upper_bounds: dict[str, int]) -> list[tuple]:
+        """GetFields for tuple parameters, then one ComputeDims binding and checking symbols."""
+        code: list[tuple] = []
+        leaves: list[tuple[int, TensorType, str]] = []  # (register, type, description)
+        for v, r in zip(self.params, param_regs):
+            t = v.checked_type
+            if isinstance(t, TensorType):
+                leaves.append((r, t, f"input %{v.name}"))
+            elif isinstance(t, TupleType):
+                for path, tt in _tuple_leaves(t):
+                    reg = r
+                    for i in path:
+                        nxt = self.reg()
+                        code.append(make("GetField", nxt, reg, i))
+                        reg = nxt
+                    leaves.append((reg, tt, f"input %{v.name}.{'.'.join(map(str, path))}"))
+        statements = self.bind_shapes(leaves, upper_bounds)
+        if statements:
+            args = tuple(r for r, _, _ in leaves)
+            code.append(make("ComputeDims", self.program.dim_program(statements), args))
+        return code
+
+    def bind_shapes(self, leaves: list[tuple[int, TensorType, str]],
+                    upper_bounds: dict[str, int] | None = None,
+                    arg_base: int = 0) -> list[tuple]:
+        """Statements binding the symbols of ``leaves``' shapes (args numbered in order)."""
+        statements: list[tuple] = []
+        origin: dict[str, str] = {}
+        compound: list[tuple[int, int, D.Dim, str]] = []
+        for arg, (_, t, what) in enumerate(leaves, start=arg_base):
+            for axis, d in enumerate(t.shape):
+                if isinstance(d, int):
+                    continue
+                shape = ("shape", arg, axis)
+                sym, coeff, const = _linear(d)
+                if sym is None:
+                    compound.append((arg, axis, d, what))
+                    continue
+                if not self.dims.knows(sym):
+                    slot = self.dims.new_slot(D.as_expr(sym))
+                    value = shape if (coeff, const) == (1, 0) else \
+                        ("floordiv", ("add", shape, ("const", -const)), ("const", coeff))
+                    statements.append(("set", slot, value))
+                    origin[sym.key] = f"{what} dim {axis}"
+                    if (coeff, const) != (1, 0):
+                        statements.append(("check", shape, self.dims.expr(d),
+                                           f"{what} dim {axis} is {{a}}, which is not "
+                                           f"{D.dim_str(d)} for any {sym.text()}"))
+                    bound = (upper_bounds or {}).get(sym.name) if not sym.anonymous else None
+                    if bound is not None:
+                        statements.append(("bound", ("slot", slot), bound,
+                                           f"{what} dim {axis}: {sym.name}={{value}} exceeds "
+                                           f"the upper bound {sym.name} <= {{limit}} the "
+                                           f"executable was built with"))
+                    continue
+                src = origin.get(sym.key, "an earlier dim")
+                statements.append(("check", shape, self.dims.expr(d),
+                                   f"{what} dim {axis} is {{a}}, but {D.dim_str(d)} is {{b}} "
+                                   f"(from {src})"))
+        for arg, axis, d, what in compound:
+            missing = [s for s in D.free_symbols(d) if not self.dims.knows(s)]
+            if missing:
+                raise RelvmCompileError(
+                    f"@{self.name}: {what} dim {axis} is {D.dim_str(d)}, which does not "
+                    f"determine {', '.join(s.text() for s in missing)}; declare a dim that is "
+                    f"exactly {missing[0].text()} (or a multiple of it plus a constant)")
+            statements.append(("check", ("shape", arg, axis), self.dims.expr(d),
+                               f"{what} dim {axis} is {{a}}, expected {D.dim_str(d)} = {{b}}"))
+        return statements
+
+    # --- expressions ---------------------------------------------------------------------------
+    def lower(self, e: Expr) -> int:
+        r = self.lookup(self._memo, id(e))
+        if r is None:
+            r = getattr(self, "lower_" + type(e).__name__)(e)
+            self._memo[-1][id(e)] = r
+        return r
+
+    def lower_Var(self, v: Var) -> int:
+        r = self.lookup(self._env, id(v))
+        if r is not None:
+            return r
+        if id(v) in self.bound:
+            dst = self.reg()
+            self.emit("LoadConst", dst, self.program.constant(id(v), self.bound[id(v)]))
+            return dst
+        raise RelvmCompileError(f"@{self.name}: %{v.name} is not bound")
+
+    def lower_Constant(self, c: Constant) -> int:
+        dst = self.reg()
+        self.emit("LoadConst", dst, self.program.constant(id(c), c.data))
+        return dst
+
+    def lower_GlobalVar(self, g: GlobalVar) -> int:
+        dst = self.reg()
+        self.emit("AllocClosure", dst, self.program.function_index[g.name], ())
+        return dst
+
+    def lower_Let(self, let: Let) -> int:
+        self._env[-1][id(let.var)] = self.lower(let.value)
+        return self.lower(let.body)
+
+    def lower_Tuple(self, t: Tuple) -> int:
+        fields = tuple(self.lower(f) for f in t.fields)
+        dst = self.reg()
+        self.emit("AllocADT", dst, 0, fields)
+        return dst
+
+    def lower_TupleGetItem(self, g: TupleGetItem) -> int:
+        if isinstance(g.tuple_value, Tuple):
+            return self.lower(g.tuple_value.fields[g.index])
+        src = self.lower(g.tuple_value)
+        dst = self.reg()
+        self.emit("GetField", dst, src, g.index)
+        return dst
+
+    def lower_If(self, node: If) -> int:
+        cond = self.lower(node.cond)
+        one = self.reg()
+        self.emit("LoadConsti", one, 1)
+        merge = self.reg()
+        if_pc = self.emit("If", cond, one, 1, 0)
+        self.push()
+        then_reg = self.lower(node.then_branch)
+        self.emit("Move", then_reg, merge)
+        self.pop()
+        goto_pc = self.emit("Goto", 0)
+        else_pc = len(self.code)
+        self.push()
+        else_reg = self.lower(node.else_branch)
+        self.emit("Move", else_reg, merge)
+        self.pop()
+        end_pc = len(self.code)
+        self.code[if_pc] = make("If", cond, one, 1, else_pc - if_pc)
+        self.code[goto_pc] = make("Goto", end_pc - goto_pc)
+        self.bind_result_dims(merge, node.checked_type)
+        return merge
+
+    def lower_Function(self, fn: Function) -> int:
+        captured = self.free_vars(fn)
+        index = self.program.lifted.get(id(fn))
+        if index is None:
+            index = len(self.program.function_index)
+            name = f"{self.name}.closure{index}"
+            self.program.function_index[name] = index
+            self.program.lifted[id(fn)] = index
+            self.program.pending.append((name, fn, captured))
+        dst = self.reg()
+        self.emit("AllocClosure", dst, index, tuple(self.lower(v) for v in captured))
+        return dst
+
+    def free_vars(self, fn: Function) -> list[Var]:
+        """Variables ``fn`` uses but does not bind, excluding build-time-bound parameters."""
+        bound = {id(p) for p in fn.params}
+        used: dict[int, Var] = {}
+        for n in post_order(fn.body, into_functions=True):
+            if isinstance(n, Let):
+                bound.add(id(n.var))
+            elif isinstance(n, Function):
+                bound.update(id(p) for p in n.params)
+            elif isinstance(n, Var):
+                used.setdefault(id(n), n)
+        return [v for k, v in used.items() if k not in bound and k not in self.bound]
+
+    # --- calls -----------------------------------------------------------------------------------
+    def lower_Call(self, call: Call) -> int:
+        if isinstance(call.op, Op):
+            return self.lower_op(call, call.op)
+        args = tuple(self.lower(a) for a in call.args)
+        dst = self.reg()
+        if isinstance(call.op, GlobalVar):
+            self.emit("Invoke", self.program.function_index[call.op.name], args, dst)
+        else:
+            self.emit("InvokeClosure", self.lower(call.op), args, dst)
+        self.bind_result_dims(dst, call.checked_type)
+        return dst
+
+    def bind_result_dims(self, reg: int, t: Type) -> None:
+        """After a value with possibly new symbols arrives (a call, an if), bind them."""
+        leaves = []
+        for path, tt in _tuple_leaves(t) if isinstance(t, TupleType) else \
+                ([((), t)] if isinstance(t, TensorType) else []):
+            if not any(not isinstance(d, int) and not all(self.dims.knows(s)
+                                                          for s in D.free_symbols(d))
+                       for d in tt.shape):
+                continue
+            leaf = reg
+            for i in path:
+                nxt = self.reg()
+                self.emit("GetField", nxt, leaf, i)
+                leaf = nxt
+            leaves.append((leaf, tt, "result"))
+        if leaves:
+            statements = self.bind_shapes(leaves)
+            if statements:
+                self.emit("ComputeDims", self.program.dim_program(statements),
+                          tuple(r for r, _, _ in leaves))
+
+    def flat_args(self, call: Call) -> tuple[list[int], list[str], tuple[int, ...]]:
+        """Argument registers with tuple-typed arguments flattened into their tensors.
+
+        Also returns the groups: per argument, -1 for a tensor or the tuple's field count.
+        """
+        regs: list[int] = []
+        types: list[str] = []
+        groups: list[int] = []
+        for a in call.args:
+            t = a.checked_type
+            if isinstance(t, TupleType):
+                if isinstance(a, Tuple):
+                    parts = [(self.lower(f), f.checked_type) for f in a.fields]
+                else:
+                    src = self.lower(a)
+                    parts = []
+                    for i, f in enumerate(t.fields):
+                        r = self.reg()
+                        self.emit("GetField", r, src, i)
+                        parts.append((r, f))
+                for r, ft in parts:
+                    regs.append(r)
+                    types.append(ft.dtype)
+                groups.append(len(parts))
+            else:
+                regs.append(self.lower(a))
+                types.append(t.dtype)
+                groups.append(-1)
+        return regs, types, tuple(groups)
+
+    def lower_op(self, call: Call, op: Op) -> int:
+        in_regs, in_types, groups = self.flat_args(call)
+        out_type = call.checked_type
+        if op.data_dependent:
+            self.compute_data_dims(call, op, in_regs)
+        if op.name in RESHAPE_OPS:
+            return self.reshape(in_regs[0], out_type)
+        if op.name == "shape_of" and call.attrs["dtype"] == "int64":
+            dst = self.reg()
+            self.emit("ShapeOf", dst, in_regs[0])
+            return dst
+        outs = list(tensor_types(out_type))
+        out_regs = [self.alloc(t) for t in outs]
+        k = self.program.kernel(op, dict(call.attrs), tuple(in_types),
+                                tuple(t.dtype for t in outs), groups)
+        self.emit("InvokePacked", k, len(out_regs), tuple(in_regs + out_regs))
+        if isinstance(out_type, TupleType):
+            return self.pack(out_type, iter(out_regs))
+        return out_regs[0]
+
+    def pack(self, t: Type, regs) -> int:
+        if not isinstance(t, TupleType):
+            return next(regs)
+        fields = tuple(self.pack(f, regs) for f in t.fields)
+        dst = self.reg()
+        self.emit("AllocADT", dst, 0, fields)
+        return dst
+
+    def alloc(self, t: TensorType) -> int:
+        statements: list[tuple] = []
+        self.dims.ensure(list(t.shape), statements)
+        self.flush(statements)
+        dst = self.reg()
+        shape = tuple(self.dims.operand(d) for d in t.shape)
+        pc = self.emit("AllocTensor", dst, -1, 0, shape, t.dtype)
+        size: D.Dim = dtypes.to_numpy(t.dtype).itemsize
+        for d in t.shape:
+            size = size * d
+        self.allocs[pc] = size
+        return dst
+
+    def reshape(self, src: int, t: TensorType) -> int:
+        statements: list[tuple] = []
+        self.dims.ensure(list(t.shape), statements)
+        self.flush(statements)
+        dst = self.reg()
+        self.emit("ReshapeTensor", dst, src, tuple(self.dims.operand(d) for d in t.shape))
+        return dst
+
+    def flush(self, statements: list[tuple]) -> None:
+        if statements:
+            self.emit("ComputeDims", self.program.dim_program(statements), ())
+
+    def compute_data_dims(self, call: Call, op: Op, in_regs: list[int]) -> None:
+        """Before allocating a data-dependent op's output, compute its fresh dims from values."""
+        out = call.checked_type
+        fresh = [d for d in out.shape if not isinstance(d, int) and self.dims.slot_of(d) is None]
+        if not fresh:
+            return
+        if op.name == "argwhere":
+            statements = [("set", self.dims.new_slot(out.shape[0]), ("nonzero", 0))]
+            args = (in_regs[0],)
+        elif op.name == "arange":
+            statements = [("set", self.dims.new_slot(out.shape[0]), ("arange_len", 0, 1, 2))]
+            args = tuple(in_regs[:3])
+        elif op.name == "dyn.reshape":
+            first = self.dims.num_slots
+            for d in out.shape:
+                self.dims.new_slot(d)
+            statements = [("reshape", 0, 1, first)]
+            args = (in_regs[0], in_regs[1])
+        else:
+            raise RelvmCompileError(f"{op.name}: no run-time shape rule for this data-dependent op")
+        self.emit("ComputeDims", self.program.dim_program(statements), args)
+
+
+def _linear(d: D.Dim) -> tuple[D.Sym | None, int, int]:
+    """``(s, a, b)`` if ``d == a*s + b`` for one symbol s and a > 0, else ``(None, 0, 0)``."""
+    sym, coeff, const = None, 0, 0
+    for mono, c in d.terms:
+        if not mono:
+            const = c
+        elif len(mono) == 1 and isinstance(mono[0], D.Sym) and sym is None and c > 0:
+            sym, coeff = mono[0], c
+        else:
+            return None, 0, 0
+    return sym, coeff, const
+
+
+def _tuple_leaves(t: TupleType, path: tuple = ()):
+    for i, f in enumerate(t.fields):
+        if isinstance(f, TupleType):
+            yield from _tuple_leaves(f, path + (i,))
+        elif isinstance(f, TensorType):
+            yield path + (i,), f

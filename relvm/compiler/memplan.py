@@ -1,0 +1,245 @@
+"""Memory planning and assembly of one lowered function.
+
+A kernel output that never escapes -- every use is as a kernel argument, a dims argument, or
+through a ReshapeTensor view with the same property, and it is not the result -- is *pooled*:
+it lives in a storage slot shared, by liveness, with other pooled tensors whose lifetimes do not
+overlap. A slot's size is the symbolic max of its tensors' sizes, computed once per invoke right
+after the prologue; its AllocStorage is marked reusable, so the VM keeps the buffer between
+invokes and only grows it. With ``upper_bounds`` every slot size is evaluated at the bounds and
+all slots are packed into one arena: a single allocation for the VM's whole life.
+
+Everything else (results, tensors in tuples or closures or passed to calls) gets a fresh buffer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import dtypes
+from ..ir import dims as D
+from ..ir.types import TensorType, TupleType, Type
+from ..runtime.bytecode import make
+from ..runtime.executable import OutputSig, VMFunction
+from ..runtime.opcodes import BY_NUMBER, Opcode
+from .lower import ALIGN, Lowered, Program, _tuple_leaves
+
+#: Uses that keep a tensor inside the function (a pooled tensor may only be used this way).
+_LOCAL_USES = {Opcode.InvokePacked, Opcode.ComputeDims, Opcode.ShapeOf, Opcode.ReshapeTensor}
+
+
+def reads(ins: tuple) -> list[int]:
+    """Registers an instruction reads (every reg/regs field except its ``dst``)."""
+    spec = BY_NUMBER[ins[0]]
+    out: list[int] = []
+    for f, v in zip(spec.fields, ins[1:]):
+        if f.name == "dst":
+            continue
+        if f.kind == "reg":
+            out.append(v)
+        elif f.kind == "regs":
+            out.extend(v)
+    return [r for r in out if r >= 0]
+
+
+@dataclass
+class _Tensor:
+    pc: int
+    reg: int
+    size: D.Dim
+    end: int = -1
+    slot: int = -1
+
+
+def plan_and_assemble(lo: Lowered, program: Program,
+                      upper_bounds: dict[str, int]) -> VMFunction:
+    body = lo.body
+    entry_symbols = lo.entry_symbols
+    uses: dict[int, list[int]] = {}
+    for pc, ins in enumerate(body):
+        for r in reads(ins):
+            uses.setdefault(r, []).append(pc)
+
+    pooled = [t for t in (_Tensor(pc, body[pc][1], size) for pc, size in lo.allocs.items())
+              if D.free_symbols(t.size) <= entry_symbols and _stays_local(t, body, uses, lo)]
+    slots = _assign_slots(pooled)
+
+    # Setup: compute slot sizes and result dims from the entry symbols, then allocate storage.
+    statements: list[tuple] = []
+    size_ops = [_size_operand(lo, s, statements) for s in slots]
+    result_shapes = _result_shapes(lo, entry_symbols, statements)
+    setup: list[tuple] = []
+    if statements:
+        setup.append(make("ComputeDims", program.dim_program(statements), ()))
+    prologue_len = len(lo.prologue) + len(setup)
+    num_regs = lo.num_regs
+    storage_regs: list[int] = []
+    offsets: list[int] = [0] * len(slots)
+    arena = _arena_layout(slots, upper_bounds)
+    if arena is not None:
+        total, offsets = arena
+        storage_regs = [num_regs] * len(slots)
+        setup.append(make("AllocStorage", num_regs, total, ALIGN, 1))
+        num_regs += 1
+    else:
+        for op in size_ops:
+            storage_regs.append(num_regs)
+            setup.append(make("AllocStorage", num_regs, op, ALIGN, 1))
+            num_regs += 1
+
+    shift = len(lo.prologue) + len(setup)
+    code = list(lo.prologue) + setup + [_patch(ins, pc, pooled, storage_regs, offsets)
+                                        for pc, ins in enumerate(body)]
+    outputs = _outputs(code, shift + len(body) - 1, lo, result_shapes)
+    return VMFunction(lo.name, tuple(lo.params), num_regs, code, lo.dims.num_slots,
+                      tuple(lo.dims.names), outputs, str(lo.ret_type), prologue_len)
+
+
+def _stays_local(t: _Tensor, body: list[tuple], uses: dict[int, list[int]], lo: Lowered) -> bool:
+    """True if the tensor in ``t.reg`` (and any view of it) is only used locally; sets t.end."""
+    pending = [t.reg]
+    seen: set[int] = set()
+    while pending:
+        r = pending.pop()
+        if r in seen:
+            continue
+        seen.add(r)
+        if r == lo.result_reg:
+            return False
+        for pc in uses.get(r, []):
+            ins = body[pc]
+            if ins[0] not in _LOCAL_USES:
+                return False
+            t.end = max(t.end, pc)
+            if ins[0] == Opcode.ReshapeTensor:
+                pending.append(ins[1])
+    t.end = max(t.end, t.pc)
+    return True
+
+
+def _assign_slots(tensors: list[_Tensor]) -> list[D.Dim]:
+    """Greedy interval assignment; returns each slot's (symbolic) size in bytes."""
+    slot_end: list[int] = []
+    slot_size: list[D.Dim] = []
+    for t in sorted(tensors, key=lambda t: t.pc):
+        for k, end in enumerate(slot_end):
+            if end < t.pc:
+                t.slot = k
+                slot_end[k] = t.end
+                slot_size[k] = D.dim_max(slot_size[k], t.size)
+                break
+        else:
+            t.slot = len(slot_end)
+            slot_end.append(t.end)
+            slot_size.append(t.size)
+    return slot_size
+
+
+def _size_operand(lo: Lowered, size: D.Dim, statements: list[tuple], is_bytes: bool = True) -> int:
+    """A dim operand for ``size``, computed in the setup from the entry symbols alone.
+
+    Equal sizes share one slot (the setup's statements are scanned for it).
+    """
+    if isinstance(size, int):
+        return size
+    expr = lo.dims.expr_from_symbols(size)
+    for st in statements:
+        if st[0] == "set" and st[2] == expr:
+            return -st[1] - 1
+    slot = lo.dims.num_slots
+    statements.append(("set", slot, expr))
+    lo.dims.num_slots += 1
+    text = D.dim_str(size)
+    lo.dims.names.append(f"bytes({text})" if is_bytes else text)
+    return -slot - 1
+
+
+def _arena_layout(slots: list[D.Dim], upper_bounds: dict[str, int]):
+    """(total bytes, offset per slot) when every slot size is bounded, else None."""
+    if not upper_bounds or not slots:
+        return None
+    sizes = []
+    for s in slots:
+        syms = D.free_symbols(s)
+        if any(sym.anonymous or sym.name not in upper_bounds for sym in syms):
+            return None
+        sizes.append(D.evaluate(s, {sym: upper_bounds[sym.name] for sym in syms}))
+    offsets, total = [], 0
+    for size in sizes:
+        offsets.append(total)
+        total += -(-size // ALIGN) * ALIGN
+    return total, offsets
+
+
+def _patch(ins: tuple, pc: int, pooled: list[_Tensor], storage_regs: list[int],
+           offsets: list[int]) -> tuple:
+    for t in pooled:
+        if t.pc == pc:
+            _, dst, _, _, shape, dtype = ins
+            return make("AllocTensor", dst, storage_regs[t.slot], offsets[t.slot], shape, dtype)
+    return ins
+
+
+def _result_shapes(lo: Lowered, entry_symbols: set, statements: list[tuple]):
+    """Per result tensor, its dim operands if known from the inputs alone, else None."""
+    leaves = ([lo.ret_type] if isinstance(lo.ret_type, TensorType) else
+              [t for _, t in _tuple_leaves(lo.ret_type)] if isinstance(lo.ret_type, TupleType)
+              else [])
+    shapes = []
+    for t in leaves:
+        if not all(D.free_symbols(d) <= entry_symbols for d in t.shape if not isinstance(d, int)):
+            shapes.append(None)
+            continue
+        shapes.append(tuple(_size_operand(lo, d, statements, False) if not isinstance(d, int) else d
+                            for d in t.shape))
+    return shapes
+
+
+def _outputs(code: list[tuple], ret_pc: int, lo: Lowered, shapes: list) -> tuple[OutputSig, ...]:
+    """For each result tensor, the AllocTensor pcs that produce it (for zero-copy binding)."""
+    defs: dict[int, list[int]] = {}
+    for pc, ins in enumerate(code):
+        spec = BY_NUMBER[ins[0]]
+        for f, v in zip(spec.fields, ins[1:]):
+            if f.name == "dst":
+                defs.setdefault(v, []).append(pc)
+
+    def producers(reg: int, depth: int = 0) -> list[list[int] | None]:
+        """Per leaf of the value in ``reg``: alloc pcs, or None where binding is impossible."""
+        found: list[list[int] | None] | None = None
+        for pc in defs.get(reg, []) or [None]:
+            ins = code[pc] if pc is not None else None
+            if ins is None or depth > 64:
+                leaves = [None]
+            elif ins[0] in (Opcode.AllocTensor, Opcode.AllocTensorReg) and ins[2] < 0:
+                leaves = [[pc]]
+            elif ins[0] in (Opcode.ReshapeTensor, Opcode.Move):
+                leaves = producers(ins[2] if ins[0] == Opcode.ReshapeTensor else ins[1], depth + 1)
+            elif ins[0] == Opcode.AllocADT:
+                leaves = [leaf for f in ins[3] for leaf in producers(f, depth + 1)]
+            else:
+                leaves = [None]
+            found = leaves if found is None else _merge(found, leaves)
+        return found or [None]
+
+    ret_reg = code[ret_pc][1]
+    leaf_pcs = producers(ret_reg)
+    leaf_types = ([lo.ret_type] if isinstance(lo.ret_type, TensorType) else
+                  [t for _, t in _tuple_leaves(lo.ret_type)] if isinstance(lo.ret_type, TupleType)
+                  else [])
+    if len(leaf_pcs) != len(leaf_types):
+        leaf_pcs = [None] * len(leaf_types)
+    claimed: set[int] = set()
+    out = []
+    for t, pcs, shape in zip(leaf_types, leaf_pcs, shapes):
+        # Two results that are one tensor: only the first is written in place.
+        pcs = tuple(p for p in (pcs or []) if p not in claimed)
+        claimed.update(pcs)
+        out.append(OutputSig(t.dtype, shape, pcs, str(t)))
+    return tuple(out)
+
+
+def _merge(a: list, b: list) -> list:
+    """Leafwise union of two producer lists (the two branches of an if)."""
+    if len(a) != len(b):
+        return [None] * max(len(a), len(b))
+    return [None if x is None or y is None else x + y for x, y in zip(a, b)]

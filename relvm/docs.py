@@ -1,0 +1,54 @@
+"""Generate the reference documents derived from relvm's tables.
+
+``python -m relvm.docs [DIR]`` writes ``DIR/isa.md`` (from the opcode table) and ``DIR/ops.md``
+(from the op registry); DIR defaults to ``docs``. A test checks the committed files are current.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Callable
+
+from .runtime.opcodes import isa_markdown
+
+HEADER = "<!-- Generated from {source} by `python -m relvm.docs`; do not edit. -->"
+
+
+def ops_markdown() -> str:
+    """The op reference (docs/ops.md), generated from the op registry."""
+    from .ops import OPS
+
+    lines = [HEADER.format(source="the op registry (relvm/ops)"), "# relvm ops", "",
+             "Every primitive op of the IR, with its inputs, attributes (and defaults) and "
+             "fusion pattern. Names and attributes are TVM Relay's.", "",
+             "| op | inputs | attributes | pattern | meaning |", "|---|---|---|---|---|"]
+    for name in sorted(OPS):
+        op = OPS[name]
+        attrs = ", ".join(a.name + ("" if a.required else f"={_show(a.default)}")
+                          for a in op.attrs) or "—"
+        lines.append(f"| `{name}` | {', '.join(op.inputs) or '—'} | {attrs} | {op.pattern}"
+                     f"{' (data-dependent shape)' if op.data_dependent else ''} | {op.doc} |")
+    return "\n".join(lines) + "\n"
+
+
+def _show(v: object) -> str:
+    if isinstance(v, tuple):
+        return "[" + ", ".join(map(str, v)) + "]"
+    return '""' if v == "" else str(v)
+
+
+DOCUMENTS: dict[str, Callable[[], str]] = {"isa.md": isa_markdown, "ops.md": ops_markdown}
+
+
+def main(argv: list[str]) -> int:
+    out = Path(argv[0] if argv else "docs")
+    out.mkdir(parents=True, exist_ok=True)
+    for name, make in DOCUMENTS.items():
+        (out / name).write_text(make())
+        print(f"wrote {out / name}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,193 @@
+"""Dim programs: the run-time half of symbolic shapes.
+
+The compiler knows every shape as an expression over a function's symbols (``n``, ``n*3``,
+``(h + 1)/2``). A *dim program* computes the values a frame needs into its dims vector (a Python
+list of ints), reading the shapes -- or, for data-dependent ops like ``argwhere``, the values --
+of the tensors passed to ``ComputeDims``. It also checks what the type checker could not decide
+statically (two inputs declared with ``n`` agree; a dim lies within its upper bound).
+
+A program is plain data -- nested tuples of strings and ints -- so executables store it without
+pickle. :func:`compile_program` turns it into a Python closure once, at load; nothing from a file
+is ever evaluated as code.
+
+Expressions::
+
+    ("const", c)            ("slot", k)              ("shape", arg, axis)
+    ("value", arg)          # an int scalar tensor's value
+    (op, a, b)              # op in add sub mul floordiv mod max min bcast
+    ("nonzero", arg)        # number of non-zero elements (argwhere's row count)
+    ("arange_len", start, stop, step)   # args holding scalar tensors
+
+Statements::
+
+    ("set", slot, expr)
+    ("check", expr_a, expr_b, message)  # a == b, else DimError(message with {a} and {b})
+    ("bound", expr, limit, message)     # 0 <= expr <= limit
+    ("reshape", data_arg, shape_arg, first_slot)   # dyn.reshape: resolve 0/-1 codes
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+
+class DimError(Exception):
+    """A run-time shape check failed; the VM reports it with the function and pc."""
+
+
+Program = tuple  # tuple of statements
+Compiled = Callable[[list, Sequence[Any]], None]
+
+
+def _bcast(a: int, b: int) -> int:
+    if a == b or b == 1:
+        return a
+    if a == 1:
+        return b
+    raise DimError(f"dims {a} and {b} do not broadcast")
+
+
+def _floordiv(a: int, b: int) -> int:
+    if b == 0:
+        raise DimError("dim divided by zero")
+    return a // b
+
+
+def _mod(a: int, b: int) -> int:
+    if b == 0:
+        raise DimError("dim modulo zero")
+    return a % b
+
+
+_BINARY = {
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "floordiv": _floordiv,
+    "mod": _mod,
+    "max": max,
+    "min": min,
+    "bcast": _bcast,
+}
+
+
+def _arange_len(start: Any, stop: Any, step: Any) -> int:
+    start, stop, step = (np.asarray(v).item() for v in (start, stop, step))
+    if step == 0:
+        raise DimError("arange: step must not be zero")
+    n = -((start - stop) // step) if isinstance(step, int) and isinstance(start, int) \
+        and isinstance(stop, int) else int(np.ceil((stop - start) / step))
+    return max(int(n), 0)
+
+
+def compile_expr(e: tuple) -> Callable[[list, Sequence[Any]], int]:
+    """A closure ``f(dims, args) -> int`` evaluating expression ``e``."""
+    tag = e[0]
+    if tag == "const":
+        c = int(e[1])
+        return lambda dims, args: c
+    if tag == "slot":
+        k = int(e[1])
+        return lambda dims, args: dims[k]
+    if tag == "shape":
+        i, axis = int(e[1]), int(e[2])
+        return lambda dims, args: args[i].shape[axis]
+    if tag == "value":
+        i = int(e[1])
+        return lambda dims, args: int(np.asarray(args[i]).item())
+    if tag == "nonzero":
+        i = int(e[1])
+        return lambda dims, args: int(np.count_nonzero(args[i]))
+    if tag == "arange_len":
+        a, b, c = (int(x) for x in e[1:4])
+        return lambda dims, args: _arange_len(args[a], args[b], args[c])
+    if tag in _BINARY:
+        fn = _BINARY[tag]
+        left, right = compile_expr(e[1]), compile_expr(e[2])
+        return lambda dims, args: fn(left(dims, args), right(dims, args))
+    raise ValueError(f"unknown dim expression {tag!r}")
+
+
+def _reshape_dims(data: np.ndarray, shape: np.ndarray) -> list[int]:
+    """Resolve Relay's 0 (copy) and -1 (infer) codes of a run-time reshape target."""
+    codes = [int(v) for v in np.asarray(shape).reshape(-1)]
+    out = [data.shape[i] if c == 0 and i < data.ndim else c for i, c in enumerate(codes)]
+    if out.count(-1) > 1:
+        raise DimError(f"dyn.reshape: more than one -1 in {codes}")
+    if any(c < -1 for c in out):
+        raise DimError(f"dyn.reshape: invalid dim in {codes}")
+    known = int(np.prod([c for c in out if c != -1], dtype=np.int64))
+    if -1 in out:
+        if known == 0 or data.size % known:
+            raise DimError(f"dyn.reshape: cannot reshape {data.shape} into {codes}")
+        out[out.index(-1)] = data.size // known
+    elif known != data.size:
+        raise DimError(f"dyn.reshape: cannot reshape {data.shape} into {codes}")
+    return out
+
+
+def _statement(s: tuple) -> Compiled:
+    tag = s[0]
+    if tag == "set":
+        k, f = int(s[1]), compile_expr(s[2])
+
+        def run_set(dims: list, args: Sequence[Any]) -> None:
+            dims[k] = f(dims, args)
+        return run_set
+    if tag == "check":
+        fa, fb, message = compile_expr(s[1]), compile_expr(s[2]), str(s[3])
+
+        def run_check(dims: list, args: Sequence[Any]) -> None:
+            a, b = fa(dims, args), fb(dims, args)
+            if a != b:
+                raise DimError(message.format(a=a, b=b))
+        return run_check
+    if tag == "bound":
+        f, limit, message = compile_expr(s[1]), int(s[2]), str(s[3])
+
+        def run_bound(dims: list, args: Sequence[Any]) -> None:
+            v = f(dims, args)
+            if not 0 <= v <= limit:
+                raise DimError(message.format(value=v, limit=limit))
+        return run_bound
+    if tag == "reshape":
+        data_i, shape_i, first = int(s[1]), int(s[2]), int(s[3])
+
+        def run_reshape(dims: list, args: Sequence[Any]) -> None:
+            for j, v in enumerate(_reshape_dims(args[data_i], args[shape_i])):
+                dims[first + j] = v
+        return run_reshape
+    raise ValueError(f"unknown dim statement {tag!r}")
+
+
+def compile_program(program: Program) -> Compiled:
+    """A closure ``run(dims, args)`` executing every statement of ``program`` in order."""
+    steps = tuple(_statement(s) for s in program)
+    if len(steps) == 1:
+        return steps[0]
+
+    def run(dims: list, args: Sequence[Any]) -> None:
+        for step in steps:
+            step(dims, args)
+    return run
+
+
+def format_expr(e: tuple, slot_names: Sequence[str] = ()) -> str:
+    """Human-readable text of an expression (for the disassembler)."""
+    tag = e[0]
+    if tag == "const":
+        return str(e[1])
+    if tag == "slot":
+        k = e[1]
+        return slot_names[k] if k < len(slot_names) else f"d{k}"
+    if tag == "shape":
+        return f"shape(${e[1]})[{e[2]}]"
+    if tag in ("value", "nonzero"):
+        return f"{tag}(${e[1]})"
+    if tag == "arange_len":
+        return "arange_len(" + ", ".join(f"${a}" for a in e[1:4]) + ")"
+    sym = {"add": "+", "sub": "-", "mul": "*", "floordiv": "/", "mod": "%"}.get(tag)
+    a, b = format_expr(e[1], slot_names), format_expr(e[2], slot_names)
+    return f"({a} {sym} {b})" if sym else f"{tag}({a}, {b})"

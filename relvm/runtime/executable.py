@@ -1,0 +1,148 @@
+"""The Executable: everything a VirtualMachine needs, as plain data.
+
+An Executable holds VM functions (bytecode and metadata), constants, the kernel table and the
+dim programs. It is produced by ``relvm.build`` and by ``relvm.load``; the runtime never needs
+the compiler to use one. ``exe.bytecode`` is the disassembly: a product feature, not a debug aid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .bytecode import format_instruction
+from .dimprog import format_expr
+
+
+@dataclass(frozen=True)
+class TensorSig:
+    """One tensor of a parameter or result: dtype and shape (ints, or dim text like ``n``)."""
+
+    dtype: str
+    shape: tuple[int | str, ...]
+
+    def __str__(self) -> str:
+        dims = ", ".join(str(d) for d in self.shape)
+        return f"Tensor[({dims}), {self.dtype}]" if self.shape else self.dtype
+
+
+@dataclass(frozen=True)
+class ParamSig:
+    """A function parameter: its name, its type's text, and its tensors flattened."""
+
+    name: str
+    type_text: str
+    tensors: tuple[TensorSig, ...]
+    is_tuple: bool = False
+
+
+@dataclass(frozen=True)
+class OutputSig:
+    """One tensor of a function's result (tuples flattened in order).
+
+    ``shape`` holds dim operands (literal ints or ``-(k+1)`` for dims slot k) when the shape is
+    known once the entry dims are computed, else None. ``alloc_pcs`` are the AllocTensor
+    instructions whose tensor becomes this result: with outputs bound by the caller, they hand
+    out the caller's array instead of allocating (zero-copy).
+    """
+
+    dtype: str
+    shape: tuple[int, ...] | None
+    alloc_pcs: tuple[int, ...]
+    type_text: str
+
+
+@dataclass
+class VMFunction:
+    name: str
+    params: tuple[ParamSig, ...]
+    num_regs: int
+    instructions: list[tuple]
+    num_dims: int
+    dim_names: tuple[str, ...]
+    outputs: tuple[OutputSig, ...]
+    ret_type: str
+    #: How many leading instructions validate the inputs (their failures are input errors).
+    prologue: int = 0
+
+    def signature(self) -> str:
+        params = ", ".join(f"%{p.name}: {p.type_text}" for p in self.params)
+        return f"@{self.name}({params}) -> {self.ret_type}"
+
+
+@dataclass
+class KernelEntry:
+    """A kernel: ``op`` (a registry op name) with its attributes.
+
+    ``name`` is what the disassembler and profiler show. ``inputs``/``outputs`` are the dtypes
+    of the flattened arguments, for backends that specialise on them. ``groups`` gives, per op
+    input, how many flattened tensors form it: -1 for a tensor, k for a tuple of k tensors
+    (``concatenate`` takes one tuple input, passed as its k tensors).
+    """
+
+    name: str
+    op: str
+    attrs: dict[str, Any]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    groups: tuple[int, ...] = ()
+
+
+@dataclass
+class Executable:
+    """A compiled module: run it with :class:`relvm.VirtualMachine`."""
+
+    functions: list[VMFunction]
+    constants: list[np.ndarray]
+    kernels: list[KernelEntry]
+    dim_programs: list[tuple]
+    upper_bounds: dict[str, int] = field(default_factory=dict)
+    backend: str = "numpy"
+
+    def __post_init__(self) -> None:
+        self.function_index = {f.name: i for i, f in enumerate(self.functions)}
+
+    def function(self, name: str) -> VMFunction:
+        from ..errors import RelvmInputError
+
+        try:
+            return self.functions[self.function_index[name]]
+        except KeyError:
+            raise RelvmInputError(f"the executable has no function @{name}; it has "
+                                  + ", ".join("@" + f.name for f in self.functions)) from None
+
+    @property
+    def bytecode(self) -> str:
+        """The disassembly of every function, with its signature and register count."""
+        out = []
+        for i, fn in enumerate(self.functions):
+            out.append(f"VM Function[{i}]: {fn.signature()}")
+            out.append(f"# reg file size = {fn.num_regs}, dims = {fn.num_dims}, "
+                       f"instruction count = {len(fn.instructions)}")
+            width = len(str(len(fn.instructions)))
+            for pc, ins in enumerate(fn.instructions):
+                out.append(f"  {pc:>{width}}: {format_instruction(ins, self, fn)}")
+            out.append("")
+        if self.dim_programs:
+            out.append("Dim programs:")
+            for k, prog in enumerate(self.dim_programs):
+                out.append(f"  dims#{k}: " + "; ".join(_format_statement(s) for s in prog))
+        return "\n".join(out)
+
+    def __repr__(self) -> str:
+        return (f"Executable({', '.join('@' + f.name for f in self.functions)}; "
+                f"{len(self.kernels)} kernels, {len(self.constants)} constants)")
+
+
+def _format_statement(s: tuple) -> str:
+    if s[0] == "set":
+        return f"d{s[1]} = {format_expr(s[2])}"
+    if s[0] == "check":
+        return f"check {format_expr(s[1])} == {format_expr(s[2])}"
+    if s[0] == "bound":
+        return f"check {format_expr(s[1])} <= {s[2]}"
+    if s[0] == "reshape":
+        return f"d{s[3]}.. = reshape_dims(${s[1]}, ${s[2]})"
+    return str(s)

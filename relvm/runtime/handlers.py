@@ -1,0 +1,436 @@
+"""One handler per opcode.
+
+A handler is a factory: given the VM, the function and one instruction (with its pc), it binds
+the instruction's fields once and returns a *step* ``step(frame) -> next_pc``. The run loop
+(``vm.py``) then executes ``pc = steps[pc](frame)`` with no decoding or dispatch per instruction.
+Steps that transfer control between frames return CALL or RET; the VM finishes the transfer.
+
+``HANDLERS`` maps opcode numbers to factories; a test checks it covers ``opcodes.TABLE``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import RelvmRuntimeError
+from .opcodes import BY_NAME
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .executable import VMFunction
+    from .vm import Frame, VirtualMachine
+
+CALL = -1
+RET = -2
+ALIGNMENT = 64
+
+Step = Callable[["Frame"], int]
+Factory = Callable[["VirtualMachine", "VMFunction", int, tuple], Step]
+
+HANDLERS: dict[int, Factory] = {}
+
+
+def handler(name: str):
+    """Register the factory for opcode ``name`` (its function is named after the opcode)."""
+    spec = BY_NAME[name]
+
+    def register(factory: Factory) -> Factory:
+        # Python keywords get a trailing underscore ("if" -> "if_").
+        assert factory.__name__.rstrip("_") == spec.text_name, (factory.__name__, spec.text_name)
+        HANDLERS[spec.number] = factory
+        return factory
+    return register
+
+
+def dim_reader(operand: int) -> Callable[[list], int] | int:
+    """A literal dim as an int, or a function reading dims slot k from a frame's dims."""
+    if operand >= 0:
+        return operand
+    k = -operand - 1
+    return lambda dims: dims[k]
+
+
+def shape_reader(operands: tuple[int, ...]) -> Callable[[list], tuple[int, ...]]:
+    """A function returning the concrete shape of dim ``operands`` given a frame's dims."""
+    if all(v >= 0 for v in operands):
+        shape = tuple(operands)
+        return lambda dims: shape
+    slots = tuple((i, -v - 1) for i, v in enumerate(operands) if v < 0)
+    template = list(operands)
+
+    def read(dims: list) -> tuple[int, ...]:
+        out = template[:]
+        for i, k in slots:
+            out[i] = dims[k]
+        return tuple(out)
+    return read
+
+
+class ADT:
+    """A constructor value with a tag other than 0 (tag-0 values are plain tuples)."""
+
+    __slots__ = ("tag", "fields")
+
+    def __init__(self, tag: int, fields: tuple):
+        self.tag = tag
+        self.fields = fields
+
+    def __getitem__(self, i: int) -> Any:
+        return self.fields[i]
+
+
+class Closure:
+    """A function value: a VM function index and the values it captured."""
+
+    __slots__ = ("func", "captured")
+
+    def __init__(self, func: int, captured: tuple):
+        self.func = func
+        self.captured = captured
+
+    def __repr__(self) -> str:
+        return f"Closure(func={self.func}, captured={len(self.captured)})"
+
+
+# --- data movement ------------------------------------------------------------------------------
+
+@handler("Move")
+def move(vm, fn, pc, ins) -> Step:
+    _, src, dst = ins
+    nxt = pc + 1
+
+    def step(f):
+        r = f.regs
+        r[dst] = r[src]
+        return nxt
+    return step
+
+
+@handler("LoadConst")
+def load_const(vm, fn, pc, ins) -> Step:
+    _, dst, k = ins
+    value = vm.constant(k)
+    nxt = pc + 1
+
+    def step(f):
+        f.regs[dst] = value
+        return nxt
+    return step
+
+
+@handler("LoadConsti")
+def load_consti(vm, fn, pc, ins) -> Step:
+    _, dst, v = ins
+    value = np.array(v, np.int64)
+    value.flags.writeable = False
+    nxt = pc + 1
+
+    def step(f):
+        f.regs[dst] = value
+        return nxt
+    return step
+
+
+@handler("KillRegister")
+def kill_register(vm, fn, pc, ins) -> Step:
+    _, reg = ins
+    nxt = pc + 1
+
+    def step(f):
+        f.regs[reg] = None
+        return nxt
+    return step
+
+
+@handler("DeviceCopy")
+def device_copy(vm, fn, pc, ins) -> Step:
+    _, dst, src, src_dev, dst_dev = ins
+    if src_dev != 0 or dst_dev != 0:
+        raise RelvmRuntimeError(f"@{fn.name} pc {pc}: device_copy between devices "
+                                f"{src_dev} and {dst_dev}; this build of relvm has only the CPU "
+                                f"(device 0)")
+    nxt = pc + 1
+
+    def step(f):
+        r = f.regs
+        r[dst] = np.array(r[src], copy=True)
+        return nxt
+    return step
+
+
+# --- tuples and closures ------------------------------------------------------------------------
+
+@handler("AllocADT")
+def alloc_adt(vm, fn, pc, ins) -> Step:
+    _, dst, tag, fields = ins
+    nxt = pc + 1
+    if tag == 0:
+        def step(f):
+            r = f.regs
+            r[dst] = tuple([r[i] for i in fields])
+            return nxt
+    else:
+        def step(f):
+            r = f.regs
+            r[dst] = ADT(tag, tuple([r[i] for i in fields]))
+            return nxt
+    return step
+
+
+@handler("GetField")
+def get_field(vm, fn, pc, ins) -> Step:
+    _, dst, obj, index = ins
+    nxt = pc + 1
+
+    def step(f):
+        r = f.regs
+        r[dst] = r[obj][index]
+        return nxt
+    return step
+
+
+@handler("GetTag")
+def get_tag(vm, fn, pc, ins) -> Step:
+    _, dst, obj = ins
+    nxt = pc + 1
+    zero = np.array(0, np.int64)
+
+    def step(f):
+        r = f.regs
+        v = r[obj]
+        r[dst] = np.array(v.tag, np.int64) if isinstance(v, ADT) else zero
+        return nxt
+    return step
+
+
+@handler("AllocClosure")
+def alloc_closure(vm, fn, pc, ins) -> Step:
+    _, dst, func, captured = ins
+    nxt = pc + 1
+
+    def step(f):
+        r = f.regs
+        r[dst] = Closure(func, tuple([r[i] for i in captured]))
+        return nxt
+    return step
+
+
+# --- control flow -------------------------------------------------------------------------------
+
+@handler("Goto")
+def goto(vm, fn, pc, ins) -> Step:
+    target = pc + ins[1]
+    return lambda f: target
+
+
+@handler("If")
+def if_(vm, fn, pc, ins) -> Step:
+    _, test, target, t_off, f_off = ins
+    t_pc, f_pc = pc + t_off, pc + f_off
+
+    def step(f):
+        r = f.regs
+        return t_pc if r[test] == r[target] else f_pc
+    return step
+
+
+@handler("Fatal")
+def fatal(vm, fn, pc, ins) -> Step:
+    def step(f):
+        raise RelvmRuntimeError("reached a fatal instruction (unreachable code)")
+    return step
+
+
+@handler("Ret")
+def ret(vm, fn, pc, ins) -> Step:
+    _, result = ins
+
+    def step(f):
+        vm.ret_value = f.regs[result]
+        return RET
+    return step
+
+
+@handler("Invoke")
+def invoke(vm, fn, pc, ins) -> Step:
+    _, func, args, dst = ins
+    nxt = pc + 1
+
+    def step(f):
+        r = f.regs
+        f.pc = nxt
+        vm.pending = vm.new_frame(func, [r[i] for i in args], dst)
+        return CALL
+    return step
+
+
+@handler("InvokeClosure")
+def invoke_closure(vm, fn, pc, ins) -> Step:
+    _, closure, args, dst = ins
+    nxt = pc + 1
+
+    def step(f):
+        r = f.regs
+        c = r[closure]
+        f.pc = nxt
+        vm.pending = vm.new_frame(c.func, list(c.captured) + [r[i] for i in args], dst)
+        return CALL
+    return step
+
+
+# --- kernels and shapes ---------------------------------------------------------------------------
+
+@handler("InvokePacked")
+def invoke_packed(vm, fn, pc, ins) -> Step:
+    _, k, n_out, args = ins
+    kernel = vm.kernel(k)
+    outs = args[len(args) - n_out:]
+    nxt = pc + 1
+    if len(args) == 2 and n_out == 1:
+        a0, a1 = args
+
+        def step(f):
+            r = f.regs
+            out = r[a1]
+            if out.size:
+                kernel(r[a0], out)
+            return nxt
+    elif len(args) == 3 and n_out == 1:
+        a0, a1, a2 = args
+
+        def step(f):
+            r = f.regs
+            out = r[a2]
+            if out.size:
+                kernel(r[a0], r[a1], out)
+            return nxt
+    else:
+        def step(f):
+            r = f.regs
+            # A call whose outputs are all empty has nothing to compute.
+            if n_out and all(r[o].size == 0 for o in outs if isinstance(r[o], np.ndarray)):
+                return nxt
+            kernel(*[r[i] for i in args])
+            return nxt
+    return step
+
+
+@handler("ComputeDims")
+def compute_dims(vm, fn, pc, ins) -> Step:
+    _, prog, args = ins
+    run = vm.dim_program(prog)
+    nxt = pc + 1
+    if len(args) == 1:
+        a0 = args[0]
+
+        def step(f):
+            run(f.dims, (f.regs[a0],))
+            return nxt
+    else:
+        def step(f):
+            r = f.regs
+            run(f.dims, [r[i] for i in args])
+            return nxt
+    return step
+
+
+@handler("ShapeOf")
+def shape_of(vm, fn, pc, ins) -> Step:
+    _, dst, tensor = ins
+    nxt = pc + 1
+
+    def step(f):
+        r = f.regs
+        r[dst] = np.array(r[tensor].shape, np.int64)
+        return nxt
+    return step
+
+
+@handler("ReshapeTensor")
+def reshape_tensor(vm, fn, pc, ins) -> Step:
+    _, dst, tensor, shape = ins
+    read = shape_reader(shape)
+    nxt = pc + 1
+
+    def step(f):
+        r = f.regs
+        r[dst] = r[tensor].reshape(read(f.dims))
+        return nxt
+    return step
+
+
+# --- memory ---------------------------------------------------------------------------------------
+
+@handler("AllocStorage")
+def alloc_storage(vm, fn, pc, ins) -> Step:
+    _, dst, size, alignment, reuse = ins
+    size_of = dim_reader(size)
+    static = isinstance(size_of, int)
+    key = (vm.function_number(fn), pc)
+    nxt = pc + 1
+
+    def step(f):
+        nbytes = size_of if static else size_of(f.dims)
+        f.regs[dst] = vm.storage(key if reuse and f.owns_cache else None, nbytes, alignment)
+        return nxt
+    return step
+
+
+def _view(storage: np.ndarray, offset: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
+    nbytes = dtype.itemsize
+    for d in shape:
+        nbytes *= d
+    if offset + nbytes > storage.nbytes:
+        raise RelvmRuntimeError(f"tensor of {nbytes} bytes at offset {offset} does not fit its "
+                                f"storage of {storage.nbytes} bytes")
+    return np.ndarray(shape, dtype, buffer=storage, offset=offset)
+
+
+def _alloc_step(vm, fn, pc, dst, storage, offset, read_shape, dtype) -> Step:
+    """Shared by AllocTensor and AllocTensorReg: view a storage, or allocate, or bind."""
+    dt = dtypes.to_numpy(dtype)
+    off = dim_reader(offset)
+    nxt = pc + 1
+    bound_pc = any(pc in o.alloc_pcs for o in fn.outputs)
+
+    def make(f, shape):
+        if storage < 0:
+            vm.count_allocation(shape, dt)
+            return np.empty(shape, dt)
+        o = off if isinstance(off, int) else off(f.dims)
+        return _view(f.regs[storage], o, shape, dt)
+
+    if not bound_pc:
+        def step(f):
+            f.regs[dst] = make(f, read_shape(f))
+            return nxt
+        return step
+
+    def step_bound(f):
+        shape = read_shape(f)
+        out = f.bound.get(pc) if f.bound is not None else None
+        f.regs[dst] = make(f, shape) if out is None else vm.bind_view(fn, out, shape, dt)
+        return nxt
+    return step_bound
+
+
+@handler("AllocTensor")
+def alloc_tensor(vm, fn, pc, ins) -> Step:
+    _, dst, storage, offset, shape, dtype = ins
+    read = shape_reader(shape)
+    return _alloc_step(vm, fn, pc, dst, storage, offset, lambda f: read(f.dims), dtype)
+
+
+@handler("AllocTensorReg")
+def alloc_tensor_reg(vm, fn, pc, ins) -> Step:
+    _, dst, storage, offset, shape_reg, dtype = ins
+
+    def read(f):
+        s = np.asarray(f.regs[shape_reg])
+        if s.ndim != 1 or s.dtype.kind not in "iu" or (s < 0).any():
+            raise RelvmRuntimeError(f"alloc_tensor_reg: shape must be a 1-d tensor of "
+                                    f"non-negative ints, got {s!r}")
+        return tuple(int(v) for v in s)
+    return _alloc_step(vm, fn, pc, dst, storage, offset, read, dtype)

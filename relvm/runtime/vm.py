@@ -1,0 +1,581 @@
+"""The VirtualMachine: runs an Executable's bytecode with TVM Relay VM's API, zero-copy outputs.
+
+The run loop keeps an explicit stack of frames, so recursion in a program never grows the
+Python stack. Each instruction was turned into a step at load (``handlers.py``), so the loop is
+``pc = steps[pc](frame)``. Set ``RELVM_TRACE=1`` to print every instruction as it runs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import RelvmError, RelvmInputError, RelvmRuntimeError
+from .bytecode import format_instruction
+from .dimprog import DimError, compile_program
+from .executable import Executable, OutputSig, VMFunction
+from .handlers import ALIGNMENT, CALL, HANDLERS, RET, Closure, shape_reader
+from .kernels import resolve_kernels
+
+MAX_FRAMES = 1_000_000
+
+
+class Frame:
+    """One activation of a VM function: registers, dims, pc, where its result goes."""
+
+    __slots__ = ("func", "index", "regs", "dims", "pc", "ret_reg", "steps", "bound",
+                 "owns_cache")
+
+    def __init__(self, func: VMFunction, index: int, steps: list, ret_reg: int,
+                 owns_cache: bool):
+        self.func = func
+        self.index = index
+        self.regs: list[Any] = [None] * func.num_regs
+        self.dims: list[int] = [0] * func.num_dims
+        self.pc = 0
+        self.ret_reg = ret_reg
+        self.steps = steps
+        self.bound: dict[int, np.ndarray] | None = None
+        self.owns_cache = owns_cache
+
+
+@dataclass
+class InvokeStats:
+    """What the last invoke did.
+
+    ``allocations`` counts fresh buffers (results, escaping tensors, storage grown or not
+    reusable); ``allocated_bytes`` their size. ``peak_bytes`` bounds the memory the invoke used:
+    the VM's reusable storage plus what it allocated. ``output_copies`` counts results that
+    could not be written in place into bound output arrays and were copied; ``input_copies``
+    counts inputs copied because they were not C-contiguous.
+    """
+
+    allocations: int = 0
+    allocated_bytes: int = 0
+    peak_bytes: int = 0
+    output_copies: int = 0
+    input_copies: int = 0
+
+
+@dataclass
+class Profile:
+    """Per-kernel and per-opcode time and count over a profiled run."""
+
+    rows: dict[str, list[float]] = field(default_factory=dict)  # name -> [count, seconds]
+
+    def add(self, name: str, seconds: float) -> None:
+        row = self.rows.setdefault(name, [0, 0.0])
+        row[0] += 1
+        row[1] += seconds
+
+    def table(self) -> str:
+        total = sum(r[1] for r in self.rows.values()) or 1e-12
+        lines = [f"{'name':<40} {'count':>7} {'total us':>10} {'mean us':>9} {'%':>6}"]
+        for name, (count, secs) in sorted(self.rows.items(), key=lambda kv: -kv[1][1]):
+            lines.append(f"{name:<40} {count:>7} {secs * 1e6:>10.1f} "
+                         f"{secs * 1e6 / count:>9.2f} {100 * secs / total:>6.1f}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+class VirtualMachine:
+    """Runs the functions of an :class:`Executable`.
+
+    Parameters
+    ----------
+    exe : Executable
+        From ``relvm.build`` or ``relvm.load``. One executable may be shared by many VMs (one
+        per thread); a VM itself is not thread-safe.
+
+    Examples
+    --------
+    >>> exe = relvm.build(relvm.parse(text), params=weights)
+    >>> vm = relvm.VirtualMachine(exe)
+    >>> y = vm.invoke("main", x)
+    >>> out = np.empty((len(x), 10), np.float32)
+    >>> vm.invoke_with_outputs("main", input_args=[x], output_args=[out])  # writes into out
+    """
+
+    def __init__(self, exe: Executable):
+        self.exe = exe
+        self._kernels = resolve_kernels(exe)
+        self._programs = [compile_program(p) for p in exe.dim_programs]
+        self._constants: list[np.ndarray] = []
+        for c in exe.constants:
+            c = np.asarray(c, order="C")
+            c.flags.writeable = False
+            self._constants.append(c)
+        self._steps: dict[int, list] = {}
+        self._active = [0] * len(exe.functions)
+        self._cache: dict[tuple, np.ndarray] = {}
+        self._inputs: dict[str, list] = {}
+        self._next_outputs: dict[str, tuple] = {}
+        self._bound_outputs: dict[str, tuple] = {}
+        self._outputs: list[np.ndarray] = []
+        self.stats = InvokeStats()
+        self._input_copies = 0
+        self.trace = os.environ.get("RELVM_TRACE", "") not in ("", "0")
+        self.ret_value: Any = None
+        self.pending: Frame | None = None
+
+    # --- services used by the handlers ---------------------------------------------------------
+    def kernel(self, k: int) -> Callable:
+        return self._kernels[k]
+
+    def constant(self, k: int) -> np.ndarray:
+        return self._constants[k]
+
+    def dim_program(self, k: int):
+        return self._programs[k]
+
+    def function_number(self, fn: VMFunction) -> int:
+        return self.exe.function_index[fn.name]
+
+    def steps(self, index: int) -> list:
+        steps = self._steps.get(index)
+        if steps is None:
+            fn = self.exe.functions[index]
+            steps = [HANDLERS[ins[0]](self, fn, pc, ins) for pc, ins in enumerate(fn.instructions)]
+            self._steps[index] = steps
+        return steps
+
+    def new_frame(self, index: int, args: Sequence[Any], ret_reg: int) -> Frame:
+        fn = self.exe.functions[index]
+        frame = Frame(fn, index, self.steps(index), ret_reg, self._active[index] == 0)
+        frame.regs[:len(args)] = args
+        return frame
+
+    def count_allocation(self, shape: tuple, dtype: np.dtype) -> None:
+        n = dtype.itemsize
+        for d in shape:
+            n *= d
+        self.stats.allocations += 1
+        self.stats.allocated_bytes += n
+
+    def storage(self, key: tuple | None, nbytes: int, alignment: int) -> np.ndarray:
+        """A byte buffer of at least ``nbytes``; reused across invokes when ``key`` is given."""
+        if key is not None:
+            buf = self._cache.get(key)
+            if buf is not None and buf.nbytes >= nbytes:
+                return buf
+        buf = _aligned(nbytes, max(alignment, ALIGNMENT))
+        self.stats.allocations += 1
+        self.stats.allocated_bytes += nbytes
+        if key is not None:
+            self._cache[key] = buf
+        return buf
+
+    @property
+    def pooled_bytes(self) -> int:
+        """Bytes of reusable storage this VM holds between invokes."""
+        return sum(b.nbytes for b in self._cache.values())
+
+    def bind_view(self, fn: VMFunction, out: np.ndarray, shape: tuple, dtype: np.dtype):
+        """The caller's output array, viewed in the shape the producing instruction needs."""
+        if out.shape == shape:
+            return out
+        size = 1
+        for d in shape:
+            size *= d
+        if out.size != size:
+            raise RelvmInputError(f"@{fn.name}: output array of shape {out.shape} cannot hold "
+                                  f"the result of shape {shape}")
+        return out.reshape(shape)
+
+    # --- inputs --------------------------------------------------------------------------------
+    def get_input_index(self, name: str, func: str = "main") -> int:
+        """Position of parameter ``name`` of ``func``, or -1 (as in TVM)."""
+        for i, p in enumerate(self.exe.function(func).params):
+            if p.name == name:
+                return i
+        return -1
+
+    def set_input(self, func: str = "main", *args: Any, **kwargs: Any) -> None:
+        """Set the inputs of ``func`` for the next invoke: positionally and/or by name.
+
+        Arrays that are C-contiguous with the declared dtype are borrowed, not copied; any
+        object with ``__dlpack__`` is accepted the same way.
+        """
+        fn = self.exe.function(func)
+        names = [p.name for p in fn.params]
+        values: list[Any] = [_MISSING] * len(names)
+        if len(args) > len(names):
+            raise RelvmInputError(f"@{func} takes {len(names)} inputs, got {len(args)}")
+        values[:len(args)] = args
+        for k, v in kwargs.items():
+            if k not in names:
+                raise RelvmInputError(f"@{func} has no input named {k!r}; inputs: "
+                                      + ", ".join(names))
+            i = names.index(k)
+            if values[i] is not _MISSING:
+                raise RelvmInputError(f"@{func} input {k!r} given twice")
+            values[i] = v
+        missing = [n for n, v in zip(names, values) if v is _MISSING]
+        if missing:
+            raise RelvmInputError(f"@{func} is missing inputs: " + ", ".join(missing))
+        self._inputs[func] = [self._convert_input(fn, p, v) for p, v in zip(fn.params, values)]
+
+    def _convert_input(self, fn: VMFunction, param, value: Any) -> Any:
+        if param.is_tuple:
+            if not isinstance(value, (tuple, list)) or len(value) != len(param.tensors):
+                raise RelvmInputError(f"@{fn.name} input %{param.name}: expected a tuple of "
+                                      f"{len(param.tensors)} arrays ({param.type_text})")
+            return tuple(self._check_tensor(fn, f"%{param.name}.{i}", sig, v)
+                         for i, (sig, v) in enumerate(zip(param.tensors, value)))
+        if not param.tensors:  # a function-typed parameter takes a closure
+            if not isinstance(value, Closure):
+                raise RelvmInputError(f"@{fn.name} input %{param.name}: expected a function "
+                                      f"value ({param.type_text})")
+            return value
+        return self._check_tensor(fn, f"%{param.name}", param.tensors[0], value)
+
+    def _check_tensor(self, fn: VMFunction, what: str, sig, value: Any) -> np.ndarray:
+        arr = _as_array(value, sig.dtype)
+        if arr is None:
+            raise RelvmInputError(f"@{fn.name} input {what}: expected an array "
+                                  f"({sig}), got {type(value).__name__}")
+        if dtypes.from_numpy(arr.dtype) != sig.dtype:
+            raise RelvmInputError(f"@{fn.name} input {what}: expected dtype {sig.dtype}, "
+                                  f"got {arr.dtype}")
+        if arr.ndim != len(sig.shape):
+            raise RelvmInputError(f"@{fn.name} input {what}: expected rank {len(sig.shape)} "
+                                  f"({sig}), got shape {arr.shape}")
+        for axis, (want, got) in enumerate(zip(sig.shape, arr.shape)):
+            if isinstance(want, int) and want != got:
+                raise RelvmInputError(f"@{fn.name} input {what} dim {axis}: expected {want}, "
+                                      f"got {got} (shape {arr.shape})")
+        if not arr.flags.c_contiguous:
+            arr = np.asarray(arr, order="C")
+            self._input_copies += 1
+        return arr
+
+    # --- outputs -------------------------------------------------------------------------------
+    def get_num_outputs(self) -> int:
+        """Number of result tensors of the last ``invoke_stateful``."""
+        return len(self._outputs)
+
+    def get_outputs(self) -> list[np.ndarray]:
+        """Result tensors of the last ``invoke_stateful``, tuples flattened in order."""
+        return list(self._outputs)
+
+    def set_output(self, func: str, *outs: Any) -> None:
+        """Arrays the next invoke of ``func`` writes its results into (that call only)."""
+        self._next_outputs[func] = self._check_outputs(func, outs)
+
+    def bind_outputs(self, func: str, *outs: Any) -> None:
+        """Arrays every invoke of ``func`` writes its results into, until unbind_outputs."""
+        self._bound_outputs[func] = self._check_outputs(func, outs)
+
+    def unbind_outputs(self, func: str) -> None:
+        self._bound_outputs.pop(func, None)
+
+    def _check_outputs(self, func: str, outs: Sequence[Any]) -> tuple:
+        fn = self.exe.function(func)
+        if len(outs) != len(fn.outputs):
+            raise RelvmInputError(f"@{func} has {len(fn.outputs)} result tensors "
+                                  f"({fn.ret_type}), got {len(outs)} output arrays")
+        checked = []
+        for i, (sig, out) in enumerate(zip(fn.outputs, outs)):
+            arr = _as_array(out, sig.dtype)
+            if arr is None or not isinstance(arr, np.ndarray):
+                raise RelvmInputError(f"@{func} output {i}: expected an array, got "
+                                      f"{type(out).__name__}")
+            if dtypes.from_numpy(arr.dtype) != sig.dtype:
+                raise RelvmInputError(f"@{func} output {i}: expected dtype {sig.dtype}, got "
+                                      f"{arr.dtype}")
+            if not arr.flags.c_contiguous or not arr.flags.writeable:
+                raise RelvmInputError(f"@{func} output {i}: the array must be C-contiguous "
+                                      f"and writeable")
+            checked.append(arr)
+        return tuple(checked)
+
+    # --- invoking ------------------------------------------------------------------------------
+    def invoke(self, func: str = "main", *args: Any, **kwargs: Any) -> Any:
+        """Run ``func``; with arguments, set them first. Returns arrays or (nested) tuples.
+
+        With outputs set (``set_output``/``bind_outputs``), results are written into those
+        arrays and they are returned.
+        """
+        if args or kwargs:
+            self.set_input(func, *args, **kwargs)
+        return self._invoke(func)
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        """``invoke("main", ...)``."""
+        return self.invoke("main", *args, **kwargs)
+
+    def invoke_stateful(self, func: str = "main", *args: Any, **kwargs: Any) -> None:
+        """Run ``func`` and keep its results for ``get_outputs``."""
+        result = self.invoke(func, *args, **kwargs)
+        self._outputs = list(_leaves(result))
+
+    def invoke_with_outputs(self, func: str, input_args: Mapping[str, Any] | Sequence[Any],
+                            output_args: Sequence[Any]) -> Any:
+        """Set inputs (dict by name or list by position), set outputs, invoke: zero-copy.
+
+        Each result is written by the kernel that produces it straight into the caller's array;
+        where that is impossible (the result is an input or a constant, or two results are one
+        tensor) it is copied and ``stats.output_copies`` says so.
+        """
+        if isinstance(input_args, Mapping):
+            self.set_input(func, **input_args)
+        else:
+            self.set_input(func, *input_args)
+        self.set_output(func, *output_args)
+        return self._invoke(func)
+
+    def _invoke(self, func: str) -> Any:
+        fn = self.exe.function(func)
+        if func not in self._inputs:
+            raise RelvmInputError(f"@{func}: inputs are not set; call set_input or pass them")
+        index = self.exe.function_index[func]
+        outs = self._next_outputs.pop(func, None) or self._bound_outputs.get(func)
+        self.stats = InvokeStats(input_copies=self._input_copies)
+        self._input_copies = 0
+        frame = self.new_frame(index, self._inputs[func], -1)
+        if outs is not None:
+            frame.bound = {pc: out for sig, out in zip(fn.outputs, outs)
+                           for pc in sig.alloc_pcs}
+        result = self._run(frame, outs)
+        if outs is not None:
+            result = self._finish_outputs(fn, result, outs)
+        self.stats.peak_bytes = self.pooled_bytes + self.stats.allocated_bytes
+        return result
+
+    def _check_bound_shapes(self, frame: Frame, outs: tuple) -> None:
+        fn = frame.func
+        for i, (sig, out) in enumerate(zip(fn.outputs, outs)):
+            if sig.shape is None:
+                continue
+            shape = shape_reader(sig.shape)(frame.dims)
+            if out.shape != shape:
+                raise RelvmInputError(f"@{fn.name} output {i}: expected shape {shape} "
+                                      f"({sig.type_text}), got {out.shape}")
+
+    def _finish_outputs(self, fn: VMFunction, result: Any, outs: tuple) -> Any:
+        leaves = list(_leaves(result))
+        for i, (r, out) in enumerate(zip(leaves, outs)):
+            if r is out or _same_memory(r, out):
+                continue
+            if not isinstance(r, np.ndarray) or r.shape != out.shape:
+                raise RelvmRuntimeError(f"@{fn.name} result {i} of shape "
+                                        f"{getattr(r, 'shape', None)} does not fit output "
+                                        f"array of shape {out.shape}")
+            np.copyto(out, r)
+            self.stats.output_copies += 1
+        return _rebuild(result, iter(outs))
+
+    # --- the run loop --------------------------------------------------------------------------
+    def _run(self, frame: Frame, outs: tuple | None = None) -> Any:
+        fn = frame.func
+        # The prologue computes the entry dims and checks the inputs; its failures are the
+        # caller's (RelvmInputError). Bound output shapes are checked before anything else runs.
+        try:
+            for pc in range(fn.prologue):
+                frame.steps[pc](frame)
+        except DimError as e:
+            raise RelvmInputError(f"@{fn.name}: {e}") from None
+        if outs is not None:
+            self._check_bound_shapes(frame, outs)
+        frame.pc = fn.prologue
+        if self.trace:
+            return self._loop_observed(frame, self._trace_step)
+        return self._loop(frame)
+
+    def _loop(self, frame: Frame) -> Any:
+        stack = [frame]
+        active = self._active
+        f = frame
+        active[f.index] += 1
+        steps = f.steps
+        pc = f.pc
+        try:
+            while True:
+                pc = steps[pc](f)
+                if pc >= 0:
+                    continue
+                if pc == CALL:
+                    f = self.pending
+                    if len(stack) >= MAX_FRAMES:
+                        raise RelvmRuntimeError(f"call depth exceeds {MAX_FRAMES} frames "
+                                                f"(unbounded recursion?)")
+                    stack.append(f)
+                    active[f.index] += 1
+                    steps = f.steps
+                    pc = 0
+                    continue
+                value = self.ret_value  # RET
+                active[f.index] -= 1
+                stack.pop()
+                if not stack:
+                    return value
+                callee = f
+                f = stack[-1]
+                f.regs[callee.ret_reg] = value
+                steps = f.steps
+                pc = f.pc
+        except RelvmInputError:
+            raise
+        except Exception as e:
+            raise self._runtime_error(f, pc, e) from None
+        finally:
+            # Normally every frame was popped; after an error, release the ones still active.
+            for g in stack:
+                active[g.index] -= 1
+
+    def _runtime_error(self, f: Frame, pc: int, e: Exception) -> RelvmError:
+        """Name the function, pc, instruction and the shapes of its registers."""
+        if pc < 0:
+            pc = f.pc
+        fn = f.func
+        ins = fn.instructions[pc] if 0 <= pc < len(fn.instructions) else None
+        text = format_instruction(ins, self.exe, fn) if ins is not None else "?"
+        shapes = ""
+        if ins is not None:
+            regs = [v for v in ins[1:] if isinstance(v, tuple)] + [ins[1:]]
+            seen = sorted({r for group in regs for r in group
+                           if isinstance(r, int) and 0 <= r < len(f.regs)
+                           and isinstance(f.regs[r], np.ndarray)})
+            if seen:
+                shapes = "; registers: " + ", ".join(
+                    f"${r}: {f.regs[r].dtype}{list(f.regs[r].shape)}" for r in seen)
+        what = str(e) if isinstance(e, (RelvmError, DimError)) else f"{type(e).__name__}: {e}"
+        return RelvmRuntimeError(f"@{fn.name} pc {pc}: {text}: {what}{shapes}")
+
+    # --- observed runs: tracing and profiling --------------------------------------------------
+    def _loop_observed(self, frame: Frame, observe: Callable) -> Any:
+        """The run loop with ``observe(frame, pc, step)`` around every step (slow path)."""
+        stack = [frame]
+        f = frame
+        self._active[f.index] += 1
+        pc = f.pc
+        try:
+            while True:
+                nxt = observe(f, pc, f.steps[pc])
+                if nxt >= 0:
+                    pc = nxt
+                    continue
+                if nxt == CALL:
+                    f = self.pending
+                    stack.append(f)
+                    self._active[f.index] += 1
+                    pc = 0
+                    continue
+                value = self.ret_value
+                self._active[f.index] -= 1
+                stack.pop()
+                if not stack:
+                    return value
+                callee, f = f, stack[-1]
+                f.regs[callee.ret_reg] = value
+                pc = f.pc
+        except RelvmInputError:
+            raise
+        except Exception as e:
+            raise self._runtime_error(f, pc, e) from None
+        finally:
+            for g in stack:
+                self._active[g.index] -= 1
+
+    def _trace_step(self, f: Frame, pc: int, step) -> int:
+        nxt = step(f)
+        ins = f.func.instructions[pc]
+        regs = [v for v in ins[1:2] if isinstance(v, int) and 0 <= v < len(f.regs)]
+        shown = ", ".join(f"${r}={_describe(f.regs[r])}" for r in regs)
+        print(f"[relvm] @{f.func.name} {pc:>4}: {format_instruction(ins, self.exe, f.func)}"
+              + (f"  -> {shown}" if shown else ""), file=sys.stderr)
+        return nxt
+
+    def profile(self, func: str = "main", *args: Any, **kwargs: Any) -> Profile:
+        """Run ``func`` once and time every instruction: per kernel and per opcode."""
+        from .opcodes import BY_NUMBER
+
+        if args or kwargs:
+            self.set_input(func, *args, **kwargs)
+        prof = Profile()
+
+        def observe(f: Frame, pc: int, step) -> int:
+            ins = f.func.instructions[pc]
+            start = time.perf_counter()
+            nxt = step(f)
+            secs = time.perf_counter() - start
+            spec = BY_NUMBER[ins[0]]
+            name = (f"kernel {self.exe.kernels[ins[1]].name}" if spec.name == "InvokePacked"
+                    else spec.text_name)
+            prof.add(name, secs)
+            return nxt
+
+        fn = self.exe.function(func)
+        frame = self.new_frame(self.exe.function_index[func], self._inputs[func], -1)
+        self._run_prologue_only(frame)
+        self._loop_observed(frame, observe)
+        return prof
+
+    def _run_prologue_only(self, frame: Frame) -> None:
+        fn = frame.func
+        try:
+            for pc in range(fn.prologue):
+                frame.steps[pc](frame)
+        except DimError as e:
+            raise RelvmInputError(f"@{fn.name}: {e}") from None
+        frame.pc = fn.prologue
+
+
+_MISSING = object()
+
+
+def _aligned(nbytes: int, alignment: int) -> np.ndarray:
+    raw = np.empty(nbytes + alignment, np.uint8)
+    start = (-raw.ctypes.data) % alignment
+    return raw[start:start + nbytes]
+
+
+def _as_array(value: Any, dtype: str) -> np.ndarray | None:
+    """An ndarray view of ``value`` (NumPy, DLPack, or a Python scalar of ``dtype``)."""
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "__dlpack__"):
+        try:
+            return np.from_dlpack(value)
+        except (TypeError, ValueError, RuntimeError, BufferError) as e:
+            raise RelvmInputError(f"cannot borrow {type(value).__name__} through DLPack: {e}")
+    if isinstance(value, (bool, int, float, np.generic)):
+        return np.asarray(value, dtypes.to_numpy(dtype))
+    return None
+
+
+def _leaves(value: Any):
+    if isinstance(value, tuple):
+        for v in value:
+            yield from _leaves(v)
+    else:
+        yield value
+
+
+def _same_memory(r: Any, out: np.ndarray) -> bool:
+    if not isinstance(r, np.ndarray) or r.shape != out.shape:
+        return False
+    return r.size == 0 or r.__array_interface__["data"][0] == out.__array_interface__["data"][0]
+
+
+def _rebuild(result: Any, outs) -> Any:
+    """``result`` with each leaf replaced by the next output array (same nesting)."""
+    if isinstance(result, tuple):
+        return tuple(_rebuild(r, outs) for r in result)
+    return next(outs)
+
+
+def _describe(v: Any) -> str:
+    if isinstance(v, np.ndarray):
+        return f"{v.dtype}{list(v.shape)}"
+    if isinstance(v, tuple):
+        return "(" + ", ".join(_describe(x) for x in v) + ")"
+    return type(v).__name__
