@@ -121,12 +121,12 @@ class _Describer:
             # lark places the end at the last token; point just past it, where input is missing.
             line, column = (token.end_line, token.end_column) if token.end_line \
                 else self.end_of_text()
-            return self.located("unexpected end of input" + self.expecting(e.expected),
+            return self.located("unexpected end of input" + self.expecting(self.accepted(e)),
                                 line, column)
         if self.text.startswith("/*", token.start_pos or 0):
             return self.located("unterminated block comment: no closing */", token.line,
                                 token.column)
-        message = f"unexpected {self.describe_token(token)}" + self.expecting(e.expected)
+        message = f"unexpected {self.describe_token(token)}" + self.expecting(self.accepted(e))
         return self.located(message + self.missing_semicolon(e), token.line, token.column)
 
     def unexpected_characters(self, e: UnexpectedCharacters) -> RelvmSyntaxError:
@@ -136,8 +136,24 @@ class _Describer:
         elif rest.startswith('"'):
             message = "unterminated string: no closing \" on this line"
         else:
-            message = f"unexpected character {e.char!r}" + self.expecting(e.allowed or ())
+            message = f"unexpected character {e.char!r}" + self.expecting(self.accepted(e))
         return self.located(message, e.line, e.column)
+
+    @staticmethod
+    def accepted(e: UnexpectedInput) -> set[str]:
+        """The terminals the parser would have taken where it stopped.
+
+        lark's own ``expected`` is the LALR lookahead set, which state merging makes too wide
+        (and keywords are missing from it); replaying each terminal gives the exact set.
+        """
+        fallback = getattr(e, "expected", None) or getattr(e, "allowed", None) or set()
+        parser = getattr(e, "interactive_parser", None)
+        if parser is None:
+            return set(fallback)
+        try:
+            return set(parser.accepts())
+        except LarkError:
+            return set(fallback)
 
     def end_of_text(self) -> tuple[int, int]:
         lines = self.text.split("\n")
@@ -178,7 +194,7 @@ class _Describer:
     def missing_semicolon(self, e: UnexpectedToken) -> str:
         """A hint when a binding's ';' is likely missing at the end of the previous line."""
         history = getattr(e, "token_history", None) or ()
-        if ";" not in {self.strings.get(name) for name in e.expected} or not history:
+        if ";" not in {self.strings.get(name) for name in self.accepted(e)} or not history:
             return ""
         previous = history[-1]
         if previous.end_line and e.token.line and previous.end_line < e.token.line:

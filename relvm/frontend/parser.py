@@ -312,7 +312,8 @@ class _Builder(Interpreter):
 
     def projection(self, tree: Tree) -> TupleGetItem:
         value, index = tree.children
-        return TupleGetItem(self.visit(value), int(index[1:]), span=_span(tree))
+        position = self.integer(Token.new_borrow_pos("NUMBER", index[1:], index), "a field")
+        return TupleGetItem(self.visit(value), position, span=_span(tree))
 
     def func_call(self, tree: Tree) -> Call:
         callee, arg_list = tree.children
@@ -468,6 +469,8 @@ class _Builder(Interpreter):
     def integer(self, token: Token, what: str) -> int:
         if not token.isdigit():
             raise self.error(f"expected an integer for {what}, got {token}", token)
+        if len(token) > 18:  # beyond int64, and beyond any real shape
+            raise self.error(f"{token} is too large for {what}", token)
         return int(token)
 
     # Dims: ints and DimExprs, through the canonical arithmetic of relvm.ir.dims.
@@ -518,10 +521,9 @@ class _Builder(Interpreter):
 
     def divide(self, tree: Tree, op) -> D.Dim:
         a, b = self.dim_operands(tree)
-        try:
-            return op(a, b)
-        except ZeroDivisionError:
-            raise self.error("dimension divided by zero", tree) from None
+        if b == 0:
+            raise self.error("dimension divided by zero", tree)
+        return op(a, b)
 
     def dim_operands(self, tree: Tree, skip: int = 0) -> list[D.Dim]:
         """The operands of dim arithmetic; floats (in attributes) take no part in it."""

@@ -384,7 +384,8 @@ def mod(a: Dim | Sym, b: Dim | Sym) -> Dim:
     return _atom_dim(ModAtom(a, b))
 
 
-def dim_max(a: Dim, b: Dim) -> Dim:
+def dim_max(a: Dim | Sym, b: Dim | Sym) -> Dim:
+    a, b = _coerce(a), _coerce(b)
     if isinstance(a, int) and isinstance(b, int):
         return max(a, b)
     if prove_equal(a, b):
@@ -395,7 +396,8 @@ def dim_max(a: Dim, b: Dim) -> Dim:
     return _atom_dim(MaxAtom(*sorted((a, b), key=dim_key)))
 
 
-def dim_min(a: Dim, b: Dim) -> Dim:
+def dim_min(a: Dim | Sym, b: Dim | Sym) -> Dim:
+    a, b = _coerce(a), _coerce(b)
     if isinstance(a, int) and isinstance(b, int):
         return min(a, b)
     if prove_equal(a, b):
@@ -406,12 +408,13 @@ def dim_min(a: Dim, b: Dim) -> Dim:
     return _atom_dim(MinAtom(*sorted((a, b), key=dim_key)))
 
 
-def broadcast(a: Dim, b: Dim) -> Dim:
+def broadcast(a: Dim | Sym, b: Dim | Sym) -> Dim:
     """NumPy broadcasting of two dims, symbolically.
 
     Raises ValueError when both are known and incompatible. Where the answer depends on run-time
     values the result is a broadcast atom that the VM evaluates (and checks) when it runs.
     """
+    a, b = _coerce(a), _coerce(b)
     if prove_equal(a, b):
         return a
     if a == 1:

@@ -49,7 +49,7 @@ def _arange_length(start, stop, step) -> int:
         return max(0, -((start - stop) // step))
     span = (stop - start) / step
     if not math.isfinite(span):
-        raise ValueError(f"arange: the length of [{start}, {stop}) in steps of {step} is not finite")
+        raise ValueError(f"arange: [{start}, {stop}) in steps of {step} has no finite length")
     return max(0, math.ceil(span))
 
 

@@ -53,18 +53,19 @@ def _zero_or_one(v: Any) -> int:
     raise ValueError
 
 
-def _dims(v: Any) -> tuple[Dim, ...]:
+def _dims(v: Any) -> tuple[int, ...]:
     if not isinstance(v, (list, tuple)):
         raise ValueError
     out = tuple(normalize_dim(d) for d in v)
-    if any(isinstance(d, int) and d < 0 for d in out):
+    if any(not isinstance(d, int) or d < 0 for d in out):
         raise ValueError
     return out
 
 
 ZERO_OR_ONE = AttrKind("0 or 1", _zero_or_one)
-#: A shape given as an attribute; entries may be symbols of the enclosing function (``[2, n]``).
-DIMS = AttrKind("a list of dims (non-negative ints or shape symbols)", _dims)
+#: A static shape given as an attribute, as in Relay. Shapes that vary at run time are tensors
+#: (``dyn.reshape``, ``arange``), never attributes.
+DIMS = AttrKind("a list of non-negative ints (a static shape)", _dims)
 
 INDEX_DTYPES = ("int32", "int64")
 
@@ -201,6 +202,7 @@ def infer_newshape(ishape: Sequence[Dim], newshape: Sequence[int],
     >>> infer_newshape((n, 3, 4), [0, -1])
     (n, 12)
     """
+    ishape = tuple(normalize_dim(d) for d in ishape)  # a bare Sym is accepted too
     walk = _NewShape(ishape, f"cannot reshape data {fmt_shape(ishape)} into newshape "
                              f"{list(newshape)}")
     codes = iter(newshape)  # -4 consumes the two codes after it
@@ -294,7 +296,8 @@ def _transpose_type(attrs, data):
 
 
 register("transpose", inputs=("data",), infer=_transpose_type,
-         reference=lambda attrs, x: np.transpose(x, _permutation(attrs.axes, x.shape)).copy(),
+         reference=lambda attrs, x: np.transpose(x, at_run_time(_permutation, attrs.axes,
+                                                                x.shape)).copy(),
          pattern=INJECTIVE, doc="permute the axes (reverse them when axes is None)",
          attrs=[attr("axes", OPT_INTS, None)])
 
@@ -347,8 +350,8 @@ def _expand_dims_type(attrs, data):
 
 
 register("expand_dims", inputs=("data",), infer=_expand_dims_type,
-         reference=lambda attrs, x: x.reshape(_expanded_shape(x.shape, attrs.axis,
-                                                              attrs.num_newaxis)).copy(),
+         reference=lambda attrs, x: x.reshape(at_run_time(_expanded_shape, x.shape, attrs.axis,
+                                                          attrs.num_newaxis)).copy(),
          pattern=INJECTIVE, doc="insert num_newaxis axes of size 1 at axis",
          attrs=[attr("axis", INT, required=True), attr("num_newaxis", INT, 1)])
 
@@ -356,12 +359,12 @@ register("expand_dims", inputs=("data",), infer=_expand_dims_type,
 
 
 def _agreed_dim(named: Sequence[tuple[str, TensorType]], axis: int) -> Dim:
-    """The common dim of every field at ``axis``; an error naming the first field that differs."""
-    first_name, first = named[0]
-    for name, t in named[1:]:
-        if D.prove_equal(first.shape[axis], t.shape[axis]) is False:
-            raise OpTypeError(f"{first_name} {fmt_shape(first.shape)} and {name} "
-                              f"{fmt_shape(t.shape)} differ in dim {axis}")
+    """The common dim of every field at ``axis``; an error naming two fields that differ."""
+    for j, (name, t) in enumerate(named):
+        for prev_name, prev in named[:j]:
+            if D.prove_equal(prev.shape[axis], t.shape[axis]) is False:
+                raise OpTypeError(f"{prev_name} {fmt_shape(prev.shape)} and {name} "
+                                  f"{fmt_shape(t.shape)} differ in dim {axis}")
     # Where equality is only checked at run time, keep the most informative dim: a number, else
     # one the text format can spell, else the first.
     dims = [t.shape[axis] for _, t in named]
@@ -691,7 +694,8 @@ def _scalar_fill(fill) -> TensorType:
 
 
 def _full_type(attrs, fill):
-    return TensorType(attrs.shape, attrs.dtype or _scalar_fill(fill).dtype)
+    t = _scalar_fill(fill)
+    return TensorType(attrs.shape, attrs.dtype or t.dtype)
 
 
 def _full_ref(attrs, fill):

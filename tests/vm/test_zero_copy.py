@@ -1,0 +1,148 @@
+"""Zero-copy outputs: kernels write straight into the caller's arrays, or relvm says it copied."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import relvm
+from relvm import RelvmInputError
+
+
+def vm_for(text: str, **build) -> relvm.VirtualMachine:
+    return relvm.VirtualMachine(relvm.build(relvm.parse(text), **build))
+
+
+def assert_in_place(result, out) -> None:
+    assert result is out or np.shares_memory(result, out)
+
+
+X = np.arange(12, dtype=np.float32).reshape(3, 4)
+
+PLAIN = "def @main(%x: Tensor[(n, 4), float32]) { exp(%x) }"
+
+
+def test_plain_tensor_result_is_written_in_place() -> None:
+    vm = vm_for(PLAIN)
+    out = np.zeros((3, 4), np.float32)
+    r = vm.invoke_with_outputs("main", {"x": X}, [out])
+    assert r is out
+    np.testing.assert_allclose(out, np.exp(X), rtol=1e-6)
+    assert vm.stats.allocations == 0 and vm.stats.output_copies == 0
+
+
+def test_symbolic_shape_result_fixes_n_from_the_caller_array() -> None:
+    vm = vm_for(PLAIN)
+    for n in (1, 5, 17):
+        x = np.random.default_rng(n).standard_normal((n, 4)).astype(np.float32)
+        out = np.empty((n, 4), np.float32)
+        vm.invoke_with_outputs("main", [x], [out])
+        np.testing.assert_allclose(out, np.exp(x), rtol=1e-6)
+        assert vm.stats.allocations == 0 and vm.stats.output_copies == 0
+
+
+def test_tuple_result_each_field_in_place() -> None:
+    vm = vm_for("""def @main(%x: Tensor[(n, 4), float32]) {
+      (exp(%x), negative(%x), nn.relu(%x))
+    }""")
+    outs = [np.empty((3, 4), np.float32) for _ in range(3)]
+    r = vm.invoke_with_outputs("main", [X], outs)
+    assert isinstance(r, tuple) and all(a is b for a, b in zip(r, outs))
+    np.testing.assert_allclose(outs[0], np.exp(X), rtol=1e-6)
+    np.testing.assert_array_equal(outs[1], -X)
+    np.testing.assert_array_equal(outs[2], np.maximum(X, 0))
+    assert vm.stats.allocations == 0 and vm.stats.output_copies == 0
+
+
+def test_reshape_final_result_views_the_caller_array() -> None:
+    vm = vm_for("""def @main(%x: Tensor[(n, 4), float32]) {
+      %0 = add(%x, 1f);
+      reshape(%0, newshape=[-1])
+    }""")
+    out = np.empty(12, np.float32)
+    r = vm.invoke_with_outputs("main", [X], [out])
+    assert_in_place(r, out)
+    np.testing.assert_array_equal(out, (X + 1).reshape(-1))
+    assert vm.stats.allocations == 0 and vm.stats.output_copies == 0
+
+
+def test_if_merged_result_in_place_on_both_branches() -> None:
+    vm = vm_for("""def @main(%c: bool, %x: Tensor[(n, 4), float32]) {
+      if (%c) { exp(%x) } else { negative(%x) }
+    }""")
+    for c, want in [(True, np.exp(X)), (False, -X)]:
+        out = np.empty((3, 4), np.float32)
+        vm.invoke_with_outputs("main", [np.array(c), X], [out])
+        np.testing.assert_allclose(out, want, rtol=1e-6)
+        assert vm.stats.allocations == 0 and vm.stats.output_copies == 0
+
+
+def test_non_main_function_in_place() -> None:
+    vm = vm_for("""def @main(%x: Tensor[(n, 4), float32]) { %x }
+    def @helper(%a: Tensor[(m, 4), float32], %b: Tensor[(m, 4), float32]) {
+      maximum(%a, %b)
+    }""")
+    out = np.empty((3, 4), np.float32)
+    vm.invoke_with_outputs("helper", {"a": X, "b": -X}, [out])
+    np.testing.assert_array_equal(out, np.abs(X))
+    assert vm.stats.allocations == 0 and vm.stats.output_copies == 0
+
+
+def test_identity_function_reports_the_copy() -> None:
+    vm = vm_for("def @main(%x: Tensor[(n, 4), float32]) { %x }")
+    out = np.zeros((3, 4), np.float32)
+    vm.invoke_with_outputs("main", [X], [out])
+    np.testing.assert_array_equal(out, X)
+    assert not np.shares_memory(out, X)
+    assert vm.stats.output_copies == 1
+
+
+def test_two_results_that_are_one_tensor() -> None:
+    vm = vm_for("""def @main(%x: Tensor[(n, 4), float32]) {
+      %0 = exp(%x);
+      (%0, %0)
+    }""")
+    outs = [np.empty((3, 4), np.float32), np.empty((3, 4), np.float32)]
+    vm.invoke_with_outputs("main", [X], outs)
+    np.testing.assert_allclose(outs[0], np.exp(X), rtol=1e-6)
+    np.testing.assert_allclose(outs[1], np.exp(X), rtol=1e-6)
+    assert vm.stats.output_copies == 1
+
+
+def test_persistent_binding_reuses_arrays_until_unbound() -> None:
+    vm = vm_for(PLAIN)
+    out = np.empty((3, 4), np.float32)
+    vm.bind_outputs("main", out)
+    for k in range(3):
+        r = vm.invoke("main", X + k)
+        assert r is out
+        np.testing.assert_allclose(out, np.exp(X + k), rtol=1e-6)
+        assert vm.stats.allocations == 0
+    vm.unbind_outputs("main")
+    r = vm.invoke("main", X)
+    assert r is not out and not np.shares_memory(r, out)
+
+
+def test_set_output_applies_to_the_next_invoke_only() -> None:
+    vm = vm_for(PLAIN)
+    out = np.empty((3, 4), np.float32)
+    vm.set_output("main", out)
+    assert vm.invoke("main", X) is out
+    assert vm.invoke("main", X) is not out
+
+
+@pytest.mark.parametrize("bad,message", [
+    (np.empty((4, 4), np.float32), r"output 0: expected shape \(3, 4\)"),
+    (np.empty((3, 4), np.float64), "output 0: expected dtype float32, got float64"),
+    (np.empty((4, 3), np.float32).T, "C-contiguous"),
+])
+def test_bad_output_arrays_fail_before_anything_runs(bad, message) -> None:
+    vm = vm_for(PLAIN)
+    with pytest.raises(RelvmInputError, match=message):
+        vm.invoke_with_outputs("main", [X], [bad])
+
+
+def test_wrong_number_of_outputs() -> None:
+    vm = vm_for(PLAIN)
+    with pytest.raises(RelvmInputError, match="has 1 result tensors"):
+        vm.invoke_with_outputs("main", [X], [])
