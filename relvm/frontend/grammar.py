@@ -99,6 +99,9 @@ class _Describer:
                         if t.pattern.type == "str"}
 
     def error(self, e: UnexpectedInput) -> RelvmSyntaxError:
+        comment = self.unclosed_comment(getattr(e, "pos_in_stream", None))
+        if comment is not None:
+            return self.located("unterminated block comment: no closing */", *comment)
         if isinstance(e, UnexpectedToken):
             return self.unexpected_token(e)
         if isinstance(e, UnexpectedCharacters):
@@ -123,17 +126,11 @@ class _Describer:
                 else self.end_of_text()
             return self.located("unexpected end of input" + self.expecting(self.accepted(e)),
                                 line, column)
-        if self.text.startswith("/*", token.start_pos or 0):
-            return self.located("unterminated block comment: no closing */", token.line,
-                                token.column)
         message = f"unexpected {self.describe_token(token)}" + self.expecting(self.accepted(e))
         return self.located(message + self.missing_semicolon(e), token.line, token.column)
 
     def unexpected_characters(self, e: UnexpectedCharacters) -> RelvmSyntaxError:
-        rest = self.text[e.pos_in_stream:]
-        if rest.startswith("/*"):
-            message = "unterminated block comment: no closing */"
-        elif rest.startswith('"'):
+        if self.text.startswith('"', e.pos_in_stream):
             message = "unterminated string: no closing \" on this line"
         else:
             message = f"unexpected character {e.char!r}" + self.expecting(self.accepted(e))
@@ -154,6 +151,19 @@ class _Describer:
             return set(parser.accepts())
         except LarkError:
             return set(fallback)
+
+    def unclosed_comment(self, pos: int | None) -> tuple[int, int] | None:
+        """Line and column of a ``/*`` at or before ``pos`` that nothing closes, if any.
+
+        The lexer skips closed comments, so such an opener is what went wrong, even when lark
+        stumbled later (``n /* ...`` lexes as a division, then fails at ``*``).
+        """
+        end = len(self.text) if pos is None else pos + 2
+        start = self.text.rfind("/*", 0, end)
+        if start == -1 or self.text.find("*/", start + 2) != -1:
+            return None
+        line_start = self.text.rfind("\n", 0, start) + 1
+        return self.text.count("\n", 0, start) + 1, start - line_start + 1
 
     def end_of_text(self) -> tuple[int, int]:
         lines = self.text.split("\n")

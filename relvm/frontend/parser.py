@@ -27,7 +27,6 @@ from typing import Any, Mapping
 
 import numpy as np
 from lark import Token, Tree
-from lark.exceptions import VisitError
 from lark.visitors import Interpreter
 
 from .. import dtypes
@@ -81,8 +80,6 @@ def parse(text: str, constants: Any = None, source_name: str | None = None) -> M
         except RecursionError:
             raise RelvmSyntaxError("the program is nested too deeply to parse", None, None,
                                    text) from None
-        except VisitError as e:  # only if a lark Transformer is ever used here
-            raise e.orig_exc from None
         module = Module(functions, source=text)
         infer_module(module)
     except (RelvmSyntaxError, RelvmTypeError) as e:
@@ -100,7 +97,11 @@ def _constant_table(constants: Any) -> dict[int, np.ndarray]:
         raise RelvmTypeError("constants must be a list or a dict of arrays indexed like "
                              "meta[relay.Constant][k], not a single array")
     items = constants.items() if isinstance(constants, Mapping) else enumerate(constants)
-    return {int(k): np.asarray(v) for k, v in items if v is not None}
+    try:
+        return {int(k): np.asarray(v) for k, v in items if v is not None}
+    except (TypeError, ValueError):
+        raise RelvmTypeError("constants must be a list of arrays, or a dict from int index k "
+                             "(as in meta[relay.Constant][k]) to array") from None
 
 
 # --- literals ---------------------------------------------------------------------------------

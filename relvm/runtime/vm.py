@@ -15,13 +15,13 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .. import dtypes
 from ..errors import RelvmError, RelvmInputError, RelvmRuntimeError
 from .bytecode import format_instruction
 from .dimprog import DimError, compile_program
 from .executable import Executable, OutputSig, VMFunction
-from .handlers import ALIGNMENT, CALL, HANDLERS, RET, Closure, shape_reader
+from .handlers import ALIGNMENT, CALL, HANDLERS, RET
 from .kernels import resolve_kernels
+from .signature import EntryPoint
 
 MAX_FRAMES = 1_000_000
 
@@ -45,7 +45,6 @@ class Frame:
         self.owns_cache = owns_cache
 
 
-@dataclass
 class InvokeStats:
     """What the last invoke did.
 
@@ -56,11 +55,17 @@ class InvokeStats:
     counts inputs copied because they were not C-contiguous.
     """
 
-    allocations: int = 0
-    allocated_bytes: int = 0
-    peak_bytes: int = 0
-    output_copies: int = 0
-    input_copies: int = 0
+    __slots__ = ("allocations", "allocated_bytes", "peak_bytes", "output_copies", "input_copies")
+
+    def __init__(self, input_copies: int = 0):
+        self.allocations = 0
+        self.allocated_bytes = 0
+        self.peak_bytes = 0
+        self.output_copies = 0
+        self.input_copies = input_copies
+
+    def __repr__(self) -> str:
+        return "InvokeStats(" + ", ".join(f"{k}={getattr(self, k)}" for k in self.__slots__) + ")"
 
 
 @dataclass
@@ -116,12 +121,13 @@ class VirtualMachine:
         self._steps: dict[int, list] = {}
         self._active = [0] * len(exe.functions)
         self._cache: dict[tuple, np.ndarray] = {}
+        self._pooled = 0
         self._inputs: dict[str, list] = {}
+        self._entries: dict[str, EntryPoint] = {}
         self._next_outputs: dict[str, tuple] = {}
         self._bound_outputs: dict[str, tuple] = {}
         self._outputs: list[np.ndarray] = []
         self.stats = InvokeStats()
-        self._input_copies = 0
         self.trace = os.environ.get("RELVM_TRACE", "") not in ("", "0")
         self.ret_value: Any = None
         self.pending: Frame | None = None
@@ -170,13 +176,15 @@ class VirtualMachine:
         self.stats.allocations += 1
         self.stats.allocated_bytes += nbytes
         if key is not None:
+            old = self._cache.get(key)
+            self._pooled += nbytes - (old.nbytes if old is not None else 0)
             self._cache[key] = buf
         return buf
 
     @property
     def pooled_bytes(self) -> int:
         """Bytes of reusable storage this VM holds between invokes."""
-        return sum(b.nbytes for b in self._cache.values())
+        return self._pooled
 
     def bind_view(self, fn: VMFunction, out: np.ndarray, shape: tuple, dtype: np.dtype):
         """The caller's output array, viewed in the shape the producing instruction needs."""
@@ -190,13 +198,19 @@ class VirtualMachine:
                                   f"the result of shape {shape}")
         return out.reshape(shape)
 
+    # --- entry points ----------------------------------------------------------------------
+    def _entry(self, func: str) -> EntryPoint:
+        ep = self._entries.get(func)
+        if ep is None:
+            fn = self.exe.function(func)
+            ep = self._entries[func] = EntryPoint(fn, self.exe.function_index[func])
+        return ep
+
     # --- inputs --------------------------------------------------------------------------------
     def get_input_index(self, name: str, func: str = "main") -> int:
         """Position of parameter ``name`` of ``func``, or -1 (as in TVM)."""
-        for i, p in enumerate(self.exe.function(func).params):
-            if p.name == name:
-                return i
-        return -1
+        names = self._entry(func).names
+        return names.index(name) if name in names else -1
 
     def set_input(self, func: str = "main", *args: Any, **kwargs: Any) -> None:
         """Set the inputs of ``func`` for the next invoke: positionally and/or by name.
@@ -204,58 +218,9 @@ class VirtualMachine:
         Arrays that are C-contiguous with the declared dtype are borrowed, not copied; any
         object with ``__dlpack__`` is accepted the same way.
         """
-        fn = self.exe.function(func)
-        names = [p.name for p in fn.params]
-        values: list[Any] = [_MISSING] * len(names)
-        if len(args) > len(names):
-            raise RelvmInputError(f"@{func} takes {len(names)} inputs, got {len(args)}")
-        values[:len(args)] = args
-        for k, v in kwargs.items():
-            if k not in names:
-                raise RelvmInputError(f"@{func} has no input named {k!r}; inputs: "
-                                      + ", ".join(names))
-            i = names.index(k)
-            if values[i] is not _MISSING:
-                raise RelvmInputError(f"@{func} input {k!r} given twice")
-            values[i] = v
-        missing = [n for n, v in zip(names, values) if v is _MISSING]
-        if missing:
-            raise RelvmInputError(f"@{func} is missing inputs: " + ", ".join(missing))
-        self._inputs[func] = [self._convert_input(fn, p, v) for p, v in zip(fn.params, values)]
-
-    def _convert_input(self, fn: VMFunction, param, value: Any) -> Any:
-        if param.is_tuple:
-            if not isinstance(value, (tuple, list)) or len(value) != len(param.tensors):
-                raise RelvmInputError(f"@{fn.name} input %{param.name}: expected a tuple of "
-                                      f"{len(param.tensors)} arrays ({param.type_text})")
-            return tuple(self._check_tensor(fn, f"%{param.name}.{i}", sig, v)
-                         for i, (sig, v) in enumerate(zip(param.tensors, value)))
-        if not param.tensors:  # a function-typed parameter takes a closure
-            if not isinstance(value, Closure):
-                raise RelvmInputError(f"@{fn.name} input %{param.name}: expected a function "
-                                      f"value ({param.type_text})")
-            return value
-        return self._check_tensor(fn, f"%{param.name}", param.tensors[0], value)
-
-    def _check_tensor(self, fn: VMFunction, what: str, sig, value: Any) -> np.ndarray:
-        arr = _as_array(value, sig.dtype)
-        if arr is None:
-            raise RelvmInputError(f"@{fn.name} input {what}: expected an array "
-                                  f"({sig}), got {type(value).__name__}")
-        if dtypes.from_numpy(arr.dtype) != sig.dtype:
-            raise RelvmInputError(f"@{fn.name} input {what}: expected dtype {sig.dtype}, "
-                                  f"got {arr.dtype}")
-        if arr.ndim != len(sig.shape):
-            raise RelvmInputError(f"@{fn.name} input {what}: expected rank {len(sig.shape)} "
-                                  f"({sig}), got shape {arr.shape}")
-        for axis, (want, got) in enumerate(zip(sig.shape, arr.shape)):
-            if isinstance(want, int) and want != got:
-                raise RelvmInputError(f"@{fn.name} input {what} dim {axis}: expected {want}, "
-                                      f"got {got} (shape {arr.shape})")
-        if not arr.flags.c_contiguous:
-            arr = np.asarray(arr, order="C")
-            self._input_copies += 1
-        return arr
+        ep = self._entry(func)
+        values = args if not kwargs and len(args) == len(ep.names) else ep.arrange(args, kwargs)
+        self._inputs[func] = ep.convert(values)
 
     # --- outputs -------------------------------------------------------------------------------
     def get_num_outputs(self) -> int:
@@ -268,34 +233,14 @@ class VirtualMachine:
 
     def set_output(self, func: str, *outs: Any) -> None:
         """Arrays the next invoke of ``func`` writes its results into (that call only)."""
-        self._next_outputs[func] = self._check_outputs(func, outs)
+        self._next_outputs[func] = self._entry(func).check_outputs(outs)
 
     def bind_outputs(self, func: str, *outs: Any) -> None:
         """Arrays every invoke of ``func`` writes its results into, until unbind_outputs."""
-        self._bound_outputs[func] = self._check_outputs(func, outs)
+        self._bound_outputs[func] = self._entry(func).check_outputs(outs)
 
     def unbind_outputs(self, func: str) -> None:
         self._bound_outputs.pop(func, None)
-
-    def _check_outputs(self, func: str, outs: Sequence[Any]) -> tuple:
-        fn = self.exe.function(func)
-        if len(outs) != len(fn.outputs):
-            raise RelvmInputError(f"@{func} has {len(fn.outputs)} result tensors "
-                                  f"({fn.ret_type}), got {len(outs)} output arrays")
-        checked = []
-        for i, (sig, out) in enumerate(zip(fn.outputs, outs)):
-            arr = _as_array(out, sig.dtype)
-            if arr is None or not isinstance(arr, np.ndarray):
-                raise RelvmInputError(f"@{func} output {i}: expected an array, got "
-                                      f"{type(out).__name__}")
-            if dtypes.from_numpy(arr.dtype) != sig.dtype:
-                raise RelvmInputError(f"@{func} output {i}: expected dtype {sig.dtype}, got "
-                                      f"{arr.dtype}")
-            if not arr.flags.c_contiguous or not arr.flags.writeable:
-                raise RelvmInputError(f"@{func} output {i}: the array must be C-contiguous "
-                                      f"and writeable")
-            checked.append(arr)
-        return tuple(checked)
 
     # --- invoking ------------------------------------------------------------------------------
     def invoke(self, func: str = "main", *args: Any, **kwargs: Any) -> Any:
@@ -306,7 +251,9 @@ class VirtualMachine:
         """
         if args or kwargs:
             self.set_input(func, *args, **kwargs)
-        return self._invoke(func)
+        ep = self._entry(func)
+        outs = self._next_outputs.pop(func, None) or self._bound_outputs.get(func)
+        return self._invoke(ep, outs)
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
         """``invoke("main", ...)``."""
@@ -325,42 +272,35 @@ class VirtualMachine:
         where that is impossible (the result is an input or a constant, or two results are one
         tensor) it is copied and ``stats.output_copies`` says so.
         """
-        if isinstance(input_args, Mapping):
-            self.set_input(func, **input_args)
+        ep = self._entries.get(func) or self._entry(func)
+        if type(input_args) in (list, tuple) and len(input_args) == len(ep.names):
+            values = input_args
+        elif isinstance(input_args, Mapping):
+            values = ep.arrange((), input_args)
         else:
-            self.set_input(func, *input_args)
-        self.set_output(func, *output_args)
-        return self._invoke(func)
+            values = ep.arrange(input_args, {})
+        self._inputs[func] = ep.convert(values)
+        return self._invoke(ep, ep.check_outputs(output_args))
 
-    def _invoke(self, func: str) -> Any:
-        fn = self.exe.function(func)
-        if func not in self._inputs:
-            raise RelvmInputError(f"@{func}: inputs are not set; call set_input or pass them")
-        index = self.exe.function_index[func]
-        outs = self._next_outputs.pop(func, None) or self._bound_outputs.get(func)
-        self.stats = InvokeStats(input_copies=self._input_copies)
-        self._input_copies = 0
-        frame = self.new_frame(index, self._inputs[func], -1)
+    def _invoke(self, ep: EntryPoint, outs: tuple | None) -> Any:
+        inputs = self._inputs.get(ep.fn.name)
+        if inputs is None:
+            raise RelvmInputError(f"@{ep.fn.name}: inputs are not set; call set_input or pass "
+                                  f"them")
+        self.stats = stats = InvokeStats(input_copies=ep.copies)
+        ep.copies = 0
+        frame = self.new_frame(ep.index, inputs, -1)
         if outs is not None:
-            frame.bound = {pc: out for sig, out in zip(fn.outputs, outs)
-                           for pc in sig.alloc_pcs}
-        result = self._run(frame, outs)
+            frame.bound = ep.bound_map(outs)
+        result = self._run(frame, ep, outs)
         if outs is not None:
-            result = self._finish_outputs(fn, result, outs)
-        self.stats.peak_bytes = self.pooled_bytes + self.stats.allocated_bytes
+            result = self._finish_outputs(ep.fn, result, outs)
+        stats.peak_bytes = self._pooled + stats.allocated_bytes
         return result
 
-    def _check_bound_shapes(self, frame: Frame, outs: tuple) -> None:
-        fn = frame.func
-        for i, (sig, out) in enumerate(zip(fn.outputs, outs)):
-            if sig.shape is None:
-                continue
-            shape = shape_reader(sig.shape)(frame.dims)
-            if out.shape != shape:
-                raise RelvmInputError(f"@{fn.name} output {i}: expected shape {shape} "
-                                      f"({sig.type_text}), got {out.shape}")
-
     def _finish_outputs(self, fn: VMFunction, result: Any, outs: tuple) -> Any:
+        if len(outs) == 1 and result is outs[0]:
+            return result
         leaves = list(_leaves(result))
         for i, (r, out) in enumerate(zip(leaves, outs)):
             if r is out or _same_memory(r, out):
@@ -374,18 +314,11 @@ class VirtualMachine:
         return _rebuild(result, iter(outs))
 
     # --- the run loop --------------------------------------------------------------------------
-    def _run(self, frame: Frame, outs: tuple | None = None) -> Any:
-        fn = frame.func
-        # The prologue computes the entry dims and checks the inputs; its failures are the
-        # caller's (RelvmInputError). Bound output shapes are checked before anything else runs.
-        try:
-            for pc in range(fn.prologue):
-                frame.steps[pc](frame)
-        except DimError as e:
-            raise RelvmInputError(f"@{fn.name}: {e}") from None
+    def _run(self, frame: Frame, ep: EntryPoint, outs: tuple | None = None) -> Any:
+        self._run_prologue(frame)
         if outs is not None:
-            self._check_bound_shapes(frame, outs)
-        frame.pc = fn.prologue
+            # Bound output shapes are checked once the entry dims are known, before any kernel.
+            ep.check_output_shapes(frame.dims, outs)
         if self.trace:
             return self._loop_observed(frame, self._trace_step)
         return self._loop(frame)
@@ -513,13 +446,13 @@ class VirtualMachine:
             prof.add(name, secs)
             return nxt
 
-        fn = self.exe.function(func)
-        frame = self.new_frame(self.exe.function_index[func], self._inputs[func], -1)
-        self._run_prologue_only(frame)
+        frame = self.new_frame(self._entry(func).index, self._inputs[func], -1)
+        self._run_prologue(frame)
         self._loop_observed(frame, observe)
         return prof
 
-    def _run_prologue_only(self, frame: Frame) -> None:
+    def _run_prologue(self, frame: Frame) -> None:
+        """Run the entry dims computation; its failures are the caller's (RelvmInputError)."""
         fn = frame.func
         try:
             for pc in range(fn.prologue):
@@ -529,27 +462,10 @@ class VirtualMachine:
         frame.pc = fn.prologue
 
 
-_MISSING = object()
-
-
 def _aligned(nbytes: int, alignment: int) -> np.ndarray:
     raw = np.empty(nbytes + alignment, np.uint8)
     start = (-raw.ctypes.data) % alignment
     return raw[start:start + nbytes]
-
-
-def _as_array(value: Any, dtype: str) -> np.ndarray | None:
-    """An ndarray view of ``value`` (NumPy, DLPack, or a Python scalar of ``dtype``)."""
-    if isinstance(value, np.ndarray):
-        return value
-    if hasattr(value, "__dlpack__"):
-        try:
-            return np.from_dlpack(value)
-        except (TypeError, ValueError, RuntimeError, BufferError) as e:
-            raise RelvmInputError(f"cannot borrow {type(value).__name__} through DLPack: {e}")
-    if isinstance(value, (bool, int, float, np.generic)):
-        return np.asarray(value, dtypes.to_numpy(dtype))
-    return None
 
 
 def _leaves(value: Any):

@@ -10,8 +10,8 @@ from relvm.errors import RelvmError, RelvmSyntaxError, RelvmTypeError
 from relvm.frontend.grammar import grammar_path, lark_parser
 from relvm.frontend.parser import parse
 from relvm.ir import dims as D
-from relvm.ir.nodes import (Call, Constant, Function, GlobalVar, If, Let, Span, Tuple,
-                            TupleGetItem, Var, post_order)
+from relvm.ir.nodes import (Call, Constant, Function, GlobalVar, If, Let, Span, TupleGetItem,
+                            post_order)
 from relvm.ir.types import FuncType, TensorType, TupleType
 from relvm.ops import OPS
 

@@ -9,11 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import relvm
 from relvm.frontend.parser import parse
 from relvm.ir import dims as D
-from relvm.ir.nodes import Call, Constant, Function, If, Let, Module, Tuple, TupleGetItem, Var
-from relvm.ir.printer import literal_text, module_constants, print_expr, print_module
+from relvm.ir.nodes import Call, Constant, Function, Let, Module, Var
+from relvm.ir.printer import attr_text, literal_text, module_constants, print_expr, print_module
 from relvm.ir.types import TensorType
 from relvm.ops import OPS
 
@@ -571,10 +570,19 @@ def test_float16_literals_reparse_to_identical_bits(v):
 
 @given(st.floats(allow_nan=True, allow_infinity=True))
 def test_float_attributes_reparse_exactly(v):
-    m = parse(f"def @main(%x: float32) {{ clip(%x, a_min={relvm.ir.printer.attr_text(v)}, "
-              f"a_max=1f) }}")
+    m = parse(f"def @main(%x: float32) {{ clip(%x, a_min={attr_text(v)}, a_max=1f) }}")
     got = m["main"].body.attrs.a_min
     assert (np.isnan(got) and np.isnan(v)) or got == v
+
+
+@pytest.mark.parametrize("value,text", [
+    (None, "None"), (True, "True"), (3, "3"), (-1, "-1"), (0.5, "0.5"), (1e-05, "1e-05"),
+    (float("inf"), "inf"), (float("-inf"), "-inf"), ("NCHW", '"NCHW"'), ('a"b', '"a\\"b"'),
+    ((1, 2), "[1, 2]"), (((0, 0), (1, 2)), "[[0, 0], [1, 2]]"), ((), "[]"),
+    ((D.Sym("n") * 2, 4), "[n*2, 4]"),
+])
+def test_attr_text(value, text):
+    assert attr_text(value) == text
 
 
 # --- types, expressions, long programs --------------------------------------------------------

@@ -1,0 +1,155 @@
+"""Calling a VM function from Python: inputs and outputs checked against its signature.
+
+An :class:`EntryPoint` is built once per function per VM. It precomputes a checker for every
+parameter and result (NumPy dtype objects, ranks, static dims), so the per-call cost is a few
+attribute reads; the detailed error messages are only built when a check fails.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import RelvmInputError
+from .executable import ParamSig, TensorSig, VMFunction
+from .handlers import Closure, shape_reader
+
+_MISSING = object()
+
+
+class EntryPoint:
+    """Everything needed to call one VM function from Python, precomputed."""
+
+    def __init__(self, fn: VMFunction, index: int):
+        self.fn = fn
+        self.index = index
+        self.names = tuple(p.name for p in fn.params)
+        self.converters = tuple(self._converter(p) for p in fn.params)
+        self.out_dtypes = tuple(dtypes.to_numpy(o.dtype) for o in fn.outputs)
+        self.out_shapes = tuple(shape_reader(o.shape) if o.shape is not None else None
+                                for o in fn.outputs)
+        self.out_pcs = tuple(o.alloc_pcs for o in fn.outputs)
+        self.copies = 0  # inputs copied because they were not C-contiguous
+
+    # --- inputs --------------------------------------------------------------------------------
+    def arrange(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
+        """Positional and keyword inputs in parameter order; errors name what is wrong."""
+        name = self.fn.name
+        if len(args) > len(self.names):
+            raise RelvmInputError(f"@{name} takes {len(self.names)} inputs, got {len(args)}")
+        values: list[Any] = list(args) + [_MISSING] * (len(self.names) - len(args))
+        for k, v in kwargs.items():
+            if k not in self.names:
+                raise RelvmInputError(f"@{name} has no input named {k!r}; inputs: "
+                                      + ", ".join(self.names))
+            i = self.names.index(k)
+            if values[i] is not _MISSING:
+                raise RelvmInputError(f"@{name} input {k!r} given twice")
+            values[i] = v
+        missing = [n for n, v in zip(self.names, values) if v is _MISSING]
+        if missing:
+            raise RelvmInputError(f"@{name} is missing inputs: " + ", ".join(missing))
+        return values
+
+    def convert(self, values: Sequence[Any]) -> list[Any]:
+        return [conv(v) for conv, v in zip(self.converters, values)]
+
+    def _converter(self, p: ParamSig) -> Callable[[Any], Any]:
+        what = f"%{p.name}"
+        if p.is_tuple:
+            checks = [self._tensor_check(f"{what}.{i}", s) for i, s in enumerate(p.tensors)]
+
+            def convert_tuple(value: Any) -> tuple:
+                if not isinstance(value, (tuple, list)) or len(value) != len(checks):
+                    raise RelvmInputError(f"@{self.fn.name} input {what}: expected a tuple of "
+                                          f"{len(checks)} arrays ({p.type_text})")
+                return tuple(c(v) for c, v in zip(checks, value))
+            return convert_tuple
+        if not p.tensors:
+            def convert_closure(value: Any) -> Closure:
+                if not isinstance(value, Closure):
+                    raise RelvmInputError(f"@{self.fn.name} input {what}: expected a function "
+                                          f"value ({p.type_text})")
+                return value
+            return convert_closure
+        return self._tensor_check(what, p.tensors[0])
+
+    def _tensor_check(self, what: str, sig: TensorSig) -> Callable[[Any], np.ndarray]:
+        dt = dtypes.to_numpy(sig.dtype)
+        ndim = len(sig.shape)
+        static = tuple((i, d) for i, d in enumerate(sig.shape) if isinstance(d, int))
+        fname = self.fn.name
+
+        def check(value: Any) -> np.ndarray:
+            arr = value if type(value) is np.ndarray else _as_array(value, sig.dtype)
+            if arr is None:
+                raise RelvmInputError(f"@{fname} input {what}: expected an array ({sig}), got "
+                                      f"{type(value).__name__}")
+            if arr.dtype != dt:
+                raise RelvmInputError(f"@{fname} input {what}: expected dtype {sig.dtype}, got "
+                                      f"{arr.dtype}")
+            shape = arr.shape
+            if len(shape) != ndim:
+                raise RelvmInputError(f"@{fname} input {what}: expected rank {ndim} ({sig}), "
+                                      f"got shape {shape}")
+            for i, d in static:
+                if shape[i] != d:
+                    raise RelvmInputError(f"@{fname} input {what} dim {i}: expected {d}, got "
+                                          f"{shape[i]} (shape {shape})")
+            if not arr.flags.c_contiguous:
+                arr = np.asarray(arr, order="C")
+                self.copies += 1
+            return arr
+        return check
+
+    # --- outputs -------------------------------------------------------------------------------
+    def check_outputs(self, outs: Sequence[Any]) -> tuple:
+        """The caller's output arrays, checked (count, dtype, layout) before anything runs."""
+        fn = self.fn
+        if len(outs) != len(self.out_dtypes):
+            raise RelvmInputError(f"@{fn.name} has {len(self.out_dtypes)} result tensors "
+                                  f"({fn.ret_type}), got {len(outs)} output arrays")
+        checked = []
+        for i, (dt, out) in enumerate(zip(self.out_dtypes, outs)):
+            arr = out if type(out) is np.ndarray else _as_array(out, fn.outputs[i].dtype)
+            if not isinstance(arr, np.ndarray):
+                raise RelvmInputError(f"@{fn.name} output {i}: expected an array, got "
+                                      f"{type(out).__name__}")
+            if arr.dtype != dt:
+                raise RelvmInputError(f"@{fn.name} output {i}: expected dtype "
+                                      f"{fn.outputs[i].dtype}, got {arr.dtype}")
+            flags = arr.flags
+            if not flags.c_contiguous or not flags.writeable:
+                raise RelvmInputError(f"@{fn.name} output {i}: the array must be C-contiguous "
+                                      f"and writeable")
+            checked.append(arr)
+        return tuple(checked)
+
+    def bound_map(self, outs: tuple) -> dict[int, np.ndarray]:
+        """AllocTensor pc -> the caller's array it hands out instead of allocating."""
+        return {pc: out for pcs, out in zip(self.out_pcs, outs) for pc in pcs}
+
+    def check_output_shapes(self, dims: list, outs: tuple) -> None:
+        """Once the entry dims are known, each output array must have the result's shape."""
+        for i, (read, out) in enumerate(zip(self.out_shapes, outs)):
+            if read is not None:
+                shape = read(dims)
+                if out.shape != shape:
+                    raise RelvmInputError(f"@{self.fn.name} output {i}: expected shape {shape} "
+                                          f"({self.fn.outputs[i].type_text}), got {out.shape}")
+
+
+def _as_array(value: Any, dtype: str) -> np.ndarray | None:
+    """An ndarray view of ``value`` (NumPy, DLPack, or a Python scalar of ``dtype``)."""
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "__dlpack__"):
+        try:
+            return np.from_dlpack(value)
+        except (TypeError, ValueError, RuntimeError, BufferError) as e:
+            raise RelvmInputError(f"cannot borrow {type(value).__name__} through DLPack: {e}")
+    if isinstance(value, (bool, int, float, np.generic)):
+        return np.asarray(value, dtypes.to_numpy(dtype))
+    return None

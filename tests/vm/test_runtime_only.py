@@ -1,0 +1,58 @@
+"""The runtime never imports the front end or the compiler: running needs neither lark nor them.
+
+The executable is built first; then lark, the parser, the passes and the compiler are removed
+from the process and any import of them fails. A fresh VM must still load kernels, run, and
+give the same result. (Once executables can be saved, the same is checked across processes.)
+"""
+
+import subprocess
+import sys
+import textwrap
+
+SCRIPT = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import relvm
+
+    text = '''def @main(%x: Tensor[(n, 4), float32], %w: Tensor[(3, 4), float32]) {
+      %0 = nn.dense(%x, %w);
+      (nn.softmax(%0, axis=1), argwhere(greater(%0, 0f)))
+    }'''
+    w = np.arange(12, dtype=np.float32).reshape(3, 4) / 10
+    exe = relvm.build(relvm.parse(text), params={"w": w})
+    x = np.linspace(-1, 1, 20, dtype=np.float32).reshape(5, 4)
+    expected = relvm.VirtualMachine(exe).invoke("main", x)
+
+    BLOCKED = ("lark", "relvm.frontend", "relvm.compiler", "relvm.passes")
+    for name in list(sys.modules):
+        if name.startswith(BLOCKED):
+            del sys.modules[name]
+
+    class Block:
+        def find_spec(self, name, path=None, target=None):
+            if name.startswith(BLOCKED):
+                raise ImportError(f"blocked import of {name}")
+            return None
+
+    sys.meta_path.insert(0, Block())
+    try:
+        import lark  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        raise SystemExit("lark is still importable")
+
+    vm = relvm.VirtualMachine(exe)
+    got = vm.invoke("main", x)
+    assert all(np.array_equal(a, b) for a, b in zip(got, expected))
+    leaked = [m for m in sys.modules if m.startswith(BLOCKED)]
+    assert not leaked, leaked
+    print("runtime-only ok")
+""")
+
+
+def test_runtime_runs_without_lark_or_the_compiler() -> None:
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "runtime-only ok" in proc.stdout
