@@ -49,6 +49,7 @@ def parse(text: str, constants: Any = None, *, source_name: str | None = None):
 
     Examples
     --------
+    >>> import relvm
     >>> m = relvm.parse("def @main(%a: Tensor[(n), float32]) { nn.relu(%a) }")
     >>> str(m["main"].body.checked_type)
     'Tensor[(n), float32]'

@@ -274,6 +274,17 @@ def _sanitize(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", name) or "v"
 
 
+def _all_vars(nodes: Iterable[Expr]) -> Iterable[Var]:
+    """Every Var among ``nodes``, bound by them (lets, parameters) or used."""
+    for node in nodes:
+        if isinstance(node, Var):
+            yield node
+        elif isinstance(node, Let):
+            yield node.var
+        elif isinstance(node, Function):
+            yield from node.params
+
+
 def _wrap(prefix: str, lines: list[str], suffix: str) -> list[str]:
     out = list(lines)
     out[0] = prefix + out[0]
@@ -293,9 +304,7 @@ class _Printer:
         self.meta = meta
         self.names: dict[int, str] = {}  # id(node) -> "%3" or "%x"
         self.scopes: list[set[str]] = []  # Var names visible where printing is
-        self.taken = {_sanitize(n.name) for n in self.layout.nodes if isinstance(n, Var)}
-        if isinstance(root, Function):
-            self.taken |= {_sanitize(p.name) for p in root.params}
+        self.taken = {_sanitize(v.name) for v in _all_vars(self.layout.nodes)}
         self.next_number = 0
 
     # --- names ----------------------------------------------------------------------------------

@@ -307,7 +307,7 @@ class _FunctionChecker:
     def visit_If(self, node: If) -> Type:
         c = node.cond.checked_type
         if not (isinstance(c, TensorType) and c.ndim == 0 and c.dtype == "bool"):
-            raise self.error(f"if condition must be a scalar bool, got {c}", node.cond)
+            raise self.error(f"if condition must be a scalar bool, got {c}", node)
         try:
             return join(node.then_branch.checked_type, node.else_branch.checked_type)
         except _Mismatch as e:

@@ -100,7 +100,7 @@ def test_dense_float16():
                                atol=2e-3)
 
 
-@pytest.mark.parametrize("ta,tb", itertools.product([False, True], repeat=2))
+@pytest.mark.parametrize("ta,tb", list(itertools.product([False, True], repeat=2)))
 def test_matmul_transposes(ta, tb):
     a = T((7, n)) if ta else T((n, 7))
     b = T((5, 7)) if tb else T((7, 5))
