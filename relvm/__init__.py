@@ -59,11 +59,11 @@ def parse(text: str, constants: Any = None, *, source_name: str | None = None):
     return _parse(text, constants=constants, source_name=source_name)
 
 
-def build(module, params=None, *, upper_bounds=None, backend: str = "numpy"):
+def build(module, params=None, *, upper_bounds=None, backend: str = "numpy", fuse: bool = True):
     """Compile a module into an Executable; see :func:`relvm.compiler.build`."""
     from .compiler import build as _build
 
-    return _build(module, params, upper_bounds=upper_bounds, backend=backend)
+    return _build(module, params, upper_bounds=upper_bounds, backend=backend, fuse=fuse)
 
 
 def print_module(module) -> str:

@@ -14,17 +14,27 @@ import numpy as np
 from ..errors import RelvmFormatError
 from ..ir.nodes import Attrs
 from .. import ops as _ops  # noqa: F401  (registers every op)
-from ..ops.registry import OPS
+from ..ops.fused import run_steps, steps_from_json
+from ..ops.registry import OPS, AttrError
 
 
 def make_kernel(entry) -> Callable[..., None]:
-    op = OPS.get(entry.op)
-    if op is None:
-        raise RelvmFormatError(f"kernel {entry.name!r} needs op {entry.op!r}, which this relvm "
-                               f"does not have", section="kernels")
-    attrs = Attrs({k: _freeze(v) for k, v in entry.attrs.items()})
+    if entry.op == "fused":
+        try:
+            steps = steps_from_json(entry.attrs["steps"])
+        except (KeyError, ValueError, TypeError, AttrError) as e:
+            raise RelvmFormatError(f"fused kernel {entry.name!r} is malformed: {e}",
+                                   section="kernels") from None
+        attrs = Attrs()
+        reference = lambda attrs, *inputs: run_steps(steps, inputs)  # noqa: E731
+    else:
+        op = OPS.get(entry.op)
+        if op is None:
+            raise RelvmFormatError(f"kernel {entry.name!r} needs op {entry.op!r}, which this "
+                                   f"relvm does not have", section="kernels")
+        attrs = Attrs({k: _freeze(v) for k, v in entry.attrs.items()})
+        reference = op.reference
     n_in = len(entry.inputs)
-    reference = op.reference
     groups = entry.groups or (-1,) * n_in
 
     def kernel(*args: Any) -> None:

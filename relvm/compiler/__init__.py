@@ -20,7 +20,8 @@ BACKENDS = ("numpy",)
 
 
 def build(module: Module, params: Mapping[str, Any] | None = None, *,
-          upper_bounds: Mapping[str, int] | None = None, backend: str = "numpy") -> Executable:
+          upper_bounds: Mapping[str, int] | None = None, backend: str = "numpy",
+          fuse: bool = True) -> Executable:
     """Compile a module into an :class:`Executable` that runs for every value of its dims.
 
     Parameters
@@ -35,6 +36,9 @@ def build(module: Module, params: Mapping[str, Any] | None = None, *,
         allocated once per VM, and an input over a bound is an error.
     backend : str
         Where kernels come from: ``"numpy"`` (the op references).
+    fuse : bool
+        Fuse elementwise chains and epilogues into their producers (default). ``False`` keeps
+        one kernel per op: results are the same, ``exe.bytecode`` shows every op.
 
     Returns
     -------
@@ -53,7 +57,7 @@ def build(module: Module, params: Mapping[str, Any] | None = None, *,
     if any(f.checked_type is None for f in module.functions.values()):
         infer_module(module)
     bound = _bind_params(module, dict(params or {}))
-    return run_with_deep_stack(lambda: _compile(module, bound, bounds, backend))
+    return run_with_deep_stack(lambda: _compile(module, bound, bounds, backend, fuse))
 
 
 def _check_bounds(upper_bounds: Mapping[str, int] | None) -> dict[str, int]:
@@ -97,19 +101,32 @@ def _bind_params(module: Module, params: dict[str, Any]) -> dict[int, np.ndarray
     return bound
 
 
+def optimize(module: Module, bound: dict[int, np.ndarray], fuse: bool) -> Module:
+    """The build-time passes, in order: bind params, fold, fuse. Returns a typed module."""
+    from ..passes import fold
+    from ..passes.bind_params import bind_params
+    from ..passes.fuse import fuse as fuse_ops
+    from ..passes.type_infer import infer_module
+
+    module = infer_module(bind_params(module, bound))
+    module = infer_module(fold.fold_constants(fold.fold_batch_norm(module)))
+    if fuse:
+        module = infer_module(fuse_ops(module))
+    return module
+
+
 def _compile(module: Module, bound: dict[int, np.ndarray], bounds: dict[str, int],
-             backend: str) -> Executable:
+             backend: str, fuse: bool) -> Executable:
+    module = optimize(module, bound, fuse)
     program = Program()
     for i, name in enumerate(module.functions):
         program.function_index[name] = i
     lowered = []
     for name, fn in module.functions.items():
-        params = [p for p in fn.params if id(p) not in bound]
-        lowered.append(FunctionLowering(program, name, fn, params, bound).run(bounds))
+        lowered.append(FunctionLowering(program, name, fn, list(fn.params)).run(bounds))
     while program.pending:  # closures lifted while lowering (and closures inside them)
         name, fn, captured = program.pending.pop(0)
-        lowered.append(FunctionLowering(program, name, fn, captured + list(fn.params),
-                                        bound).run(bounds))
+        lowered.append(FunctionLowering(program, name, fn, captured + list(fn.params)).run(bounds))
     order = sorted(lowered, key=lambda lo: program.function_index[lo.name])
     functions = [plan_and_assemble(lo, program, bounds) for lo in order]
     return Executable(functions, program.constants, program.kernels, program.dim_programs,

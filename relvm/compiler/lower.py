@@ -23,6 +23,7 @@ from ..ir import dims as D
 from ..ir.nodes import (Call, Constant, Expr, Function, GlobalVar, If, Let, Tuple, TupleGetItem,
                         Var, post_order)
 from ..ir.types import FuncType, TensorType, TupleType, Type, tensor_types
+from ..ops.fused import FusedOp
 from ..ops.registry import Op
 from ..runtime.bytecode import make
 from ..runtime.executable import KernelEntry, ParamSig, TensorSig
@@ -57,11 +58,14 @@ class Program:
 
     def kernel(self, op: Op, attrs: dict, inputs: tuple[str, ...], outputs: tuple[str, ...],
                groups: tuple[int, ...]) -> int:
-        key = (op.name, _freeze(attrs), inputs, outputs, groups)
+        if isinstance(op, FusedOp):
+            kind, attrs = "fused", {"steps": op.steps_json()}
+        else:
+            kind, attrs = op.name, _jsonable(attrs)
+        key = (kind, op.name, _freeze(attrs), inputs, outputs, groups)
         if key not in self.kernel_index:
             self.kernel_index[key] = len(self.kernels)
-            self.kernels.append(KernelEntry(op.name, op.name, _jsonable(attrs), inputs, outputs,
-                                            groups))
+            self.kernels.append(KernelEntry(op.name, kind, attrs, inputs, outputs, groups))
         return self.kernel_index[key]
 
     def dim_program(self, statements: list[tuple]) -> int:
@@ -106,13 +110,11 @@ class Lowered:
 class FunctionLowering:
     """Lowers one function (global or lifted closure) into a :class:`Lowered`."""
 
-    def __init__(self, program: Program, name: str, func: Function, params: list[Var],
-                 bound: dict[int, np.ndarray] | None = None):
+    def __init__(self, program: Program, name: str, func: Function, params: list[Var]):
         self.program = program
         self.name = name
         self.func = func
         self.params = params
-        self.bound = bound or {}  # id(Var) -> value of parameters bound by build(params=...)
         self.code: list[tuple] = []
         self.num_regs = 0
         self.dims = DimTable(name)
@@ -248,10 +250,6 @@ class FunctionLowering:
         r = self.lookup(self._env, id(v))
         if r is not None:
             return r
-        if id(v) in self.bound:
-            dst = self.reg()
-            self.emit("LoadConst", dst, self.program.constant(id(v), self.bound[id(v)]))
-            return dst
         raise RelvmCompileError(f"@{self.name}: %{v.name} is not bound")
 
     def lower_Constant(self, c: Constant) -> int:
@@ -318,7 +316,7 @@ class FunctionLowering:
         return dst
 
     def free_vars(self, fn: Function) -> list[Var]:
-        """Variables ``fn`` uses but does not bind, excluding build-time-bound parameters."""
+        """Variables ``fn`` uses but does not bind."""
         bound = {id(p) for p in fn.params}
         used: dict[int, Var] = {}
         for n in post_order(fn.body, into_functions=True):
@@ -328,7 +326,7 @@ class FunctionLowering:
                 bound.update(id(p) for p in n.params)
             elif isinstance(n, Var):
                 used.setdefault(id(n), n)
-        return [v for k, v in used.items() if k not in bound and k not in self.bound]
+        return [v for k, v in used.items() if k not in bound]
 
     # --- calls -----------------------------------------------------------------------------------
     def lower_Call(self, call: Call) -> int:

@@ -215,7 +215,7 @@ def test_profiler_reports_kernels_and_opcodes() -> None:
       %0 = exp(%x);
       %1 = exp(%0);
       add(%1, %0)
-    }""")
+    }""", fuse=False)
     prof = vm.profile("main", X)
     assert prof.rows["kernel exp"][0] == 2 and prof.rows["kernel add"][0] == 1
     assert prof.rows["alloc_tensor"][0] == 3

@@ -33,7 +33,7 @@ def build(**kw):
 
 
 def test_intermediates_share_storage_by_liveness() -> None:
-    fn = build().function("main")
+    fn = build(fuse=False).function("main")
     storages = [i for i in fn.instructions if i[0] == Opcode.AllocStorage]
     pooled = [i for i in fn.instructions if i[0] == Opcode.AllocTensor and i[2] >= 0]
     # Six intermediates, but only two live at once: two storages serve them all.

@@ -34,14 +34,15 @@ def _assert_same(got, want, rtol) -> None:
             np.testing.assert_array_equal(g, w)
 
 
-def _build(case: Case):
+def _build(case: Case, fuse: bool = True):
     mod = relvm.parse(case.text, constants=case.constants)
-    return mod, relvm.build(mod, params=case.params)
+    return mod, relvm.build(mod, params=case.params, fuse=fuse)
 
 
+@pytest.mark.parametrize("fuse", [True, False], ids=["fused", "unfused"])
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_vm_matches_numpy_and_reference(case: Case) -> None:
-    mod, exe = _build(case)
+def test_vm_matches_numpy_and_reference(case: Case, fuse: bool) -> None:
+    mod, exe = _build(case, fuse)
     vm = relvm.VirtualMachine(exe)
     for inputs in case.input_sets():
         want = case.expect(*inputs, **(case.params or {}))

@@ -1,0 +1,98 @@
+"""Build-time simplification: constant folding and batch-norm folding.
+
+- An op call whose inputs are all constants is evaluated with its NumPy reference and becomes a
+  constant (ops with no inputs, like ``zeros``, too). A call whose reference raises is left for
+  run time, which reports the error where the program runs.
+- ``nn.batch_norm`` (inference) becomes a per-channel scale and shift; after an ``nn.conv2d``
+  with constant weights used nowhere else, the scale is folded into the weights and the shift
+  becomes an ``nn.bias_add``, so the conv's epilogue fusion absorbs it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.nodes import Call, Constant, Expr, Module, Tuple, TupleGetItem, post_order
+from ..ops.registry import OPS, Op
+from .rewrite import Rewriter, rewrite_module
+
+
+class _FoldConstants(Rewriter):
+    def rewrite_call(self, call: Call) -> Expr:
+        if not isinstance(call.op, Op) or not all(isinstance(a, Constant) for a in call.args):
+            return call
+        try:
+            with np.errstate(all="ignore"):
+                value = call.op.reference(call.attrs, *[a.data for a in call.args])
+        except Exception:  # noqa: BLE001  (the error is reported when the program runs)
+            return call
+        return _constant(value, call)
+
+    def rewrite_get_item(self, g: TupleGetItem) -> Expr:
+        if isinstance(g.tuple_value, Tuple):
+            return g.tuple_value.fields[g.index]
+        return g
+
+
+def _constant(value, call: Call) -> Expr:
+    if isinstance(value, tuple):
+        return Tuple(tuple(_constant(v, call) for v in value), span=call.span)
+    return Constant(np.asarray(value), span=call.span)
+
+
+def fold_constants(module: Module) -> Module:
+    return rewrite_module(module, _FoldConstants)
+
+
+class _FoldBatchNorm(Rewriter):
+    def __init__(self, uses: dict[int, int]):
+        super().__init__()
+        self.uses = uses
+
+    def visit_TupleGetItem(self, g: TupleGetItem) -> Expr:
+        bn = g.tuple_value
+        if g.index == 0 and isinstance(bn, Call) and bn.op is OPS["nn.batch_norm"] \
+                and all(isinstance(a, Constant) for a in bn.args[1:]) \
+                and self.uses.get(id(bn), 0) == 1:
+            return self.fold(bn)
+        return super().visit_TupleGetItem(g)
+
+    def fold(self, bn: Call) -> Expr:
+        data = bn.args[0]
+        gamma, beta, mean, var = (a.data for a in bn.args[1:])
+        a = bn.attrs
+        dtype = data.checked_type.dtype
+        scale = (gamma if a.scale else np.ones_like(gamma)) / np.sqrt(var + a.epsilon)
+        shift = (beta if a.center else np.zeros_like(beta)) - mean * scale
+        ndim = data.checked_type.ndim
+        axis = a.axis % ndim
+        conv = data
+        if isinstance(conv, Call) and conv.op is OPS["nn.conv2d"] and axis == 1 \
+                and isinstance(conv.args[1], Constant) and self.uses.get(id(conv), 0) == 1:
+            w = conv.args[1].data
+            folded = Call(conv.op, (self(conv.args[0]),
+                                    Constant((w * scale.reshape(-1, 1, 1, 1)).astype(w.dtype))),
+                          conv.attrs, span=conv.span)
+            return Call(OPS["nn.bias_add"], (folded, Constant(shift.astype(dtype))),
+                        OPS["nn.bias_add"].make_attrs({"axis": 1}), span=bn.span)
+        shape = (-1,) + (1,) * (ndim - axis - 1)
+        scaled = Call(OPS["multiply"], (self(data), Constant(scale.reshape(shape).astype(dtype))),
+                      OPS["multiply"].make_attrs(), span=bn.span)
+        return Call(OPS["add"], (scaled, Constant(shift.reshape(shape).astype(dtype))),
+                    OPS["add"].make_attrs(), span=bn.span)
+
+
+def use_counts(module: Module) -> dict[int, int]:
+    """How many times each node is an argument of another node (across all functions)."""
+    from ..ir.nodes import children
+
+    uses: dict[int, int] = {}
+    for fn in module.functions.values():
+        for n in post_order(fn.body, into_functions=True):
+            for c in children(n):
+                uses[id(c)] = uses.get(id(c), 0) + 1
+    return uses
+
+
+def fold_batch_norm(module: Module) -> Module:
+    return rewrite_module(module, _FoldBatchNorm, uses=use_counts(module))

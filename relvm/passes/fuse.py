@@ -1,0 +1,95 @@
+"""Operator fusion: elementwise chains and epilogues become one kernel.
+
+A group starts at an *anchor* -- a dense/matmul/conv (pattern ``out_fusable``) or an
+elementwise op -- and grows along its single-use consumers that are elementwise or broadcast
+ops producing the same shape (``bias_add``, ``relu``, a residual ``add``, ``clip``, ``sigmoid``,
+``multiply``, ``cast``, ...). Other operands of those consumers (a bias, a residual) become
+inputs of the group. Groups never cross a function boundary (a closure body is its own region).
+A group of one op is left alone. Each group becomes one call of a :class:`FusedOp`.
+"""
+
+from __future__ import annotations
+
+from ..ir import dims as D
+from ..ir.nodes import Call, Expr, Function, Module, children, post_order
+from ..ir.types import TensorType
+from ..ops.fused import Step, make_fused
+from ..ops.registry import BROADCAST, ELEMWISE, OUT_FUSABLE, Op
+from .rewrite import Rewriter, rewrite_module
+
+_ANCHORS = (OUT_FUSABLE, ELEMWISE, BROADCAST)
+_EPILOGUES = (ELEMWISE, BROADCAST)
+
+
+def _same_shape(a: TensorType, b: TensorType) -> bool:
+    return a.ndim == b.ndim and all(D.prove_equal(x, y) for x, y in zip(a.shape, b.shape))
+
+
+def _is_op_call(e: Expr, patterns: tuple[str, ...]) -> bool:
+    return (isinstance(e, Call) and isinstance(e.op, Op) and e.op.pattern in patterns
+            and not e.op.data_dependent and isinstance(e.checked_type, TensorType))
+
+
+def find_groups(module: Module) -> dict[int, list[Call]]:
+    """id(root call) -> the calls of its group, anchor first (groups of two or more)."""
+    uses: dict[int, int] = {}
+    region: dict[int, int] = {}
+    for fn in module.functions.values():
+        for r, f in enumerate([fn] + [n for n in post_order(fn.body, into_functions=True)
+                                      if isinstance(n, Function)]):
+            for n in post_order(f.body):
+                region.setdefault(id(n), (id(fn), r))
+                for c in children(n):
+                    uses[id(c)] = uses.get(id(c), 0) + 1
+    group_of: dict[int, list[Call]] = {}
+    for fn in module.functions.values():
+        for n in post_order(fn.body, into_functions=True):
+            if not _is_op_call(n, _EPILOGUES):
+                continue
+            for a in n.args:
+                if (_is_op_call(a, _ANCHORS) and uses.get(id(a), 0) == 1
+                        and region.get(id(a)) == region.get(id(n))
+                        and _same_shape(a.checked_type, n.checked_type)):
+                    group = group_of.pop(id(a), [a])
+                    group.append(n)
+                    group_of[id(n)] = group
+                    break
+    return group_of
+
+
+class _Fuse(Rewriter):
+    def __init__(self, groups: dict[int, list[Call]]):
+        super().__init__()
+        self.groups = groups
+
+    def visit_Call(self, call: Call) -> Expr:
+        group = self.groups.get(id(call))
+        if group is None:
+            return super().visit_Call(call)
+        members = {id(c): j for j, c in enumerate(group)}
+        inputs: list[Expr] = []
+        index: dict[int, int] = {}
+        steps = []
+        for c in group:
+            refs = []
+            for a in c.args:
+                if id(a) in members:
+                    refs.append(("step", members[id(a)]))
+                else:
+                    if id(a) not in index:
+                        index[id(a)] = len(inputs)
+                        inputs.append(a)
+                    refs.append(("in", index[id(a)]))
+            steps.append(Step(c.op, c.attrs, tuple(refs)))
+        fused = Call(make_fused(steps, len(inputs)), tuple(self(a) for a in inputs),
+                     span=group[0].span)
+        fused.with_type(call.checked_type)
+        return fused
+
+
+def fuse(module: Module) -> Module:
+    """A module where every fusable group is one FusedOp call (types carried over)."""
+    groups = find_groups(module)
+    if not groups:
+        return module
+    return rewrite_module(module, _Fuse, groups=groups)
