@@ -1,6 +1,7 @@
 """The op registry and every op's definition. Importing this package registers all ops."""
 
-from . import dynamic, elementwise, nn, reduce, transform  # noqa: F401  (registration)
+from . import (conv, dynamic, elementwise, indexing, nn, reduce,  # noqa: F401 (registration)
+               transform)
 from .registry import OPS, Op, get_op
 
 __all__ = ["OPS", "Op", "get_op"]

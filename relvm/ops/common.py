@@ -88,6 +88,29 @@ def normalize_axes(axes: int | Sequence[int] | None, ndim: int, what: str = "axi
     return tuple(sorted(out))
 
 
+def require(ok: bool, message: str) -> None:
+    """A run-time shape check in a reference: the VM raises the same error."""
+    if not ok:
+        raise ValueError(message)
+
+
+def acc_dtype(dtype: np.dtype) -> np.dtype:
+    return np.dtype(np.float64) if dtype.kind == "f" else np.dtype(np.int64)
+
+
+def out_dtype(attrs, dtype: str) -> str:
+    """``out_dtype``, defaulting to the input dtype; a float/int switch is refused."""
+    out = attrs.out_dtype or dtype
+    if (out in FLOATS) != (dtype in FLOATS):
+        raise OpTypeError(f"out_dtype {out} does not suit {dtype} inputs")
+    return out
+
+
+def differ(a: Dim, b: Dim) -> bool:
+    """True only when ``a`` and ``b`` provably differ; unknowns are left to the VM."""
+    return D.prove_equal(a, b) is False
+
+
 def np_dtype(name: str) -> np.dtype:
     return dtypes.to_numpy(name)
 
