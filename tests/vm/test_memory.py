@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -80,15 +82,29 @@ def test_bad_upper_bounds() -> None:
         build(upper_bounds={"n": -1})
 
 
+def _rss_bytes() -> int | None:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return None
+
+
 def test_memory_stays_bounded_when_n_changes_every_call() -> None:
     vm = relvm.VirtualMachine(build())
     x = np.ones((512, 64), np.float32)
-    vm.invoke("main", x)
+    for _ in range(20):  # warm up at the peak N = 512
+        vm.invoke("main", x)
     peak_pool = vm.pooled_bytes
+    rss_at_peak = _rss_bytes()
     rng = np.random.default_rng(2)
     for n in rng.integers(1, 513, 10_000):
         vm.invoke("main", x[:n])
         assert vm.pooled_bytes <= peak_pool
+    rss_after = _rss_bytes()
+    if rss_at_peak is not None:
+        # Resident memory stays within a small constant of the N = 512 peak: no per-size pools.
+        assert rss_after - rss_at_peak < 16 * 2**20, (rss_at_peak, rss_after)
     # What the VM holds between calls is what N = 512 needed: no free lists per size.
     assert vm.pooled_bytes == peak_pool
     assert vm.stats.peak_bytes <= peak_pool + 512 * 64 * 4
