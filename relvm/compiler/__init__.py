@@ -17,6 +17,8 @@ from .lower import FunctionLowering, Program
 from .memplan import plan_and_assemble
 
 BACKENDS = ("numpy",)
+#: Backends whose fused kernels are generated as C when the model is built.
+CODEGEN_BACKENDS = ("c",)
 
 
 def build(module: Module, params: Mapping[str, Any] | None = None, *,
@@ -118,7 +120,7 @@ def optimize(module: Module, bound: dict[int, np.ndarray], fuse: bool) -> Module
 def _compile(module: Module, bound: dict[int, np.ndarray], bounds: dict[str, int],
              backend: str, fuse: bool) -> Executable:
     module = optimize(module, bound, fuse)
-    program = Program()
+    program = Program(codegen=backend in CODEGEN_BACKENDS)
     for i, name in enumerate(module.functions):
         program.function_index[name] = i
     lowered = []
@@ -129,8 +131,16 @@ def _compile(module: Module, bound: dict[int, np.ndarray], bounds: dict[str, int
         lowered.append(FunctionLowering(program, name, fn, captured + list(fn.params)).run(bounds))
     order = sorted(lowered, key=lambda lo: program.function_index[lo.name])
     functions = [plan_and_assemble(lo, program, bounds) for lo in order]
+    library, arch = None, ""
+    if program.fused_sources:
+        from ..runtime.fileformat import machine_tag
+        from .codegen_c import PRELUDE, compile_library
+
+        library = compile_library(PRELUDE + "".join(program.fused_sources))
+        arch = machine_tag()
     return Executable(functions, program.constants, program.kernels, program.dim_programs,
-                      upper_bounds=bounds, backend=backend)
+                      upper_bounds=bounds, backend=backend, kernel_library=library,
+                      kernel_arch=arch)
 
 
 __all__ = ["build"]

@@ -24,7 +24,7 @@ from ..ir.nodes import (Call, Constant, Expr, Function, GlobalVar, If, Let, Tupl
                         Var, post_order)
 from ..ir.types import FuncType, TensorType, TupleType, Type, tensor_types
 from ..ops.fused import FusedOp
-from ..ops.registry import Op
+from ..ops.registry import OUT_FUSABLE, Op
 from ..runtime.bytecode import make
 from ..runtime.executable import KernelEntry, ParamSig, TensorSig
 from .dimtable import DimTable
@@ -49,6 +49,9 @@ class Program:
     #: Lifted closures waiting to be lowered: (name, Function, captured Vars).
     pending: list[tuple[str, Function, list[Var]]] = field(default_factory=list)
     lifted: dict[int, int] = field(default_factory=dict)  # id(Function) -> function index
+    #: Generate C for fused kernels (backends that run generated code); their sources.
+    codegen: bool = False
+    fused_sources: list[str] = field(default_factory=list)
 
     def constant(self, key: int, value: np.ndarray) -> int:
         if key not in self.constant_index:
@@ -57,7 +60,7 @@ class Program:
         return self.constant_index[key]
 
     def kernel(self, op: Op, attrs: dict, inputs: tuple[str, ...], outputs: tuple[str, ...],
-               groups: tuple[int, ...]) -> int:
+               groups: tuple[int, ...], call: Call | None = None) -> int:
         if isinstance(op, FusedOp):
             kind, attrs = "fused", {"steps": op.steps_json()}
         else:
@@ -65,8 +68,27 @@ class Program:
         key = (kind, op.name, _freeze(attrs), inputs, outputs, groups)
         if key not in self.kernel_index:
             self.kernel_index[key] = len(self.kernels)
+            if kind == "fused" and self.codegen and call is not None:
+                attrs = dict(attrs, **self.fused_plan(len(self.kernels), op, call))
             self.kernels.append(KernelEntry(op.name, kind, attrs, inputs, outputs, groups))
         return self.kernel_index[key]
+
+    def fused_plan(self, index: int, op: FusedOp, call: Call) -> dict:
+        """Generate C for a fused kernel: ``{"plan": ...}``, or ``{}`` if the generator lacks
+        an op (the backend then runs the steps one kernel at a time)."""
+        from .codegen_c import plan_fused
+
+        in_types = [a.checked_type for a in call.args]
+        first = op.steps[0]
+        anchor = None
+        if first.op.pattern == OUT_FUSABLE:
+            anchor = first.op.infer(first.attrs, *[in_types[i] for _, i in first.args])
+        try:
+            plan = plan_fused(index, op.steps_json(), in_types, call.checked_type, anchor)
+        except KeyError:
+            return {}
+        self.fused_sources.append(plan.source)
+        return {"plan": plan.to_json()}
 
     def dim_program(self, statements: list[tuple]) -> int:
         self.dim_programs.append(tuple(statements))
@@ -406,7 +428,7 @@ class FunctionLowering:
         outs = list(tensor_types(out_type))
         out_regs = [self.alloc(t) for t in outs]
         k = self.program.kernel(op, dict(call.attrs), tuple(in_types),
-                                tuple(t.dtype for t in outs), groups)
+                                tuple(t.dtype for t in outs), groups, call)
         self.emit("InvokePacked", k, len(out_regs), tuple(in_regs + out_regs))
         if isinstance(out_type, TupleType):
             return self.pack(out_type, iter(out_regs))
