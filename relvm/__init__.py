@@ -20,6 +20,7 @@ from .errors import (RelvmCompileError, RelvmError, RelvmFormatError, RelvmInput
                      RelvmRuntimeError, RelvmSyntaxError, RelvmTypeError)
 
 from .runtime import Executable, VirtualMachine
+from .runtime.loader import load, load_bytes
 
 __version__ = "0.1.0"
 
@@ -73,5 +74,6 @@ def print_module(module) -> str:
     return _print(module)
 
 
-__all__ = ["parse", "print_module", "build", "Executable", "VirtualMachine", "RelvmError", "RelvmSyntaxError", "RelvmTypeError",
-           "RelvmCompileError", "RelvmFormatError", "RelvmInputError", "RelvmRuntimeError"]
+__all__ = ["parse", "print_module", "build", "load", "load_bytes", "Executable", "VirtualMachine",
+           "RelvmError", "RelvmSyntaxError", "RelvmTypeError", "RelvmCompileError",
+           "RelvmFormatError", "RelvmInputError", "RelvmRuntimeError"]

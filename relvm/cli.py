@@ -1,12 +1,15 @@
 """The ``relvm`` command.
 
 Exit codes: 0 success, 1 a relvm error (bad IR, bad input, bad file), 2 bad usage. Errors print
-as one message; ``--debug`` adds the traceback.
+as one message; ``--debug`` adds the traceback. Commands that only run executables (``run``,
+``inspect``, ``bench``) never import the compiler.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 import time
 import traceback
@@ -26,9 +29,168 @@ def command(name: str):
     return register
 
 
+class CliError(RelvmError):
+    """A command-line mistake found after parsing (bad file, bad --dims value)."""
+
+
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as e:
+        raise CliError(f"cannot read {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise CliError(f"cannot read {path}: not UTF-8 text") from None
+
+
+def _load_npz(path: str) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except (OSError, ValueError) as e:
+        raise CliError(f"cannot read weights {path}: {e}") from None
+
+
+def _load_npy(path: str) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise CliError(f"cannot read {path}: {e}") from None
+
+
+def _pairs(items: Sequence[str] | None, what: str) -> dict[str, str]:
+    """``["n=8", "m=2"]`` -> ``{"n": "8", "m": "2"}``; a malformed item is a CliError."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        for part in item.split(","):
+            name, sep, value = part.partition("=")
+            if not sep or not name.strip() or not value.strip():
+                raise CliError(f"{what}: expected NAME=VALUE, got {part!r}")
+            out[name.strip()] = value.strip()
+    return out
+
+
+def _int_pairs(items: Sequence[str] | None, what: str) -> dict[str, int]:
+    out = {}
+    for k, v in _pairs(items, what).items():
+        if not re.fullmatch(r"\d+", v):
+            raise CliError(f"{what}: {k}={v} is not a non-negative integer")
+        out[k] = int(v)
+    return out
+
+
+# --- dims for random inputs --------------------------------------------------------------------
+
+_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_][A-Za-z0-9_]*)|(.))")
+
+
+def eval_dim(text: str, dims: dict[str, int]) -> int:
+    """The value of a dim's text (``n``, ``n*2 + 1``, ``(n + 3)/4``) given values for names.
+
+    A tiny recursive-descent evaluator: nothing is ever passed to ``eval``.
+    """
+    tokens = [(m.group(1), m.group(2), m.group(3)) for m in _TOKEN.finditer(text)
+              if any(m.groups())]
+    pos = 0
+
+    def peek() -> str | None:
+        return tokens[pos][2] if pos < len(tokens) else None
+
+    def atom() -> int:
+        nonlocal pos
+        if pos >= len(tokens):
+            raise CliError(f"cannot evaluate dim {text!r}")
+        num, name, sym = tokens[pos]
+        pos += 1
+        if num is not None:
+            return int(num)
+        if name is not None:
+            if name not in dims:
+                raise CliError(f"give a value for dim {name!r} with --dims {name}=VALUE")
+            return dims[name]
+        if sym == "(":
+            v = expr()
+            if peek() != ")":
+                raise CliError(f"cannot evaluate dim {text!r}")
+            pos += 1
+            return v
+        if sym == "-":
+            return -atom()
+        raise CliError(f"dim {text!r} is only known at run time; pass that input with --input")
+
+    def term() -> int:
+        nonlocal pos
+        v = atom()
+        while peek() in ("*", "/", "%"):
+            op = peek()
+            pos += 1
+            r = atom()
+            v = v * r if op == "*" else v // r if op == "/" else v % r
+        return v
+
+    def expr() -> int:
+        nonlocal pos
+        v = term()
+        while peek() in ("+", "-"):
+            op = peek()
+            pos += 1
+            r = term()
+            v = v + r if op == "+" else v - r
+        return v
+
+    value = expr()
+    if pos != len(tokens):
+        raise CliError(f"cannot evaluate dim {text!r}")
+    return value
+
+
+def _random_input(sig, dims: dict[str, int], rng: np.random.Generator) -> np.ndarray:
+    shape = tuple(d if isinstance(d, int) else eval_dim(d, dims) for d in sig.shape)
+    if sig.dtype == "bool":
+        return rng.random(shape) < 0.5
+    if sig.dtype.startswith(("int", "uint")):
+        return rng.integers(0, 10, shape).astype(sig.dtype)
+    return rng.standard_normal(shape).astype(sig.dtype)
+
+
+def _inputs_for(exe, func: str, given: dict[str, str], dims: dict[str, int],
+                seed: int = 0) -> list:
+    fn = exe.function(func)
+    names = [p.name for p in fn.params]
+    unknown = set(given) - set(names)
+    if unknown:
+        raise CliError(f"@{func} has no input {sorted(unknown)[0]!r}; inputs: {', '.join(names)}")
+    rng = np.random.default_rng(seed)
+    values = []
+    for p in fn.params:
+        if p.name in given:
+            values.append(_load_npy(given[p.name]))
+        elif p.is_tuple or not p.tensors:
+            raise CliError(f"input %{p.name} ({p.type_text}) must be given with --input")
+        else:
+            values.append(_random_input(p.tensors[0], dims, rng))
+    return values
+
+
+def _load_exe(path: str):
+    import relvm
+
+    if not os.path.exists(path):
+        raise CliError(f"cannot read {path}: no such file")
+    return relvm.load(path)
+
+
+# --- commands ---------------------------------------------------------------------------------
+
 @command("demo")
 def _demo(args: argparse.Namespace) -> int:
-    """Build the bundled MLP once, then run it at several batch sizes with zero-copy outputs."""
+    """Build the bundled MLP once, save and reload it, run it at several batch sizes."""
+    import tempfile
+
     import relvm
     from . import examples
     from .testing.reference import evaluate
@@ -36,30 +198,40 @@ def _demo(args: argparse.Namespace) -> int:
     module = relvm.parse(examples.text("mlp"))
     params = examples.params("mlp")
     start = time.perf_counter()
-    exe = relvm.build(module, params=params)
+    exe = relvm.build(module, params=params, backend=args.backend)
     build_ms = (time.perf_counter() - start) * 1e3
-    vm = relvm.VirtualMachine(exe)
-    fn = exe.function("main")
-    print("relvm demo: the bundled MLP (784-512-512-10, softmax), built once for every n")
-    print(f"  signature: {fn.signature()}")
-    print(f"  built in {build_ms:.1f} ms: {len(fn.instructions)} instructions, "
-          f"{len(exe.kernels)} kernels")
-    print(f"  {'n':>5}  {'output':<10} {'matches NumPy':<14} {'median ms':>10} {'allocations':>12}")
-    rng = np.random.default_rng(1)
-    ok = True
-    for n in args.batch:
-        x = rng.standard_normal((n, 784)).astype(np.float32)
-        out = np.empty((n, 10), np.float32)  # the VM writes the result here: zero-copy
-        times = []
-        for _ in range(args.repeat):
-            t0 = time.perf_counter()
-            vm.invoke_with_outputs("main", [x], [out])
-            times.append(time.perf_counter() - t0)
-        want = evaluate(module, x, params=params)
-        match = bool(np.allclose(out, want, rtol=1e-4, atol=1e-6))
-        ok &= match
-        print(f"  {n:>5}  {str(out.shape):<10} {'yes' if match else 'NO':<14} "
-              f"{np.median(times) * 1e3:>10.3f} {vm.stats.allocations:>12}")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "mlp.rvm")
+        exe.save(path)
+        size = os.path.getsize(path)
+        start = time.perf_counter()
+        exe = relvm.load(path)
+        load_ms = (time.perf_counter() - start) * 1e3
+        vm = relvm.VirtualMachine(exe)
+        fn = exe.function("main")
+        print("relvm demo: the bundled MLP (784-512-512-10, softmax), built once for every n")
+        print(f"  signature: {fn.signature()}")
+        print(f"  built in {build_ms:.1f} ms ({len(fn.instructions)} instructions, "
+              f"{len(exe.kernels)} kernels, backend {exe.backend}); saved {size / 1e6:.1f} MB, "
+              f"loaded in {load_ms:.1f} ms")
+        print(f"  {'n':>5}  {'output':<10} {'matches NumPy':<14} {'median ms':>10} "
+              f"{'allocations':>12}")
+        rng = np.random.default_rng(1)
+        ok = True
+        for n in args.batch:
+            x = rng.standard_normal((n, 784)).astype(np.float32)
+            out = np.empty((n, 10), np.float32)  # the VM writes the result here: zero-copy
+            times = []
+            for _ in range(args.repeat):
+                t0 = time.perf_counter()
+                vm.invoke_with_outputs("main", [x], [out])
+                times.append(time.perf_counter() - t0)
+            match = bool(np.allclose(out, evaluate(module, x, params=params), rtol=1e-4,
+                                     atol=1e-6))
+            ok &= match
+            print(f"  {n:>5}  {str(out.shape):<10} {'yes' if match else 'NO':<14} "
+                  f"{np.median(times) * 1e3:>10.3f} {vm.stats.allocations:>12}")
+        del vm, exe  # release the memory map before the folder goes
     return 0 if ok else 1
 
 
@@ -68,29 +240,188 @@ def _check(args: argparse.Namespace) -> int:
     """Parse and type-check a .relay file; print each function's inferred type."""
     import relvm
 
-    try:
-        with open(args.file, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise RelvmError(f"cannot read {args.file}: {e.strerror}") from None
-    module = relvm.parse(text)
+    module = relvm.parse(_read_text(args.file), source_name=args.file)
     for name, fn in module.functions.items():
         print(f"@{name}: {fn.checked_type}")
     return 0
 
+
+@command("compile")
+def _compile(args: argparse.Namespace) -> int:
+    """Compile a .relay file (and its weights) into one executable file."""
+    import relvm
+
+    text = _read_text(args.file)
+    params = _load_npz(args.params) if args.params else None
+    bounds = _int_pairs(args.upper_bound, "--upper-bound")
+    _progress(f"relvm: compiling {args.file} ...")
+    start = time.perf_counter()
+    module = relvm.parse(text, source_name=args.file)
+    exe = relvm.build(module, params=params, upper_bounds=bounds, backend=args.backend,
+                      fuse=not args.no_fuse)
+    exe.save(args.output)
+    print(f"wrote {args.output} ({os.path.getsize(args.output) / 1e6:.2f} MB; "
+          f"{len(exe.functions)} functions, {len(exe.kernels)} kernels) in "
+          f"{time.perf_counter() - start:.2f} s")
+    return 0
+
+
+@command("run")
+def _run(args: argparse.Namespace) -> int:
+    """Run a function of an executable on inputs from .npy files or random ones."""
+    import relvm
+
+    exe = _load_exe(args.model)
+    inputs = _inputs_for(exe, args.func, _pairs(args.input, "--input"),
+                         _int_pairs(args.dims, "--dims"), args.seed)
+    vm = relvm.VirtualMachine(exe)
+    start = time.perf_counter()
+    result = vm.invoke(args.func, *inputs)
+    ms = (time.perf_counter() - start) * 1e3
+    leaves = _leaves(result)
+    for i, r in enumerate(leaves):
+        r = np.asarray(r)
+        preview = np.array2string(r.reshape(-1)[:6], precision=4, separator=", ")
+        print(f"output {i}: {r.dtype}{list(r.shape)} {preview}{' ...' if r.size > 6 else ''}")
+    if args.output:
+        if len(leaves) == 1:
+            np.save(args.output, np.asarray(leaves[0]))
+        else:
+            np.savez(args.output, **{f"output{i}": np.asarray(r) for i, r in enumerate(leaves)})
+        print(f"wrote {args.output}")
+    print(f"ran @{args.func} in {ms:.3f} ms")
+    return 0
+
+
+@command("inspect")
+def _inspect(args: argparse.Namespace) -> int:
+    """Show an executable: signatures, kernels, constants, sizes, and the disassembly."""
+    exe = _load_exe(args.model)
+    print(f"{args.model}: {os.path.getsize(args.model) / 1e6:.2f} MB, backend {exe.backend}")
+    if exe.upper_bounds:
+        print("upper bounds: " + ", ".join(f"{k} <= {v}" for k, v in exe.upper_bounds.items()))
+    print("functions:")
+    for fn in exe.functions:
+        print(f"  {fn.signature()}")
+    print(f"kernels ({len(exe.kernels)}):")
+    for i, k in enumerate(exe.kernels):
+        print(f"  #{i} {k.name} ({', '.join(k.inputs)} -> {', '.join(k.outputs)})")
+    nbytes = sum(int(np.asarray(c).nbytes) for c in exe.constants)
+    print(f"constants: {len(exe.constants)}, {nbytes / 1e6:.2f} MB")
+    if not args.no_bytecode:
+        print()
+        print(exe.bytecode)
+    return 0
+
+
+@command("bench")
+def _bench(args: argparse.Namespace) -> int:
+    """Time a function at several values of its dims: median and p90 per setting."""
+    import relvm
+
+    exe = _load_exe(args.model)
+    settings = _bench_settings(args.dims)
+    vm = relvm.VirtualMachine(exe)
+    print(f"{'dims':<24} {'median ms':>10} {'p90 ms':>10} {'runs':>6}")
+    for dims in settings:
+        label = ", ".join(f"{k}={v}" for k, v in dims.items()) or "(static)"
+        _progress(f"relvm: timing {label} ...")
+        inputs = _inputs_for(exe, args.func, {}, dims, args.seed)
+        vm.set_input(args.func, *inputs)
+        for _ in range(args.warmup):
+            vm.invoke(args.func)
+        times = []
+        deadline = time.perf_counter() + args.seconds
+        while len(times) < args.min_runs or time.perf_counter() < deadline:
+            t0 = time.perf_counter()
+            vm.invoke(args.func)
+            times.append(time.perf_counter() - t0)
+            if len(times) >= args.max_runs:
+                break
+        arr = np.array(times) * 1e3
+        print(f"{label:<24} {np.median(arr):>10.3f} {np.percentile(arr, 90):>10.3f} "
+              f"{len(arr):>6}")
+    return 0
+
+
+def _bench_settings(items: Sequence[str] | None) -> list[dict[str, int]]:
+    """``["n=1,16,128"]`` -> ``[{"n": 1}, {"n": 16}, {"n": 128}]`` (several names: zipped)."""
+    values: dict[str, list[int]] = {}
+    for item in items or []:
+        name, sep, rest = item.partition("=")
+        parts = [v.strip() for v in rest.split(",") if v.strip()]
+        if not sep or not name.strip() or not parts or not all(p.isdigit() for p in parts):
+            raise CliError(f"--dims: expected NAME=V1,V2,..., got {item!r}")
+        values[name.strip()] = [int(p) for p in parts]
+    if not values:
+        return [{}]
+    count = max(len(v) for v in values.values())
+    if any(len(v) not in (1, count) for v in values.values()):
+        raise CliError("--dims: give every name the same number of values (or one)")
+    return [{k: v[i] if len(v) > 1 else v[0] for k, v in values.items()} for i in range(count)]
+
+
+def _leaves(value) -> list:
+    if isinstance(value, tuple):
+        return [x for v in value for x in _leaves(v)]
+    return [value]
+
+
+# --- argument parsing ------------------------------------------------------------------------
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="relvm", description="relvm: a bytecode VM for "
                                 "dynamic-shape neural network inference")
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    demo = sub.add_parser("demo", help=_demo.__doc__, description=_demo.__doc__)
+
+    def add(name: str, fn) -> argparse.ArgumentParser:
+        doc = fn.__doc__.strip()
+        return sub.add_parser(name, help=doc, description=doc)
+
+    demo = add("demo", _demo)
     demo.add_argument("--batch", type=int, nargs="+", default=[1, 16, 128], metavar="N",
                       help="batch sizes to run (default: 1 16 128)")
     demo.add_argument("--repeat", type=int, default=20, metavar="K",
                       help="runs per batch size for the median (default: 20)")
-    check = sub.add_parser("check", help=_check.__doc__, description=_check.__doc__)
+    demo.add_argument("--backend", default="numpy", help="kernel backend (default: numpy)")
+
+    check = add("check", _check)
     check.add_argument("file", help="a .relay text file")
+
+    comp = add("compile", _compile)
+    comp.add_argument("file", help="a .relay text file")
+    comp.add_argument("-o", "--output", required=True, help="the executable file to write")
+    comp.add_argument("--params", help="weights for @main's named parameters (.npz)")
+    comp.add_argument("--upper-bound", action="append", metavar="NAME=N",
+                      help="largest value of a named dim (plans one arena); repeatable")
+    comp.add_argument("--backend", default="numpy", help="kernel backend (default: numpy)")
+    comp.add_argument("--no-fuse", action="store_true", help="one kernel per op")
+
+    run = add("run", _run)
+    run.add_argument("model", help="an executable file (.rvm)")
+    run.add_argument("--input", action="append", metavar="NAME=FILE.npy",
+                     help="an input from a .npy file; repeatable")
+    run.add_argument("--dims", action="append", metavar="NAME=N",
+                     help="values of named dims for random inputs, e.g. n=8")
+    run.add_argument("--output", help="write the result(s) to a .npy (or .npz) file")
+    run.add_argument("--func", default="main", help="the function to run (default: main)")
+    run.add_argument("--seed", type=int, default=0, help="seed for random inputs")
+
+    insp = add("inspect", _inspect)
+    insp.add_argument("model", help="an executable file (.rvm)")
+    insp.add_argument("--no-bytecode", action="store_true", help="omit the disassembly")
+
+    bench = add("bench", _bench)
+    bench.add_argument("model", help="an executable file (.rvm)")
+    bench.add_argument("--dims", action="append", metavar="NAME=V1,V2",
+                       help="values of named dims to time, e.g. n=1,16,128")
+    bench.add_argument("--func", default="main", help="the function to time (default: main)")
+    bench.add_argument("--warmup", type=int, default=10, help="untimed runs first")
+    bench.add_argument("--seconds", type=float, default=1.0, help="time per setting")
+    bench.add_argument("--min-runs", type=int, default=10, help="at least this many runs")
+    bench.add_argument("--max-runs", type=int, default=100_000, help="at most this many runs")
+    bench.add_argument("--seed", type=int, default=0, help="seed for random inputs")
     return p
 
 

@@ -1,7 +1,8 @@
 """Generate the reference documents derived from relvm's tables.
 
-``python -m relvm.docs [DIR]`` writes ``DIR/isa.md`` (from the opcode table) and ``DIR/ops.md``
-(from the op registry); DIR defaults to ``docs``. A test checks the committed files are current.
+``python -m relvm.docs [DIR]`` writes ``DIR/isa.md`` (from the opcode table), ``DIR/ops.md``
+(from the op registry) and ``DIR/format.md`` (from the file format tables); DIR defaults to
+``docs``. A test checks the committed files are current.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from .runtime.fileformat import format_markdown
 from .runtime.opcodes import isa_markdown
 
 HEADER = "<!-- Generated from {source} by `python -m relvm.docs`; do not edit. -->"
@@ -38,7 +40,8 @@ def _show(v: object) -> str:
     return '""' if v == "" else str(v)
 
 
-DOCUMENTS: dict[str, Callable[[], str]] = {"isa.md": isa_markdown, "ops.md": ops_markdown}
+DOCUMENTS: dict[str, Callable[[], str]] = {"isa.md": isa_markdown, "ops.md": ops_markdown,
+                                           "format.md": format_markdown}
 
 
 def main(argv: list[str]) -> int:

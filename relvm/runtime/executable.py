@@ -3,6 +3,8 @@
 An Executable holds VM functions (bytecode and metadata), constants, the kernel table and the
 dim programs. It is produced by ``relvm.build`` and by ``relvm.load``; the runtime never needs
 the compiler to use one. ``exe.bytecode`` is the disassembly: a product feature, not a debug aid.
+``exe.save(path)`` writes it to one file (``writer.py``, ``docs/format.md``); ``relvm.load``
+reads it back (``loader.py``).
 """
 
 from __future__ import annotations
@@ -92,7 +94,13 @@ class KernelEntry:
 
 @dataclass
 class Executable:
-    """A compiled module: run it with :class:`relvm.VirtualMachine`."""
+    """A compiled module: run it with :class:`relvm.VirtualMachine`, save it with :meth:`save`.
+
+    ``kernel_library`` is the compiled kernel library (shared-object bytes) the executable
+    carries, or None; ``kernel_arch`` is the machine it was compiled for (``x86_64-linux``).
+    ``relvm.load`` only checks the library (checksum, machine, ELF header); the backend named
+    by ``backend`` is the one place that loads it, when it resolves the kernel table.
+    """
 
     functions: list[VMFunction]
     constants: list[np.ndarray]
@@ -100,9 +108,54 @@ class Executable:
     dim_programs: list[tuple]
     upper_bounds: dict[str, int] = field(default_factory=dict)
     backend: str = "numpy"
+    kernel_library: bytes | None = None
+    kernel_arch: str = ""
+    #: Lazy per-constant checksums of a loaded file (loader.ConstantChecks), else None.
+    constant_checks: Any = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.function_index = {f.name: i for i, f in enumerate(self.functions)}
+
+    def verify_constant(self, k: int) -> None:
+        """Check constant ``k`` of a loaded file against its checksum (once; thread-safe).
+
+        Raises RelvmFormatError naming the constant if its bytes were corrupted. A no-op for
+        executables built in memory. The VM calls it the first time it loads a constant.
+        """
+        if self.constant_checks is not None:
+            self.constant_checks.verify(k)
+
+    def verify_constants(self) -> None:
+        """Check every constant now (reads all of them; ``relvm.load`` defers this)."""
+        for k in range(len(self.constants)):
+            self.verify_constant(k)
+
+    def save(self, path, weights=None, *, min_weight_bytes: int = 1024) -> None:
+        """Write the executable to ``path``: one checked file (``docs/format.md``).
+
+        Parameters
+        ----------
+        path : str or PathLike
+            The file to write (replaced atomically).
+        weights : str or PathLike, optional
+            Keep constants of at least ``min_weight_bytes`` in this separate weights file; the
+            executable records its name (relative to ``path``) and a content id, and
+            ``relvm.load`` finds and checks it.
+
+        Examples
+        --------
+        >>> exe.save("mlp.rvm")
+        >>> vm = relvm.VirtualMachine(relvm.load("mlp.rvm"))
+        """
+        from .writer import save
+
+        save(self, path, weights=weights, min_weight_bytes=min_weight_bytes)
+
+    def save_bytes(self) -> bytes:
+        """The file :meth:`save` would write, as bytes; read it back with ``relvm.load_bytes``."""
+        from .writer import save_bytes
+
+        return save_bytes(self)
 
     def function(self, name: str) -> VMFunction:
         from ..errors import RelvmInputError

@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import RelvmError, RelvmInputError, RelvmRuntimeError
+from ..errors import RelvmError, RelvmFormatError, RelvmInputError, RelvmRuntimeError
 from .bytecode import format_instruction
 from .dimprog import DimError, compile_program
 from .executable import Executable, OutputSig, VMFunction
@@ -137,6 +137,7 @@ class VirtualMachine:
         return self._kernels[k]
 
     def constant(self, k: int) -> np.ndarray:
+        self.exe.verify_constant(k)  # a loaded file's constant: its checksum, on first use
         return self._constants[k]
 
     def dim_program(self, k: int):
@@ -355,7 +356,7 @@ class VirtualMachine:
                 f.regs[callee.ret_reg] = value
                 steps = f.steps
                 pc = f.pc
-        except RelvmInputError:
+        except (RelvmInputError, RelvmFormatError):
             raise
         except Exception as e:
             raise self._runtime_error(f, pc, e) from None
@@ -410,7 +411,7 @@ class VirtualMachine:
                 callee, f = f, stack[-1]
                 f.regs[callee.ret_reg] = value
                 pc = f.pc
-        except RelvmInputError:
+        except (RelvmInputError, RelvmFormatError):
             raise
         except Exception as e:
             raise self._runtime_error(f, pc, e) from None
@@ -459,6 +460,10 @@ class VirtualMachine:
                 frame.steps[pc](frame)
         except DimError as e:
             raise RelvmInputError(f"@{fn.name}: {e}") from None
+        except RelvmError:
+            raise
+        except Exception as e:  # only a malformed executable gets here
+            raise self._runtime_error(frame, pc, e) from None
         frame.pc = fn.prologue
 
 

@@ -1,0 +1,322 @@
+"""Loading executable files (``relvm.load``, ``relvm.load_bytes``): see ``fileformat.py``.
+
+What is checked when:
+
+* at load, everything small: the header, ``meta`` (checksum, then JSON types and ranges,
+  ``filemeta.py``), ``code`` (checksum, decoded, every operand verified, ``verify.py``),
+  ``kernels`` (checksum, the machine it was compiled for, its ELF header) and the constants
+  index against ``consts``;
+* on first use, each constant's bytes against its own CRC-32 (``Executable.verify_constant``,
+  called by the VM). Checking ``consts`` as a whole would read every weight at load and defeat
+  memory-mapping; this way load time does not depend on the size of the weights and resident
+  memory grows only as weights are used.
+
+Every failure is a RelvmFormatError naming the section; nothing else escapes.
+
+Kernel library hook: ``kernels`` carries the compiled kernel library (shared-object bytes),
+which becomes ``Executable.kernel_library``. This module never loads it; it only checks it,
+before anything may use it. The backend named by ``Executable.backend`` loads it (for example
+writes it to its cache by hash and opens it with cffi) when ``kernels.resolve_kernels`` asks it
+for the kernel table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import mmap
+import os
+import platform
+import struct
+import sys
+import threading
+import zlib
+from typing import Any, Callable
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import RelvmFormatError
+from . import verify
+from .bytecode import DecodeError, decode
+from .executable import Executable
+from .filemeta import CodeRange, ConstantEntry, Meta, constant_entry, from_meta, tuples
+from .fileformat import (ALIGNMENT, MAGIC, SECTIONS, WEIGHTS_MAGIC, WEIGHTS_SECTIONS,
+                         machine_tag, open_container)
+
+
+def load(path, *, weights=None) -> Executable:
+    """Load an executable file, its constants memory-mapped (read-only, paged in on use).
+
+    Parameters
+    ----------
+    path : str or PathLike
+        A file written by ``Executable.save``.
+    weights : str or PathLike, optional
+        Where its weights file is, if it has one and it moved (default: the path recorded in
+        the file, relative to ``path``).
+
+    Raises
+    ------
+    RelvmFormatError
+        The file cannot be read, is corrupted, truncated, from a newer relvm or for another
+        machine; ``section`` names the part of the file.
+
+    Examples
+    --------
+    >>> exe = relvm.load("mlp.rvm")
+    >>> relvm.VirtualMachine(exe).invoke("main", x)
+    """
+    path = os.fspath(path)
+    buf = _map(path, "header")
+    base = os.path.dirname(os.path.abspath(path))
+    return _load(buf, path, lambda ref: _map(os.fspath(weights) if weights is not None
+                                             else os.path.join(base, *ref.split("/")),
+                                             "weights"))
+
+
+def load_bytes(data: bytes | bytearray | memoryview, *, weights=None) -> Executable:
+    """Load an executable from bytes (``Executable.save_bytes``).
+
+    The constants are read-only views of ``data`` (no copy): do not change ``data`` while the
+    executable lives. ``weights`` is the weights file, if the executable keeps one.
+
+    Examples
+    --------
+    >>> exe = relvm.load_bytes(relvm.build(relvm.parse(text)).save_bytes())
+    """
+    buf = memoryview(data).cast("B")
+
+    def weights_buf(ref: str) -> memoryview:
+        if weights is None:
+            raise RelvmFormatError(f"the executable keeps its weights in {ref!r}; pass "
+                                   f"weights=<path> to load_bytes", section="weights")
+        return _map(os.fspath(weights), "weights")
+    return _load(buf, "<bytes>", weights_buf)
+
+
+def _map(path: str, section: str) -> memoryview:
+    try:
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size == 0:
+                raise RelvmFormatError(f"{path} is empty", section=section)
+            return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+    except OSError as e:
+        raise RelvmFormatError(f"cannot read {path}: {e.strerror or e}",
+                               section=None if section == "header" else section) from None
+
+
+def _load(buf: memoryview, source: str, weights_buf: Callable[[str], memoryview]) -> Executable:
+    stage = ["header"]  # the section being read, for errors nothing more specific caught
+    try:
+        return _read_executable(buf, weights_buf, stage)
+    except RelvmFormatError:
+        raise
+    except (ValueError, TypeError, KeyError, IndexError, struct.error, OverflowError,
+            RecursionError, MemoryError, DecodeError) as e:
+        raise RelvmFormatError(f"{source}: malformed ({type(e).__name__}: {e})",
+                               section=stage[0]) from None
+
+
+def _fail(section: str | None, message: str) -> RelvmFormatError:
+    return RelvmFormatError(message, section=section)
+
+
+def _read_executable(buf: memoryview, weights_buf: Callable[[str], memoryview],
+                     stage: list[str]) -> Executable:
+    box = open_container(buf, MAGIC, SECTIONS, _fail)
+    stage[0] = "meta"
+    meta = from_meta(_parse_json(box.checked("meta"), "meta", dict))
+    stage[0] = "code"
+    words = _words(box.checked("code"))
+    stage[0] = "kernels"
+    library = _kernel_library(box.checked("kernels"), meta.kernel_arch)
+    _check_backend(meta.backend)
+    stage[0] = "consts"
+    offset, size = box.span("consts")
+    constants = _constants(buf[offset:offset + size], meta, weights_buf)
+    stage[0] = "meta"
+    uses = [verify.check_program(k, p) for k, p in enumerate(meta.dim_programs)]
+    exe = Executable(meta.functions, [a for a, _ in constants], meta.kernels,
+                     [tuples(p) for p in meta.dim_programs], meta.upper_bounds, meta.backend,
+                     library, meta.kernel_arch or "")
+    stage[0] = "code"
+    _attach_code(exe, meta.code, words)
+    for fi in range(len(exe.functions)):
+        verify.check_function(exe, fi, uses)
+    exe.constant_checks = ConstantChecks([a for a, _ in constants], [w for _, w in constants])
+    return exe
+
+
+def _parse_json(data: memoryview, section: str, kind: type) -> Any:
+    try:
+        value = json.loads(bytes(data).decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise RelvmFormatError(f"not UTF-8 text: {e}", section=section) from None
+    except json.JSONDecodeError as e:
+        raise RelvmFormatError(f"not valid JSON: {e}", section=section) from None
+    except RecursionError:
+        raise RelvmFormatError("JSON nested too deeply", section=section) from None
+    if type(value) is not kind:
+        raise RelvmFormatError(f"expected a JSON {'object' if kind is dict else 'list'}",
+                               section=section)
+    return value
+
+
+def _words(code: memoryview) -> list[int]:
+    if len(code) % 8:
+        raise RelvmFormatError(f"{len(code)} bytes is not a whole number of int64 words",
+                               section="code")
+    return np.frombuffer(code, dtype="<i8").tolist()
+
+
+def _attach_code(exe: Executable, ranges: list[CodeRange], words: list[int]) -> None:
+    """Decode each function's instructions; the functions must tile ``code`` in order."""
+    at = 0
+    for fn, r in zip(exe.functions, ranges):
+        end = r.word_offset + r.word_count
+        if r.word_offset != at or end > len(words):
+            raise RelvmFormatError(f"@{fn.name}: words {r.word_offset}..{end} do not follow on "
+                                   f"at word {at} within {len(words)}", section="code")
+        try:
+            fn.instructions = decode(words[at:at + r.word_count], r.instructions)
+        except DecodeError as e:
+            raise RelvmFormatError(f"@{fn.name}: {e}", section="code") from None
+        at += r.word_count
+    if at != len(words):
+        raise RelvmFormatError(f"{len(words) - at} words belong to no function", section="code")
+
+
+# --- the kernel library ----------------------------------------------------------------------
+
+#: platform.machine() -> ELF e_machine, to check a kernel library was built for this machine.
+ELF_MACHINES = {"x86_64": 62, "amd64": 62, "aarch64": 183, "arm64": 183, "i386": 3, "i686": 3,
+                "riscv64": 243, "ppc64le": 21, "ppc64": 21, "s390x": 22, "armv7l": 40}
+
+
+def _kernel_library(data: memoryview, arch: str | None) -> bytes | None:
+    if not len(data):
+        if arch is not None:
+            raise RelvmFormatError(f"meta records a kernel library for {arch}, but the "
+                                   f"section is empty", section="kernels")
+        return None
+    if arch is None:
+        raise RelvmFormatError(f"{len(data)} bytes of kernel library, but meta records no "
+                               f"machine for it", section="kernels")
+    here = machine_tag()
+    if arch != here:
+        raise RelvmFormatError(f"the kernel library was compiled for {arch}; this machine is "
+                               f"{here}: rebuild the executable here", section="kernels")
+    if sys.platform.startswith(("linux", "freebsd")):
+        _check_elf(data, here)
+    return bytes(data)
+
+
+def _check_elf(data: memoryview, here: str) -> None:
+    head = bytes(data[:20])
+    if len(head) < 20 or head[:4] != b"\x7fELF":
+        raise RelvmFormatError("the kernel library is not an ELF shared object",
+                               section="kernels")
+    bits = {1: 32, 2: 64}.get(head[4])
+    order = {1: "little", 2: "big"}.get(head[5])
+    machine = int.from_bytes(head[18:20], order or "little")
+    expected = ELF_MACHINES.get(platform.machine().lower())
+    if bits != struct.calcsize("P") * 8 or order != sys.byteorder or \
+            (expected is not None and machine != expected):
+        raise RelvmFormatError(f"the kernel library is an ELF object for another machine "
+                               f"({bits}-bit, {order}-endian, e_machine {machine}); this is "
+                               f"{here}", section="kernels")
+
+
+def _check_backend(name: str) -> None:
+    from .kernels import BACKENDS
+
+    if name not in BACKENDS:
+        raise RelvmFormatError(f"unknown kernel backend {name!r}; this relvm knows "
+                               + ", ".join(BACKENDS), section="kernels")
+
+
+# --- constants -----------------------------------------------------------------------------------
+
+def _constants(consts: memoryview, meta: Meta, weights_buf: Callable[[str], memoryview]
+               ) -> list[tuple[np.ndarray, tuple]]:
+    """Each constant as a read-only array viewing the file, with what checks it later."""
+    moved = [c for c in meta.constants if c.file == "weights"]
+    index: list = []
+    data = memoryview(b"")
+    if meta.weights is not None:
+        index, data = _open_weights(weights_buf(meta.weights["path"]), meta.weights)
+    elif moved:
+        raise RelvmFormatError("constants are in a weights file, but meta names none",
+                               section="meta")
+    out = []
+    for k, c in enumerate(meta.constants):
+        if c.file == "main":
+            section, buf, offset, crc = "consts", consts, c.offset, c.crc32
+        else:
+            if c.index >= len(index):
+                raise RelvmFormatError(f"constant {k}: weights index {c.index}, but the file "
+                                       f"has {len(index)}", section="weights")
+            w = index[c.index]
+            if (w.dtype, w.shape, w.nbytes, w.crc32) != (c.dtype, c.shape, c.nbytes, c.crc32):
+                raise RelvmFormatError(f"constant {k}: the weights file holds "
+                                       f"{w.dtype}{list(w.shape)}, expected "
+                                       f"{c.dtype}{list(c.shape)}", section="weights")
+            section, buf, offset, crc = "weights", data, w.offset, w.crc32
+        if offset % ALIGNMENT or offset + c.nbytes > len(buf):
+            raise RelvmFormatError(f"constant {k} at bytes {offset}..{offset + c.nbytes} is "
+                                   f"misaligned or outside the section ({len(buf)} bytes)",
+                                   section=section)
+        dt = dtypes.to_numpy(c.dtype).newbyteorder("<")
+        count = c.nbytes // dt.itemsize
+        arr = np.frombuffer(buf, dt, count, offset) if count else np.empty(0, dt)
+        arr = arr.reshape(c.shape)
+        arr.flags.writeable = False
+        out.append((arr, (section, offset, crc)))
+    return out
+
+
+def _open_weights(buf: memoryview, ref: dict) -> tuple[list[ConstantEntry], memoryview]:
+    def fail(section: str | None, message: str) -> RelvmFormatError:
+        return RelvmFormatError(f"weights file {ref['path']!r}, {section}: {message}",
+                                section="weights")
+
+    box = open_container(buf, WEIGHTS_MAGIC, WEIGHTS_SECTIONS, fail)
+    raw = box.checked("index")
+    if hashlib.sha256(raw).digest()[:16].hex() != ref["content_id"]:
+        raise fail("index", "this weights file does not belong to the executable (its content "
+                            "id differs): it was saved with another executable")
+    entries = _parse_json(raw, "weights", list)
+    try:  # the same checks as entries of the main index
+        index = [constant_entry({**e, "file": "main"} if type(e) is dict else e, f"index[{i}]")
+                 for i, e in enumerate(entries)]
+    except RelvmFormatError as e:
+        raise fail("index", str(e).split(": ", 1)[1]) from None
+    offset, size = box.span("data")
+    return index, buf[offset:offset + size]
+
+
+class ConstantChecks:
+    """Each loaded constant's CRC-32, checked the first time it is used (once, thread-safe)."""
+
+    def __init__(self, arrays: list[np.ndarray], where: list[tuple[str, int, int]]):
+        self._arrays = arrays  # where: (section, offset, crc32) of each constant
+        self._pending = {k: w for k, w in enumerate(where)}
+        self._lock = threading.Lock()
+
+    def verify(self, k: int) -> None:
+        if k not in self._pending:
+            return
+        with self._lock:
+            where = self._pending.get(k)
+            if where is None:
+                return
+            section, offset, crc = where
+            arr = self._arrays[k]
+            actual = zlib.crc32(arr)
+            if actual != crc:
+                raise RelvmFormatError(f"constant {k} ({arr.dtype.name}{list(arr.shape)}, "
+                                       f"{arr.nbytes} bytes at offset {offset}) fails its "
+                                       f"checksum (CRC-32 {actual:08x}, expected {crc:08x}): "
+                                       f"the file is corrupted", section=section)
+            del self._pending[k]

@@ -1,0 +1,188 @@
+"""The verifier: a loaded executable's bytecode and dim programs, checked before anything runs.
+
+Checksums catch damage; the verifier catches files that are well-formed but wrong (written by a
+buggy tool, or by hand). Every operand is checked against its field kind in ``opcodes.TABLE``
+-- registers within the frame, dims slots within the dims vector, function, kernel, constant
+and dim-program indices within their tables, jumps inside the function -- and every dim program
+against the grammar in ``dimprog.py``. A failure is a RelvmFormatError naming the section
+(``code`` for instructions, ``meta`` for everything described in the metadata) and the place.
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from ..errors import RelvmFormatError
+from .bytecode import format_instruction
+from .dimprog import _BINARY
+from .executable import Executable, VMFunction
+from .opcodes import BY_NUMBER
+
+#: Register fields where -1 means "none" (AllocTensor's storage -1: a fresh buffer).
+OPTIONAL_REGS = frozenset({("AllocTensor", "storage"), ("AllocTensorReg", "storage")})
+#: Integer fields with a meaning beyond "an int64": (opcode, field) -> (low, high).
+INT_RANGES = {
+    ("AllocADT", "tag"): (0, 2**31 - 1),
+    ("GetField", "index"): (0, 2**31 - 1),
+    ("AllocStorage", "alignment"): (1, 4096),
+    ("AllocStorage", "reuse"): (0, 1),
+}
+MAX_EXPR_DEPTH = 100
+
+# Dim programs (see dimprog.py): expression tag -> operand kinds; "e" is a nested expression,
+# "arg" an index into ComputeDims' args, "slot" a dims slot, "int" any integer.
+_EXPRESSIONS: dict[str, tuple[str, ...]] = {
+    "const": ("int",), "slot": ("slot",), "shape": ("arg", "int"), "value": ("arg",),
+    "nonzero": ("arg",), "arange_len": ("arg", "arg", "arg"),
+    **{op: ("e", "e") for op in _BINARY},
+}
+_STATEMENTS: dict[str, tuple[str, ...]] = {
+    "set": ("slot", "e"), "check": ("e", "e", "message:a,b"),
+    "bound": ("e", "int", "message:value,limit"), "reshape": ("arg", "arg", "slot"),
+}
+
+
+@dataclass
+class ProgramUse:
+    """What a dim program reads: the highest ComputeDims argument and dims slot (or -1)."""
+
+    max_arg: int = -1
+    max_slot: int = -1
+
+
+def _meta_error(message: str) -> RelvmFormatError:
+    return RelvmFormatError(message, section="meta")
+
+
+def check_program(k: int, program: Any) -> ProgramUse:
+    """Check dim program ``k`` (plain JSON data) against the grammar; what it reads."""
+    use = ProgramUse()
+    if type(program) is not list:
+        raise _meta_error(f"dims#{k}: a program is a list of statements")
+    for i, s in enumerate(program):
+        where = f"dims#{k} statement {i}"
+        _check_node(s, _STATEMENTS, where, use, 0)
+    return use
+
+
+def _check_node(node: Any, grammar: dict, where: str, use: ProgramUse, depth: int) -> None:
+    if depth > MAX_EXPR_DEPTH:
+        raise _meta_error(f"{where}: expression nested deeper than {MAX_EXPR_DEPTH}")
+    if type(node) is not list or not node or type(node[0]) is not str:
+        raise _meta_error(f"{where}: expected [tag, operands...], got {_short(node)}")
+    kinds = grammar.get(node[0])
+    if kinds is None:
+        raise _meta_error(f"{where}: unknown tag {node[0]!r}")
+    if len(node) != len(kinds) + 1:
+        raise _meta_error(f"{where}: {node[0]!r} takes {len(kinds)} operands, got "
+                          f"{len(node) - 1}")
+    for kind, v in zip(kinds, node[1:]):
+        if kind == "e":
+            _check_node(v, _EXPRESSIONS, where, use, depth + 1)
+        elif kind.startswith("message:"):
+            _check_message(v, kind.split(":")[1].split(","), where)
+        else:
+            if type(v) is not int or not -2**63 <= v < 2**63 or (kind != "int" and v < 0):
+                raise _meta_error(f"{where}: {node[0]!r} operand must be a "
+                                  f"{'non-negative ' if kind != 'int' else ''}integer, got "
+                                  f"{_short(v)}")
+            if kind == "arg":
+                use.max_arg = max(use.max_arg, v)
+            elif kind == "slot":
+                use.max_slot = max(use.max_slot, v)
+
+
+def _check_message(v: Any, names: list[str], where: str) -> None:
+    """A check's message may only use its own fields: {a} and {b}, or {value} and {limit}."""
+    if type(v) is not str:
+        raise _meta_error(f"{where}: message must be a string, got {_short(v)}")
+    try:
+        parts = list(string.Formatter().parse(v))
+    except ValueError as e:
+        raise _meta_error(f"{where}: bad message {v!r}: {e}") from None
+    for _, field_name, spec, conversion in parts:
+        if field_name is not None and (field_name not in names or spec or conversion):
+            raise _meta_error(f"{where}: message {v!r} may only use "
+                              + ", ".join("{" + n + "}" for n in names))
+
+
+def check_function(exe: Executable, fi: int, uses: Sequence[ProgramUse]) -> None:
+    """Check every instruction of function ``fi`` against the table and ``exe``'s tables."""
+    fn = exe.functions[fi]
+    n = len(fn.instructions)
+    if n == 0:
+        raise RelvmFormatError(f"@{fn.name} has no instructions", section="code")
+    if fn.prologue > n:
+        raise _meta_error(f"@{fn.name}: prologue of {fn.prologue} instructions, but the "
+                          f"function has {n}")
+    if len(fn.params) > fn.num_regs:
+        raise _meta_error(f"@{fn.name}: {len(fn.params)} parameters but {fn.num_regs} registers")
+    limits = {"func": len(exe.functions), "kernel": len(exe.kernels),
+              "const": len(exe.constants), "prog": len(exe.dim_programs)}
+    for pc, ins in enumerate(fn.instructions):
+        problem = _instruction_problem(fn, pc, ins, limits, uses)
+        if problem:
+            raise RelvmFormatError(f"@{fn.name} pc {pc}: {format_instruction(ins, None, fn)}: "
+                                   f"{problem}", section="code")
+    for i, out in enumerate(fn.outputs):
+        bad_pc = [p for p in out.alloc_pcs if not 0 <= p < n]
+        bad_dim = [d for d in out.shape or () if _dim_problem(fn, d)]
+        if bad_pc or bad_dim:
+            raise _meta_error(f"@{fn.name} output {i}: "
+                              + (f"alloc pc {bad_pc[0]} outside the function" if bad_pc
+                                 else _dim_problem(fn, bad_dim[0])))
+
+
+def _instruction_problem(fn: VMFunction, pc: int, ins: tuple, limits: dict,
+                         uses: Sequence[ProgramUse]) -> str | None:
+    spec = BY_NUMBER[ins[0]]
+    for f, v in zip(spec.fields, ins[1:]):
+        kind = f.kind
+        if kind == "reg":
+            low = -1 if (spec.name, f.name) in OPTIONAL_REGS else 0
+            if not low <= v < fn.num_regs:
+                return f"{f.name}: register {v} outside 0..{fn.num_regs - 1}"
+        elif kind == "regs":
+            bad = [r for r in v if not 0 <= r < fn.num_regs]
+            if bad:
+                return f"{f.name}: register {bad[0]} outside 0..{fn.num_regs - 1}"
+        elif kind in ("dim", "dims"):
+            for d in (v if kind == "dims" else (v,)):
+                problem = _dim_problem(fn, d)
+                if problem:
+                    return f"{f.name}: {problem}"
+        elif kind in limits:
+            if not 0 <= v < limits[kind]:
+                return f"{f.name}: {kind} index {v}, but the executable has {limits[kind]}"
+        elif kind == "offset":
+            if not 0 <= pc + v < len(fn.instructions):
+                return f"{f.name}: jump to {pc + v}, outside the function"
+        elif kind == "int":
+            low, high = INT_RANGES.get((spec.name, f.name), (-2**63, 2**63 - 1))
+            if not low <= v <= high:
+                return f"{f.name}: {v} outside {low}..{high}"
+    if spec.name == "InvokePacked" and not 0 <= ins[2] <= len(ins[3]):
+        return f"output_size {ins[2]} but {len(ins[3])} arguments"
+    if spec.name == "ComputeDims":
+        use = uses[ins[1]]
+        if use.max_arg >= len(ins[2]):
+            return f"dims#{ins[1]} reads argument {use.max_arg}, but gets {len(ins[2])}"
+        if use.max_slot >= fn.num_dims:
+            return f"dims#{ins[1]} writes dims slot {use.max_slot}, but @{fn.name} has " \
+                   f"{fn.num_dims}"
+    return None
+
+
+def _dim_problem(fn: VMFunction, d: Any) -> str | None:
+    if type(d) is not int:
+        return f"dim operand {_short(d)} is not an integer"
+    if d < 0 and -d - 1 >= fn.num_dims:
+        return f"dims slot {-d - 1}, but @{fn.name} has {fn.num_dims}"
+    return None
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."

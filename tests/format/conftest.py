@@ -1,0 +1,6 @@
+"""Makes tests/format importable for its shared helpers (``formatcases``)."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))

@@ -1,0 +1,67 @@
+"""Shared by the executable-file tests: a small program with constants, and file surgery."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+import relvm
+from relvm.runtime.fileformat import assemble, sections_of
+
+# Small on purpose (fuzzing loads it 10,000 times), but with every part of a file: two functions,
+# constants, kernels, dim programs with checks, a prologue, pooled storage.
+SMALL = """def @scale(%h: Tensor[(n, 8), float32]) -> Tensor[(n, 8), float32] {
+  multiply(%h, 0.5f)
+}
+def @main(%x: Tensor[(n, 4), float32], %y: Tensor[(n, 4), float32],
+          %w: Tensor[(8, 4), float32], %b: Tensor[(8), float32]) {
+  %0 = nn.dense(add(%x, %y), %w);
+  %1 = nn.relu(nn.bias_add(%0, %b));
+  @scale(%1)
+}"""
+W = (np.arange(32, dtype=np.float32).reshape(8, 4) - 16) / 8
+B = np.linspace(-1, 1, 8, dtype=np.float32)
+X = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
+Y = np.ones((3, 4), np.float32)
+
+
+def small_exe() -> relvm.Executable:
+    return relvm.build(relvm.parse(SMALL), params={"w": W, "b": B})
+
+
+def small_expected() -> np.ndarray:
+    return np.maximum((X + Y) @ W.T + B, 0) * np.float32(0.5)
+
+
+def with_meta(data: bytes, edit) -> bytes:
+    """``data`` with its meta JSON edited by ``edit(meta)`` (in place), checksums redone."""
+    sections = sections_of(data)
+    meta = json.loads(sections["meta"])
+    edit(meta)
+    sections["meta"] = json.dumps(meta).encode()
+    return assemble(sections)
+
+
+def with_section(data: bytes, name: str, content: bytes) -> bytes:
+    sections = sections_of(data)
+    sections[name] = content
+    return assemble(sections)
+
+
+def flat(v):
+    if isinstance(v, tuple):
+        for x in v:
+            yield from flat(x)
+    else:
+        yield v
+
+
+def assert_identical(got, want) -> None:
+    """Same nesting, dtypes, shapes and bits."""
+    got, want = list(flat(got)), list(flat(want))
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
+        assert g.tobytes() == w.tobytes()

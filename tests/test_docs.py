@@ -1,0 +1,22 @@
+"""The tutorial's code blocks run, in order, as written."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+TUTORIAL = Path(__file__).resolve().parents[1] / "docs" / "tutorial.md"
+
+
+@pytest.mark.skipif(not TUTORIAL.exists(), reason="docs/ is not beside the tests")
+def test_tutorial_code_runs(capsys) -> None:
+    blocks = re.findall(r"```python\n(.*?)```", TUTORIAL.read_text(), re.S)
+    assert len(blocks) >= 8
+    namespace: dict = {}
+    for i, code in enumerate(blocks):
+        exec(compile(code, f"tutorial.md block {i + 1}", "exec"), namespace)
+    printed = capsys.readouterr().out
+    assert "inner dims differ: data (n, 16) vs weight (32, 15) at line 6, column 8" in printed
+    assert "@main input %x dim 1: expected 16, got 15" in printed
+    assert "n=65 exceeds the upper bound n <= 64" in printed
+    assert "fused_dense_bias_add_relu" in printed
