@@ -61,7 +61,7 @@ def _mod(a: int, b: int) -> int:
     return a % b
 
 
-_BINARY = {
+BINARY = {
     "add": lambda a, b: a + b,
     "sub": lambda a, b: a - b,
     "mul": lambda a, b: a * b,
@@ -70,6 +70,21 @@ _BINARY = {
     "max": max,
     "min": min,
     "bcast": _bcast,
+}
+
+
+#: The grammar, once: tag -> operand kinds. "e" is a nested expression, "arg" an index into
+#: ComputeDims' args, "slot" a dims slot, "int" any integer, "message:a,b" a check's message
+#: and the fields it may use. The verifier checks files against it; a test checks every tag
+#: compiles.
+EXPRESSIONS: dict[str, tuple[str, ...]] = {
+    "const": ("int",), "slot": ("slot",), "shape": ("arg", "int"), "value": ("arg",),
+    "nonzero": ("arg",), "arange_len": ("arg", "arg", "arg"),
+    **{op: ("e", "e") for op in BINARY},
+}
+STATEMENTS: dict[str, tuple[str, ...]] = {
+    "set": ("slot", "e"), "check": ("e", "e", "message:a,b"),
+    "bound": ("e", "int", "message:value,limit"), "reshape": ("arg", "arg", "slot"),
 }
 
 
@@ -103,8 +118,8 @@ def compile_expr(e: tuple) -> Callable[[list, Sequence[Any]], int]:
     if tag == "arange_len":
         a, b, c = (int(x) for x in e[1:4])
         return lambda dims, args: _arange_len(args[a], args[b], args[c])
-    if tag in _BINARY:
-        fn = _BINARY[tag]
+    if tag in BINARY:
+        fn = BINARY[tag]
         left, right = compile_expr(e[1]), compile_expr(e[2])
         return lambda dims, args: fn(left(dims, args), right(dims, args))
     raise ValueError(f"unknown dim expression {tag!r}")

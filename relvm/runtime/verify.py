@@ -16,7 +16,8 @@ from typing import Any, Sequence
 
 from ..errors import RelvmFormatError
 from .bytecode import format_instruction
-from .dimprog import _BINARY
+from .dimprog import EXPRESSIONS as _EXPRESSIONS
+from .dimprog import STATEMENTS as _STATEMENTS
 from .executable import Executable, VMFunction
 from .opcodes import BY_NUMBER
 
@@ -31,17 +32,6 @@ INT_RANGES = {
 }
 MAX_EXPR_DEPTH = 100
 
-# Dim programs (see dimprog.py): expression tag -> operand kinds; "e" is a nested expression,
-# "arg" an index into ComputeDims' args, "slot" a dims slot, "int" any integer.
-_EXPRESSIONS: dict[str, tuple[str, ...]] = {
-    "const": ("int",), "slot": ("slot",), "shape": ("arg", "int"), "value": ("arg",),
-    "nonzero": ("arg",), "arange_len": ("arg", "arg", "arg"),
-    **{op: ("e", "e") for op in _BINARY},
-}
-_STATEMENTS: dict[str, tuple[str, ...]] = {
-    "set": ("slot", "e"), "check": ("e", "e", "message:a,b"),
-    "bound": ("e", "int", "message:value,limit"), "reshape": ("arg", "arg", "slot"),
-}
 
 
 @dataclass

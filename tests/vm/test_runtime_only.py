@@ -2,7 +2,8 @@
 
 The executable is built first; then lark, the parser, the passes and the compiler are removed
 from the process and any import of them fails. A fresh VM must still load kernels, run, and
-give the same result. (Once executables can be saved, the same is checked across processes.)
+give the same result. tests/format/ checks the same across processes: a saved file loaded where
+lark cannot be imported and no C compiler is on PATH.
 """
 
 import subprocess
