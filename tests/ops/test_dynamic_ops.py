@@ -9,25 +9,11 @@ from hypothesis import strategies as st
 
 from relvm.ir import dims as D
 from relvm.ir.dims import Sym
-from relvm.ir.types import TensorType
 from relvm.ops import OPS
 from relvm.ops.registry import OPAQUE, AttrError, OpTypeError
+from ophelpers import T, infer, run
 
 n, m = Sym("n"), Sym("m")
-
-
-def T(shape, dtype="float32"):
-    return TensorType(tuple(shape), dtype)
-
-
-def infer(name, *types, **attrs):
-    op = OPS[name]
-    return op.infer(op.make_attrs(attrs), *types)
-
-
-def run(name, *arrays, **attrs):
-    op = OPS[name]
-    return op.reference(op.make_attrs(attrs), *arrays)
 
 
 def checked(name, *arrays, **attrs):

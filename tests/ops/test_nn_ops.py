@@ -12,23 +12,10 @@ from relvm.ir.dims import Sym
 from relvm.ir.types import TensorType, TupleType
 from relvm.ops import OPS
 from relvm.ops.registry import AttrError, OpTypeError
+from ophelpers import T, infer, run
 
 n, h, w = Sym("n"), Sym("h"), Sym("w")
 RNG = np.random.default_rng(0)
-
-
-def T(shape, dtype="float32"):
-    return TensorType(tuple(shape), dtype)
-
-
-def infer(name, *types, **attrs):
-    op = OPS[name]
-    return op.infer(op.make_attrs(attrs), *types)
-
-
-def run(name, *arrays, **attrs):
-    op = OPS[name]
-    return op.reference(op.make_attrs(attrs), *arrays)
 
 
 def rand(*shape, dtype="float32"):

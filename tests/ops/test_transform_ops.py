@@ -10,24 +10,11 @@ from relvm.ir.dims import Sym
 from relvm.ir.types import TensorType, TupleType
 from relvm.ops import OPS
 from relvm.ops.registry import BROADCAST, ELEMWISE, INJECTIVE, AttrError, OpTypeError
+from ophelpers import T, infer, run
 
 n, m = Sym("n"), Sym("m")
 RNG = np.random.default_rng(2)
 HUGE = [2**31 - 1, -(2**31 - 1), 2**31, -(2**31), 2**63 - 1, -(2**63)]
-
-
-def T(shape, dtype="float32"):
-    return TensorType(tuple(shape), dtype)
-
-
-def infer(name, *types, **attrs):
-    op = OPS[name]
-    return op.infer(op.make_attrs(attrs), *types)
-
-
-def run(name, *arrays, **attrs):
-    op = OPS[name]
-    return op.reference(op.make_attrs(attrs), *arrays)
 
 
 def rand(*shape, dtype="float32"):

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import textwrap
 
+from isolation import BLOCK_FRONT_END
+
 SCRIPT = textwrap.dedent("""
     import sys
     import numpy as np
@@ -24,25 +26,7 @@ SCRIPT = textwrap.dedent("""
     x = np.linspace(-1, 1, 20, dtype=np.float32).reshape(5, 4)
     expected = relvm.VirtualMachine(exe).invoke("main", x)
 
-    BLOCKED = ("lark", "relvm.frontend", "relvm.compiler", "relvm.passes")
-    for name in list(sys.modules):
-        if name.startswith(BLOCKED):
-            del sys.modules[name]
-
-    class Block:
-        def find_spec(self, name, path=None, target=None):
-            if name.startswith(BLOCKED):
-                raise ImportError(f"blocked import of {name}")
-            return None
-
-    sys.meta_path.insert(0, Block())
-    try:
-        import lark  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        raise SystemExit("lark is still importable")
-
+""") + BLOCK_FRONT_END + textwrap.dedent("""
     vm = relvm.VirtualMachine(exe)
     got = vm.invoke("main", x)
     assert all(np.array_equal(a, b) for a, b in zip(got, expected))
