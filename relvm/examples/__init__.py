@@ -17,6 +17,8 @@ import numpy as np
 _PARAM_SHAPES = {
     "mlp": {"w1": (512, 784), "b1": (512,), "w2": (512, 512), "b2": (512,),
             "w3": (10, 512), "b3": (10,)},
+    "convnet": {"w1": (16, 3, 3, 3), "b1": (16,), "w2": (32, 16, 3, 3), "b2": (32,),
+                "w3": (10, 32), "b3": (10,)},
 }
 
 NAMES = tuple(_PARAM_SHAPES)
@@ -34,7 +36,7 @@ def params(name: str, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     out = {}
     for key, shape in _PARAM_SHAPES[name].items():
-        fan_in = shape[-1] if len(shape) > 1 else 1
+        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
         scale = np.sqrt(2.0 / fan_in) if len(shape) > 1 else 0.1
         out[key] = (rng.standard_normal(shape) * scale).astype(np.float32)
     return out

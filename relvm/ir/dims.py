@@ -388,11 +388,10 @@ def dim_max(a: Dim | Sym, b: Dim | Sym) -> Dim:
     a, b = _coerce(a), _coerce(b)
     if isinstance(a, int) and isinstance(b, int):
         return max(a, b)
-    if prove_equal(a, b):
+    if prove_nonnegative(a - b):
         return a
-    diff = _coerce(a) - _coerce(b)
-    if isinstance(diff, int):
-        return a if diff > 0 else b
+    if prove_nonnegative(b - a):
+        return b
     return _atom_dim(MaxAtom(*sorted((a, b), key=dim_key)))
 
 
@@ -400,11 +399,10 @@ def dim_min(a: Dim | Sym, b: Dim | Sym) -> Dim:
     a, b = _coerce(a), _coerce(b)
     if isinstance(a, int) and isinstance(b, int):
         return min(a, b)
-    if prove_equal(a, b):
+    if prove_nonnegative(b - a):
         return a
-    diff = _coerce(a) - _coerce(b)
-    if isinstance(diff, int):
-        return a if diff < 0 else b
+    if prove_nonnegative(a - b):
+        return b
     return _atom_dim(MinAtom(*sorted((a, b), key=dim_key)))
 
 
@@ -448,6 +446,27 @@ def prove_equal(a: Dim, b: Dim) -> bool | None:
     if isinstance(diff, int):
         return diff == 0
     return None
+
+
+def prove_nonnegative(x: Dim) -> bool:
+    """True if ``x >= 0`` for every value of its symbols (which are dims: never negative).
+
+    Sufficient, not complete: every coefficient non-negative and every atom provably
+    non-negative (``n*65536 - n*128`` is, ``n - 1`` is not).
+    """
+    if isinstance(x, int):
+        return x >= 0
+    return all(c >= 0 and all(_atom_nonnegative(a) for a in m) for m, c in x.terms)
+
+
+def _atom_nonnegative(a: Atom) -> bool:
+    if isinstance(a, Sym):
+        return True
+    x, y = a.children()
+    if isinstance(a, (FloorDivAtom, ModAtom)):
+        return prove_nonnegative(x) and isinstance(y, int) and y > 0 or (
+            prove_nonnegative(x) and prove_nonnegative(y))
+    return prove_nonnegative(x) and prove_nonnegative(y)
 
 
 def atoms(x: Dim) -> Iterable[Atom]:

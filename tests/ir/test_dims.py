@@ -1,0 +1,74 @@
+"""The symbolic dim algebra: canonical forms, simplification, evaluation, printing."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from relvm.ir import dims as D
+from relvm.ir.dims import Sym
+
+n, m = Sym("n"), Sym("m")
+
+
+@pytest.mark.parametrize("expr,text", [
+    (lambda: (n * 12) // 4, "n*3"),
+    (lambda: n + 1 - 1, "n"),
+    (lambda: (n + 3) // 4, "(n + 3)/4"),
+    (lambda: ((n + 3) // 4) // 2, "(n + 3)/8"),
+    (lambda: (n * 4 + 1) % 4, "1"),
+    (lambda: (n * m * 4) // n, "m*4"),
+    (lambda: n * 2 + 1, "n*2 + 1"),
+    (lambda: 1 - n, "-n + 1"),
+    (lambda: (n + 1) * (n - 1), "n*n - 1"),
+    (lambda: D.dim_max(n * 128, n * 65536), "n*65536"),
+    (lambda: D.dim_min(n, n + 1), "n"),
+    (lambda: D.dim_max(n, m), "max(m, n)"),
+    (lambda: D.ceildiv(n, 2), "(n + 1)/2"),
+])
+def test_canonical_forms(expr, text) -> None:
+    assert D.dim_str(expr()) == text
+
+
+def test_equal_polynomials_are_equal_and_hash_alike() -> None:
+    assert n * 2 == n + n and hash(D.as_expr(n * 2)) == hash(n + n)
+    assert D.prove_equal(n * 2, n + n) is True
+    assert D.prove_equal(n + 1, n) is False
+    assert D.prove_equal(n, m) is None
+
+
+def test_anonymous_dims_print_as_question_mark() -> None:
+    a = D.fresh()
+    assert D.dim_str(D.as_expr(a)) == "?" and D.dim_str(a + n) == "?"
+    assert D.as_expr(D.fresh()) != D.as_expr(D.fresh())
+
+
+def test_broadcast() -> None:
+    assert D.broadcast(n, 1) == n and D.broadcast(4, n) == 4
+    assert D.dim_str(D.broadcast(n, m)) == "?"
+    with pytest.raises(ValueError):
+        D.broadcast(3, 4)
+    assert D.evaluate(D.broadcast(n, m), {n: 1, m: 5}) == 5
+    with pytest.raises(ValueError):
+        D.evaluate(D.broadcast(n, m), {n: 2, m: 5})
+
+
+def test_substitute_and_evaluate() -> None:
+    e = (n * 2 + 3) // 4
+    assert D.evaluate(e, {n: 5}) == 3
+    assert D.substitute(e, {n: D.as_expr(m) * 2}) == m  # (4m + 3) / 4 == m
+    assert D.free_symbols(e) == {n}
+
+
+def test_nonnegative() -> None:
+    assert D.prove_nonnegative(n * 3 + m) and D.prove_nonnegative((n + 1) // 2)
+    assert not D.prove_nonnegative(n - 1) and not D.prove_nonnegative(-n)
+
+
+@given(st.integers(0, 50), st.integers(0, 50), st.integers(1, 7), st.integers(-3, 3))
+def test_simplification_never_changes_the_value(a, b, k, c) -> None:
+    env = {n: a, m: b}
+    for e, want in [((n * k + c) // k, (a * k + c) // k), ((n * k + c) % k, (a * k + c) % k),
+                    (D.dim_max(n * k, m + c), max(a * k, b + c)),
+                    (D.dim_min(n + c, m * k), min(a + c, b * k)),
+                    ((n + m) * k - n, (a + b) * k - a)]:
+        assert D.evaluate(e, env) == want
