@@ -79,6 +79,7 @@ class Sym(Atom):
     def __rsub__(self, o): return o - as_expr(self)
     def __mul__(self, o): return as_expr(self) * o
     def __rmul__(self, o): return o * as_expr(self)
+    def __neg__(self): return -as_expr(self)
     def __floordiv__(self, o): return floordiv(self, o)
     def __mod__(self, o): return mod(self, o)
 
