@@ -30,7 +30,11 @@ def command(name: str):
 
 
 class CliError(RelvmError):
-    """A command-line mistake found after parsing (bad file, bad --dims value)."""
+    """A problem the command found (an unreadable file): exit code 1."""
+
+
+class UsageError(CliError):
+    """A malformed option value (``--dims n``): exit code 2, like argparse's own errors."""
 
 
 def _progress(message: str) -> None:
@@ -69,7 +73,7 @@ def _pairs(items: Sequence[str] | None, what: str) -> dict[str, str]:
         for part in item.split(","):
             name, sep, value = part.partition("=")
             if not sep or not name.strip() or not value.strip():
-                raise CliError(f"{what}: expected NAME=VALUE, got {part!r}")
+                raise UsageError(f"{what}: expected NAME=VALUE, got {part!r}")
             out[name.strip()] = value.strip()
     return out
 
@@ -78,7 +82,7 @@ def _int_pairs(items: Sequence[str] | None, what: str) -> dict[str, int]:
     out = {}
     for k, v in _pairs(items, what).items():
         if not re.fullmatch(r"\d+", v):
-            raise CliError(f"{what}: {k}={v} is not a non-negative integer")
+            raise UsageError(f"{what}: {k}={v} is not a non-negative integer")
         out[k] = int(v)
     return out
 
@@ -251,9 +255,9 @@ def _compile(args: argparse.Namespace) -> int:
     """Compile a .relay file (and its weights) into one executable file."""
     import relvm
 
+    bounds = _int_pairs(args.upper_bound, "--upper-bound")
     text = _read_text(args.file)
     params = _load_npz(args.params) if args.params else None
-    bounds = _int_pairs(args.upper_bound, "--upper-bound")
     _progress(f"relvm: compiling {args.file} ...")
     start = time.perf_counter()
     module = relvm.parse(text, source_name=args.file)
@@ -271,9 +275,9 @@ def _run(args: argparse.Namespace) -> int:
     """Run a function of an executable on inputs from .npy files or random ones."""
     import relvm
 
+    given, dims = _pairs(args.input, "--input"), _int_pairs(args.dims, "--dims")
     exe = _load_exe(args.model)
-    inputs = _inputs_for(exe, args.func, _pairs(args.input, "--input"),
-                         _int_pairs(args.dims, "--dims"), args.seed)
+    inputs = _inputs_for(exe, args.func, given, dims, args.seed)
     vm = relvm.VirtualMachine(exe)
     start = time.perf_counter()
     result = vm.invoke(args.func, *inputs)
@@ -319,8 +323,8 @@ def _bench(args: argparse.Namespace) -> int:
     """Time a function at several values of its dims: median and p90 per setting."""
     import relvm
 
+    settings = _bench_settings(args.dims)  # option values first: a usage error exits 2
     exe = _load_exe(args.model)
-    settings = _bench_settings(args.dims)
     vm = relvm.VirtualMachine(exe)
     print(f"{'dims':<24} {'median ms':>10} {'p90 ms':>10} {'runs':>6}")
     for dims in settings:
@@ -351,13 +355,13 @@ def _bench_settings(items: Sequence[str] | None) -> list[dict[str, int]]:
         name, sep, rest = item.partition("=")
         parts = [v.strip() for v in rest.split(",") if v.strip()]
         if not sep or not name.strip() or not parts or not all(p.isdigit() for p in parts):
-            raise CliError(f"--dims: expected NAME=V1,V2,..., got {item!r}")
+            raise UsageError(f"--dims: expected NAME=V1,V2,..., got {item!r}")
         values[name.strip()] = [int(p) for p in parts]
     if not values:
         return [{}]
     count = max(len(v) for v in values.values())
     if any(len(v) not in (1, count) for v in values.values()):
-        raise CliError("--dims: give every name the same number of values (or one)")
+        raise UsageError("--dims: give every name the same number of values (or one)")
     return [{k: v[i] if len(v) > 1 else v[0] for k, v in values.items()} for i in range(count)]
 
 
@@ -426,9 +430,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     try:
         return COMMANDS[args.command](args)
+    except UsageError as e:
+        parser.print_usage(sys.stderr)
+        print(f"relvm: usage error: {e}", file=sys.stderr)
+        return 2
     except RelvmError as e:
         if args.debug:
             traceback.print_exc()

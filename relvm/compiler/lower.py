@@ -483,7 +483,8 @@ class FunctionLowering:
             first = self.dims.num_slots
             for d in out.shape:
                 self.dims.new_slot(d)
-            statements = [("reshape", 0, 1, first)]
+            tag = "reshape_allowzero" if call.attrs["allowzero"] else "reshape"
+            statements = [(tag, 0, 1, first)]
             args = (in_regs[0], in_regs[1])
         else:
             raise RelvmCompileError(f"{op.name}: no run-time shape rule for this data-dependent op")

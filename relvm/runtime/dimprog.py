@@ -23,7 +23,8 @@ Statements::
     ("set", slot, expr)
     ("check", expr_a, expr_b, message)  # a == b, else DimError(message with {a} and {b})
     ("bound", expr, limit, message)     # 0 <= expr <= limit
-    ("reshape", data_arg, shape_arg, first_slot)   # dyn.reshape: resolve 0/-1 codes
+    ("reshape", data_arg, shape_arg, first_slot)   # dyn.reshape: resolve 0 (copy) and -1
+    ("reshape_allowzero", data_arg, shape_arg, first_slot)   # the same with 0 meaning 0
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ EXPRESSIONS: dict[str, tuple[str, ...]] = {
 STATEMENTS: dict[str, tuple[str, ...]] = {
     "set": ("slot", "e"), "check": ("e", "e", "message:a,b"),
     "bound": ("e", "int", "message:value,limit"), "reshape": ("arg", "arg", "slot"),
+    "reshape_allowzero": ("arg", "arg", "slot"),
 }
 
 
@@ -125,20 +127,32 @@ def compile_expr(e: tuple) -> Callable[[list, Sequence[Any]], int]:
     raise ValueError(f"unknown dim expression {tag!r}")
 
 
-def _reshape_dims(data: np.ndarray, shape: np.ndarray) -> list[int]:
-    """Resolve Relay's 0 (copy) and -1 (infer) codes of a run-time reshape target."""
+def _reshape_dims(data: np.ndarray, shape: np.ndarray, allowzero: bool = False) -> list[int]:
+    """Resolve the 0 (copy the input dim, unless ``allowzero``) and -1 (infer) codes of a
+    run-time reshape target, as ONNX Reshape and Relay's dyn.reshape do.
+
+    The -1 dim is the product of the input dims no 0 copied over the product of the other
+    output dims, so copied dims cancel even when they are 0 (the reference's rule).
+    """
     codes = [int(v) for v in np.asarray(shape).reshape(-1)]
-    out = [data.shape[i] if c == 0 and i < data.ndim else c for i, c in enumerate(codes)]
-    if out.count(-1) > 1:
-        raise DimError(f"dyn.reshape: more than one -1 in {codes}")
-    if any(c < -1 for c in out):
-        raise DimError(f"dyn.reshape: invalid dim in {codes}")
-    known = int(np.prod([c for c in out if c != -1], dtype=np.int64))
+    if allowzero and -1 in codes and 0 in codes:
+        raise DimError(f"dyn.reshape: with allowzero, 0 and -1 cannot both appear in {codes}")
+    if codes.count(-1) > 1 or any(c < -1 for c in codes):
+        raise DimError(f"dyn.reshape: invalid target shape {codes}")
+    copied = set() if allowzero else {i for i, c in enumerate(codes) if c == 0}
+    if any(i >= data.ndim for i in copied):
+        raise DimError(f"dyn.reshape: 0 at position {max(copied)} of {codes} has no input dim "
+                       f"to copy in {data.shape}")
+    out = [data.shape[i] if i in copied else c for i, c in enumerate(codes)]
+    rest_in = int(np.prod([d for i, d in enumerate(data.shape) if i not in copied],
+                          dtype=np.int64))
+    rest_out = int(np.prod([c for i, c in enumerate(out) if c != -1 and i not in copied],
+                           dtype=np.int64))
     if -1 in out:
-        if known == 0 or data.size % known:
+        if rest_out == 0 or rest_in % rest_out:
             raise DimError(f"dyn.reshape: cannot reshape {data.shape} into {codes}")
-        out[out.index(-1)] = data.size // known
-    elif known != data.size:
+        out[out.index(-1)] = rest_in // rest_out
+    elif rest_in != rest_out:
         raise DimError(f"dyn.reshape: cannot reshape {data.shape} into {codes}")
     return out
 
@@ -167,11 +181,12 @@ def _statement(s: tuple) -> Compiled:
             if not 0 <= v <= limit:
                 raise DimError(message.format(value=v, limit=limit))
         return run_bound
-    if tag == "reshape":
+    if tag in ("reshape", "reshape_allowzero"):
         data_i, shape_i, first = int(s[1]), int(s[2]), int(s[3])
+        allowzero = tag == "reshape_allowzero"
 
         def run_reshape(dims: list, args: Sequence[Any]) -> None:
-            for j, v in enumerate(_reshape_dims(args[data_i], args[shape_i])):
+            for j, v in enumerate(_reshape_dims(args[data_i], args[shape_i], allowzero)):
                 dims[first + j] = v
         return run_reshape
     raise ValueError(f"unknown dim statement {tag!r}")

@@ -196,6 +196,6 @@ def _format_statement(s: tuple) -> str:
         return f"check {format_expr(s[1])} == {format_expr(s[2])}"
     if s[0] == "bound":
         return f"check {format_expr(s[1])} <= {s[2]}"
-    if s[0] == "reshape":
-        return f"d{s[3]}.. = reshape_dims(${s[1]}, ${s[2]})"
+    if s[0] in ("reshape", "reshape_allowzero"):
+        return f"d{s[3]}.. = {s[0]}_dims(${s[1]}, ${s[2]})"
     return str(s)

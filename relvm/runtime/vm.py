@@ -285,6 +285,8 @@ class VirtualMachine:
 
     def _invoke(self, ep: EntryPoint, outs: tuple | None) -> Any:
         inputs = self._inputs.get(ep.fn.name)
+        if inputs is None and not ep.names:
+            inputs = []  # a function without parameters needs no set_input
         if inputs is None:
             raise RelvmInputError(f"@{ep.fn.name}: inputs are not set; call set_input or pass "
                                   f"them")

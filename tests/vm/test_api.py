@@ -221,3 +221,19 @@ def test_profiler_reports_kernels_and_opcodes() -> None:
     assert prof.rows["alloc_tensor"][0] == 3
     table = prof.table()
     assert "kernel exp" in table and "count" in table
+
+
+def test_function_without_parameters_needs_no_set_input() -> None:
+    vm = vm_for('def @main() { ones(shape=[2], dtype="float32") }')
+    np.testing.assert_array_equal(vm.invoke("main"), [1, 1])
+
+
+@pytest.mark.parametrize("allowzero,shape,want", [(1, [3, 4, 0], (3, 4, 0)),
+                                                   (0, [0, -1], (0, 12))])
+def test_dyn_reshape_allowzero(allowzero, shape, want) -> None:
+    mod = relvm.parse(f"""def @main(%x: Tensor[(n, 3, 4), float32], %s: Tensor[({len(shape)}), int64]) {{
+      dyn.reshape(%x, %s, allowzero={allowzero})
+    }}""")
+    args = (np.zeros((0, 3, 4), np.float32), np.array(shape, np.int64))
+    got = relvm.VirtualMachine(relvm.build(mod)).invoke("main", *args)
+    assert got.shape == want == evaluate(mod, *args).shape

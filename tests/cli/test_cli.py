@@ -1,0 +1,139 @@
+"""The installed ``relvm`` command, through subprocess: output and exit codes (0 ok, 1 error,
+2 usage)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import relvm
+from relvm import examples
+
+
+def _script() -> str | None:
+    beside = Path(sys.executable).parent / "relvm"
+    return str(beside) if beside.exists() else shutil.which("relvm")
+
+
+SCRIPT = _script()
+pytestmark = pytest.mark.skipif(SCRIPT is None, reason="the relvm script is not installed")
+
+
+def relvm_cli(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([SCRIPT, *args], capture_output=True, text=True, timeout=600, cwd=cwd)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> dict:
+    """The MLP as .relay + weights .npz, compiled once by the CLI."""
+    d = tmp_path_factory.mktemp("cli")
+    (d / "mlp.relay").write_text(examples.text("mlp"))
+    np.savez(d / "mlp.npz", **examples.params("mlp"))
+    proc = relvm_cli("compile", str(d / "mlp.relay"), "--params", str(d / "mlp.npz"),
+                     "--upper-bound", "n=64", "-o", str(d / "mlp.rvm"))
+    assert proc.returncode == 0, proc.stderr
+    assert "wrote" in proc.stdout and (d / "mlp.rvm").exists()
+    return {"dir": d, "rvm": str(d / "mlp.rvm")}
+
+
+@pytest.mark.parametrize("cmd", ["demo", "check", "compile", "run", "inspect", "bench"])
+def test_help(cmd) -> None:
+    proc = relvm_cli(cmd, "--help")
+    assert proc.returncode == 0 and "usage: relvm " + cmd in proc.stdout
+
+
+def test_demo_runs_and_checks_itself() -> None:
+    proc = relvm_cli("demo", "--batch", "1", "3", "--repeat", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert "Tensor[(n, 10), float32]" in proc.stdout and "loaded in" in proc.stdout
+    assert proc.stdout.count(" yes ") == 2
+
+
+def test_check_prints_types(tmp_path) -> None:
+    path = tmp_path / "m.relay"
+    path.write_text(examples.text("mlp"))
+    proc = relvm_cli("check", str(path))
+    assert proc.returncode == 0 and "-> Tensor[(n, 10), float32]" in proc.stdout
+
+
+def test_run_with_npy_input_and_output(model) -> None:
+    d = model["dir"]
+    x = np.random.default_rng(0).standard_normal((3, 784)).astype(np.float32)
+    np.save(d / "x.npy", x)
+    proc = relvm_cli("run", model["rvm"], "--input", f"x={d / 'x.npy'}", "--output",
+                     str(d / "y.npy"))
+    assert proc.returncode == 0, proc.stderr
+    want = relvm.VirtualMachine(relvm.load(model["rvm"])).invoke("main", x)
+    np.testing.assert_array_equal(np.load(d / "y.npy"), want)
+    assert "output 0: float32[3, 10]" in proc.stdout
+
+
+def test_run_with_random_inputs_for_dims(model) -> None:
+    proc = relvm_cli("run", model["rvm"], "--dims", "n=5")
+    assert proc.returncode == 0, proc.stderr
+    assert "output 0: float32[5, 10]" in proc.stdout
+
+
+def test_inspect(model) -> None:
+    proc = relvm_cli("inspect", model["rvm"])
+    assert proc.returncode == 0, proc.stderr
+    assert "@main(%x: Tensor[(n, 784), float32])" in proc.stdout
+    assert "upper bounds: n <= 64" in proc.stdout and "invoke_packed" in proc.stdout
+
+
+def test_bench_reports_each_setting(model) -> None:
+    proc = relvm_cli("bench", model["rvm"], "--dims", "n=1,16", "--seconds", "0.05",
+                     "--min-runs", "3", "--warmup", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert "n=1 " in proc.stdout and "n=16 " in proc.stdout and "median ms" in proc.stdout
+    assert "timing n=16" in proc.stderr  # progress
+
+
+@pytest.mark.parametrize("args,message", [
+    (["run", "missing.rvm", "--dims", "n=2"], "cannot read missing.rvm: no such file"),
+    (["inspect", "README.md"], "executable"),
+    (["check", "nope.relay"], "cannot read nope.relay"),
+])
+def test_bad_paths_are_one_clear_error(args, message, tmp_path) -> None:
+    (tmp_path / "README.md").write_text("not an executable")
+    proc = relvm_cli(*args, cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("relvm: error: ") and message in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_bad_ir_points_at_the_error(tmp_path) -> None:
+    path = tmp_path / "bad.relay"
+    path.write_text("def @main(%x: Tensor[(n), float32]) {\n  nn.rleu(%x)\n}\n")
+    proc = relvm_cli("check", str(path))
+    assert proc.returncode == 1
+    assert "unknown op 'nn.rleu'" in proc.stderr and "nn.relu" in proc.stderr
+    assert "line 2, column 3" in proc.stderr and "^" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    debug = relvm_cli("--debug", "check", str(path))
+    assert debug.returncode == 1 and "Traceback" in debug.stderr
+
+
+def test_wrong_input_shape(model) -> None:
+    d = model["dir"]
+    np.save(d / "bad.npy", np.zeros((3, 780), np.float32))
+    proc = relvm_cli("run", model["rvm"], "--input", f"x={d / 'bad.npy'}")
+    assert proc.returncode == 1
+    assert "input %x dim 1: expected 784, got 780" in proc.stderr
+
+
+def test_over_the_upper_bound(model) -> None:
+    proc = relvm_cli("run", model["rvm"], "--dims", "n=65")
+    assert proc.returncode == 1 and "exceeds the upper bound n <= 64" in proc.stderr
+
+
+@pytest.mark.parametrize("args", [[], ["frobnicate"], ["run"], ["bench", "m.rvm", "--dims", "n"]])
+def test_usage_errors_exit_2(args, tmp_path) -> None:
+    proc = relvm_cli(*args, cwd=tmp_path)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
