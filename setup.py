@@ -19,6 +19,7 @@ setup(
     extras_require={
         "test": ["pytest>=7", "hypothesis>=6.80"],
         "bench": ["onnx>=1.15", "onnxruntime>=1.17"],
+        "onnx": ["onnx>=1.15"],
     },
     setup_requires=["cffi>=1.15"],
     cffi_modules=["kernels/build.py:ffibuilder"],

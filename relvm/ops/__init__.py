@@ -2,6 +2,7 @@
 
 from . import (conv, dynamic, elementwise, indexing, nn, reduce,  # noqa: F401 (registration)
                transform)
+from . import conv_transpose, image, recurrent  # noqa: F401 (ops the ONNX importer needs)
 from .registry import OPS, Op, get_op
 
 __all__ = ["OPS", "Op", "get_op"]

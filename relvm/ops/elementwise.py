@@ -45,7 +45,8 @@ _unary("exp", np.exp, *_F, "e to the x")
 _unary("log", np.log, *_F, "natural logarithm")
 _unary("sqrt", np.sqrt, *_F, "square root")
 _unary("rsqrt", lambda x: 1 / np.sqrt(x), *_F, "1 / sqrt(x)")
-_unary("erf", lambda x: _erf(x.astype(np.float64)).astype(np.float64), *_F, "Gauss error function")
+_unary("erf", lambda x: np.asarray(_erf(x.astype(np.float64)), np.float64), *_F,
+       "Gauss error function")
 _unary("floor", np.floor, *_F, "round toward -inf")
 _unary("ceil", np.ceil, *_F, "round toward +inf")
 _unary("round", np.round, *_F, "round half to even")
@@ -69,7 +70,8 @@ def _clip_ref(attrs, x):
     if x.dtype.kind in "iu":
         info = np.iinfo(x.dtype)
         lo, hi = max(math.ceil(lo), info.min), min(math.floor(hi), info.max)
-    return np.minimum(np.maximum(x, x.dtype.type(lo)), x.dtype.type(hi)).astype(x.dtype)
+    # asarray: on a rank-0 input NumPy's ufuncs return a scalar, not an array.
+    return np.asarray(np.minimum(np.maximum(x, x.dtype.type(lo)), x.dtype.type(hi)), x.dtype)
 
 
 def _clip_type(attrs, x):

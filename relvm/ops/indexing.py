@@ -98,7 +98,9 @@ def _static_slice(d: int, b: int | None, e: int | None, s: int, mode: str) -> sl
         start = slice(b, None).indices(d)[0]
         return slice(start, d if e is None or e < 0 else min(start + e, d))
     start, stop, step = slice(b, e, s).indices(d)
-    # indices() gives stop -1 for "before the first element"; as a slice bound -1 means the last.
+    # indices() gives -1 for "before the first element"; as a slice bound -1 means the last.
+    if start < 0:  # so a backward slice that starts before the first element is empty
+        return slice(0, 0)
     return slice(start, None if stop < 0 else stop, step)
 
 

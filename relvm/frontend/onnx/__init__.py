@@ -1,0 +1,79 @@
+"""Import ONNX models: ``from_onnx(model) -> (module, params)``.
+
+ONNX ``dim_param`` s become named symbolic dims (``batch_size``, ``sequence_length``; names are
+made valid identifiers), unknown dims become ``?``, and initializers become parameters of
+``@main`` that :func:`relvm.build` binds::
+
+    mod, params = relvm.frontend.onnx.from_onnx("model.onnx")
+    exe = relvm.build(mod, params=params)          # compiled once, for every batch size
+
+Needs the ``onnx`` package (``pip install "relvm[onnx]"``). See ``docs/onnx.md`` for the ops,
+the opsets and what stays static.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+import numpy as np
+
+from .importer import RelvmImportError
+
+__all__ = ["from_onnx", "supported_ops", "RelvmImportError"]
+
+
+def from_onnx(model: Any, *, freeze: Mapping[str, Any] | None = None):
+    """Convert an ONNX model into a typed relvm Module and its params.
+
+    Parameters
+    ----------
+    model : onnx.ModelProto, str, os.PathLike or bytes
+        The model, a path to a ``.onnx`` file, or its serialized bytes.
+    freeze : mapping of str to array_like, optional
+        Values for graph inputs to take as constants (for example an ``axes`` input that a
+        model feeds at run time but relvm needs at import); they leave @main's signature.
+
+    Returns
+    -------
+    (Module, dict of str to numpy.ndarray)
+        ``@main`` takes the graph inputs in order (initializers excluded), then one parameter
+        per weight, which ``params`` holds by name. A model with several outputs returns a tuple.
+
+    Raises
+    ------
+    RelvmImportError
+        Unsupported op types (all of them, in one error), or a node relvm cannot convert (the
+        message names the node and its op type).
+
+    Examples
+    --------
+    >>> mod, params = from_onnx("silero_vad_16k_sequence.onnx")
+    >>> print(mod["main"].params[0].type_annotation)
+    Tensor[(sequence_length, 576), float32]
+    >>> exe = relvm.build(mod, params=params)
+    """
+    try:
+        import onnx
+    except ImportError:  # pragma: no cover
+        raise RelvmImportError('importing ONNX needs the onnx package: pip install "relvm[onnx]"') \
+            from None
+    from .importer import Importer
+
+    if isinstance(model, (str, os.PathLike)):
+        model = onnx.load(os.fspath(model))
+    elif isinstance(model, (bytes, bytearray)):
+        model = onnx.load_from_string(bytes(model))
+    if not isinstance(model, onnx.ModelProto):
+        raise RelvmImportError(f"expected an onnx.ModelProto, a path or bytes, got "
+                               f"{type(model).__name__}")
+    frozen = {k: np.asarray(v) for k, v in (freeze or {}).items()}
+    return Importer(model, frozen).run()
+
+
+def supported_ops() -> list[str]:
+    """The ONNX op types relvm imports (default domain), sorted."""
+    from .converters import CONVERTERS
+
+    return sorted(CONVERTERS)
+

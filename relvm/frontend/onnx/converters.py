@@ -1,0 +1,93 @@
+"""The table of ONNX op converters, and helpers they share.
+
+A converter takes a :class:`~.importer.Node` and returns the node's outputs: IR expressions (or
+:class:`~.values.Value` s), one per ONNX output, in order. A *symbolic evaluator*, registered
+for the few ops that compute shapes (Shape, Gather, Concat, arithmetic...), returns the outputs
+as symbolic dims instead, or None when it does not apply; the converter then runs only if the
+tensor itself is needed.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ...ir import dims as D
+from ...ir.nodes import Expr, Tuple
+from ...ir.types import TupleType
+from .importer import Node
+
+Converter = Callable[[Node], object]
+
+CONVERTERS: dict[str, Converter] = {}
+SYMBOLIC: dict[str, Callable[[Node], list | None]] = {}
+
+
+def converter(*op_types: str) -> Callable[[Converter], Converter]:
+    def register(fn: Converter) -> Converter:
+        for op in op_types:
+            assert op not in CONVERTERS, op
+            CONVERTERS[op] = fn
+        return fn
+    return register
+
+
+def symbolic(*op_types: str):
+    def register(fn):
+        for op in op_types:
+            SYMBOLIC[op] = fn
+        return fn
+    return register
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+def make_tuple(fields: Sequence[Expr]) -> Tuple:
+    t = Tuple(tuple(fields))
+    t.with_type(TupleType(tuple(f.checked_type for f in fields)))
+    return t
+
+
+def norm_axis(n: Node, axis: int, rank: int, what: str = "axis") -> int:
+    if not -rank <= axis < max(rank, 1):
+        raise n.fail(f"{what} {axis} is out of range for rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
+def norm_axes(n: Node, axes: Sequence[int], rank: int, what: str = "axes") -> list[int]:
+    out = [norm_axis(n, int(a), rank, what) for a in axes]
+    if len(set(out)) != len(out):
+        raise n.fail(f"{what} {list(axes)} repeats an axis")
+    return out
+
+
+def prod(dims) -> D.Dim:
+    out: D.Dim = 1
+    for d in dims:
+        out = out * d
+    return out
+
+
+def scalar(n: Node, value, dtype: str) -> Expr:
+    return n.constant(np.asarray(value).astype(dtype))
+
+
+def merge_leading(n: Node, x: Expr, count: int) -> Expr:
+    """Merge the first ``count`` dims of ``x`` into one (exact over symbolic dims)."""
+    if count == 0:
+        return n.call("expand_dims", x, axis=0)
+    for _ in range(count - 1):
+        x = n.call("reshape", x, newshape=[-3, -2])
+    return x
+
+
+def flatten2d(n: Node, x: Expr, axis: int) -> Expr:
+    """ONNX Flatten: ``(prod(shape[:axis]), prod(shape[axis:]))``."""
+    if axis == 0:
+        return n.call("reshape", x, newshape=[1, -1])
+    x = merge_leading(n, x, axis)
+    return n.call("reshape", x, newshape=[0, -1])
+
+
+from . import ops_control, ops_math, ops_nn, ops_shape  # noqa: E402,F401  (registration)

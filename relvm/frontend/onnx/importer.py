@@ -1,0 +1,495 @@
+"""The ONNX graph walker: inputs, initializers, nodes (in their topological order), outputs.
+
+Each node is handed to its converter (``converters.CONVERTERS``) as a :class:`Node`, which reads
+inputs as IR expressions, known values or symbolic values, and builds IR calls through
+:meth:`Node.call`. A call is typed as it is made (the op's type relation over symbolic dims), so
+a converter can look at the shapes it has built; a call whose arguments are all constants is
+evaluated at once with the op's NumPy reference. Every error names the ONNX node.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from ... import dtypes
+from ...errors import RelvmError
+from ...ir import dims as D
+from ...ir.nodes import Call, Constant, Expr, Function, Module, Tuple, TupleGetItem, Var
+from ...ir.types import TensorType, TupleType
+from ...ops.registry import OPS, AttrError, OpTypeError
+from ...passes.type_infer import freshen, infer_module
+from .values import Scope, Value, as_sym
+
+#: ONNX TensorProto element types relvm has, by their numbers.
+ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 6: "int32", 7: "int64", 9: "bool",
+               10: "float16", 11: "float64"}
+#: Known tensors (other than initializers) up to this many elements stay inline constants;
+#: larger ones become parameters of @main, as initializers do.
+INLINE_LIMIT = 16
+#: A call on constants is folded at import unless its result is this large and much larger than
+#: its inputs (zeros(shape=[4096, 4096]) stays a call; the build folds it where it must).
+FOLD_LIMIT = 4096
+
+
+class RelvmImportError(RelvmError, ValueError):
+    """An ONNX model relvm cannot import. The message names the ONNX node (name and op type).
+
+    ``unsupported`` lists the op types relvm has no converter for; ``needs_constant`` the graph
+    inputs whose values the import needed (an ``axes`` input fed at run time).
+    """
+
+    def __init__(self, message: str, *, node: str | None = None, op_type: str | None = None,
+                 unsupported: Sequence[str] = (), needs_constant: Sequence[str] = ()):
+        super().__init__(message)
+        self.node = node
+        self.op_type = op_type
+        self.unsupported = tuple(unsupported)
+        self.needs_constant = tuple(needs_constant)
+
+
+def onnx_type_name(elem_type: int) -> str:
+    import onnx
+
+    return onnx.TensorProto.DataType.Name(elem_type).lower() if elem_type in \
+        onnx.TensorProto.DataType.values() else f"type {elem_type}"
+
+
+def _attribute(a) -> Any:
+    import onnx
+    from onnx import numpy_helper
+
+    if a.type == onnx.AttributeProto.TENSOR:
+        return numpy_helper.to_array(a.t)
+    if a.type == onnx.AttributeProto.GRAPH:
+        return a.g
+    v = onnx.helper.get_attribute_value(a)
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if isinstance(v, list):
+        return [x.decode("utf-8", "replace") if isinstance(x, bytes) else x for x in v]
+    return v
+
+
+def sanitize(name: str, fallback: str) -> str:
+    """A name the text format accepts (letters, digits, underscores)."""
+    out = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    return out if out.strip("_") else fallback
+
+
+class Node:
+    """One ONNX node as its converter sees it."""
+
+    def __init__(self, importer: "Importer", proto, scope: Scope):
+        self.imp = importer
+        self.proto = proto
+        self.scope = scope
+        self.op_type = proto.op_type
+        self.name = proto.name or next((o for o in proto.output if o), "")
+        self.inputs = list(proto.input)
+        self.outputs = list(proto.output)
+        self.attrs = {a.name: _attribute(a) for a in proto.attribute}
+        self.opset = importer.opset
+        #: set while every input is known: inputs read as constants, results fold
+        self.folding = False
+
+    # --- errors --------------------------------------------------------------------------------
+    def describe(self) -> str:
+        return f"{self.op_type} node {self.name!r}"
+
+    def fail(self, message: str, needs: Iterable[str] = ()) -> RelvmImportError:
+        return RelvmImportError(f"{self.describe()}: {message}", node=self.name,
+                                op_type=self.op_type, needs_constant=tuple(needs))
+
+    # --- attributes and inputs ----------------------------------------------------------------
+    def attr(self, name: str, default: Any = None) -> Any:
+        return self.attrs.get(name, default)
+
+    def required(self, name: str) -> Any:
+        if name not in self.attrs:
+            raise self.fail(f"attribute {name!r} is missing")
+        return self.attrs[name]
+
+    def has(self, i: int) -> bool:
+        return i < len(self.inputs) and self.inputs[i] != ""
+
+    def wants(self, i: int) -> bool:
+        """True if output ``i`` is used (named)."""
+        return i < len(self.outputs) and self.outputs[i] != ""
+
+    def value(self, i: int) -> Value:
+        if not self.has(i):
+            raise self.fail(f"input {i} is missing")
+        v = self.scope.lookup(self.inputs[i])
+        if v is None:
+            raise self.fail(f"input {self.inputs[i]!r} is not produced by any earlier node, "
+                            "initializer or graph input")
+        return v
+
+    def x(self, i: int) -> Expr:
+        """Input ``i`` as an IR expression."""
+        v = self.value(i)
+        if self.folding and v.const is not None:
+            return self.imp.constant(self, v.const)
+        return self.imp.expr(v, self)
+
+    def known(self, i: int) -> np.ndarray | None:
+        return self.value(i).const if self.has(i) else None
+
+    def const(self, i: int, what: str) -> np.ndarray:
+        """The value of input ``i``, which must be known at import (an axes list, a pad width)."""
+        v = self.value(i)
+        if v.const is None:
+            source = f"graph input {v.graph_input!r}" if v.graph_input else "a run-time value"
+            raise self.fail(f"input {i} ({what}) must be a constant, but it is {source}",
+                            needs=(v.graph_input,) if v.graph_input else ())
+        return v.const
+
+    def ints(self, i: int, what: str) -> list[int]:
+        return [int(x) for x in np.asarray(self.const(i, what)).reshape(-1)]
+
+    def sym(self, i: int) -> np.ndarray | None:
+        """Input ``i`` as an object array of dims, if it is known or symbolic."""
+        return as_sym(self.value(i)) if self.has(i) else None
+
+    def all_known(self) -> bool:
+        present = [i for i in range(len(self.inputs)) if self.has(i)]
+        return bool(present) and all(self.value(i).const is not None for i in present)
+
+    # --- types ---------------------------------------------------------------------------------
+    def type(self, i: int) -> TensorType:
+        v = self.value(i)
+        if v.const is not None:
+            return TensorType(tuple(int(s) for s in v.const.shape), self.imp.dtype_of(self, v.const))
+        if v.sym is not None:
+            return TensorType(v.sym.shape, v.dtype)
+        t = self.imp.expr(v, self).checked_type
+        if not isinstance(t, TensorType):
+            raise self.fail(f"input {i} is not a tensor: {t}")
+        return t
+
+    def shape(self, i: int) -> tuple[D.Dim, ...]:
+        return self.type(i).shape
+
+    def dtype(self, i: int) -> str:
+        return self.type(i).dtype
+
+    def rank(self, i: int) -> int:
+        return self.type(i).ndim
+
+    # --- building ------------------------------------------------------------------------------
+    def call(self, op: str, *args: Expr, **attrs: Any) -> Expr:
+        return self.imp.call(self, op, args, attrs)
+
+    def constant(self, value: Any, dtype: str | None = None) -> Constant:
+        arr = np.asarray(value, dtype=dtypes.to_numpy(dtype) if dtype else None)
+        return self.imp.constant(self, arr)
+
+    def field(self, tup: Expr, i: int) -> Expr:
+        if isinstance(tup, Tuple):
+            return tup.fields[i]
+        t = tup.checked_type
+        assert isinstance(t, TupleType)
+        g = TupleGetItem(tup, i)
+        g.with_type(t.fields[i])
+        return g
+
+
+class _Lazy:
+    """A node converted on first demand (the run-time form of a symbolic value)."""
+
+    def __init__(self, convert: Callable[[Node], list], node: Node):
+        self.convert = convert
+        self.node = node
+        self.results: list | None = None
+
+    def get(self, i: int) -> Expr:
+        if self.results is None:
+            self.results = _as_list(self.convert(self.node))
+        out = self.results[i]
+        return out if isinstance(out, Expr) else self.node.imp.expr(out, self.node)
+
+
+def _constant_data(e: Expr) -> Any:
+    """The value of a constant, or of a tuple of constants; None otherwise."""
+    if isinstance(e, Constant):
+        return e.data
+    if isinstance(e, Tuple) and all(isinstance(f, Constant) for f in e.fields):
+        return tuple(f.data for f in e.fields)
+    return None
+
+
+def _as_list(out: Any) -> list:
+    return list(out) if isinstance(out, (list, tuple)) else [out]
+
+
+class Importer:
+    """Converts one ONNX ModelProto into a relvm Module and its params."""
+
+    def __init__(self, model, freeze: dict[str, np.ndarray] | None = None):
+        from .converters import CONVERTERS, SYMBOLIC  # registers every converter
+
+        self.converters = CONVERTERS
+        self.symbolic = SYMBOLIC
+        self.model = model
+        self.freeze = dict(freeze or {})
+        self.opset = _default_opset(model)
+        self.params: dict[str, np.ndarray] = {}
+        self.param_vars: list[Var] = []
+        self.var_names: set[str] = set()
+        self.dim_symbols: dict[str, D.Sym] = {}
+        self.dim_names: set[str] = set()
+
+    # --- the whole model ---------------------------------------------------------------------------
+    def run(self) -> tuple[Module, dict[str, np.ndarray]]:
+        import onnx
+
+        newest = onnx.defs.onnx_opset_version()
+        if self.opset > newest:
+            raise RelvmImportError(f"the model uses opset {self.opset}, newer than the {newest} "
+                                   f"the installed onnx knows")
+        graph = self.model.graph
+        self.check_supported(graph)
+        scope = Scope()
+        inputs = self.bind_graph_inputs(graph, scope)
+        for node in graph.node:
+            self.convert_node(node, scope)
+        outputs = [self.expr(self.output_value(scope, o.name), None) for o in graph.output]
+        if not outputs:
+            raise RelvmImportError("the graph has no outputs")
+        body = outputs[0] if len(outputs) == 1 else Tuple(tuple(outputs))
+        module = Module({"main": Function(tuple(inputs + self.param_vars), body)})
+        infer_module(module)
+        return module, dict(self.params)
+
+    def check_supported(self, graph) -> None:
+        """One error listing every op type without a converter (in subgraphs too)."""
+        missing: dict[str, list[str]] = {}
+        for node in _all_nodes(graph):
+            key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
+            if node.domain not in ("", "ai.onnx") or node.op_type not in self.converters:
+                missing.setdefault(key, []).append(node.name or node.output[0])
+        if missing:
+            parts = [f"{op} ({len(names)} node{'s' if len(names) > 1 else ''}, e.g. {names[0]!r})"
+                     for op, names in sorted(missing.items())]
+            raise RelvmImportError(f"the model uses {len(missing)} op type"
+                                   f"{'s' if len(missing) > 1 else ''} relvm cannot import: "
+                                   + "; ".join(parts), unsupported=sorted(missing))
+
+    def bind_graph_inputs(self, graph, scope: Scope) -> list[Var]:
+        from onnx import numpy_helper
+
+        initializers = {t.name for t in graph.initializer}
+        for t in graph.initializer:
+            scope.bind(t.name, Value(t.name, const=numpy_helper.to_array(t), initializer=True))
+        inputs = []
+        for vi in graph.input:
+            if vi.name in initializers:
+                continue
+            if vi.name in self.freeze:
+                scope.bind(vi.name, Value(vi.name, const=np.asarray(self.freeze[vi.name])))
+                continue
+            var = self.input_var(vi)
+            inputs.append(var)
+            scope.bind(vi.name, Value(vi.name, expr=var, graph_input=vi.name))
+        unknown = set(self.freeze) - {vi.name for vi in graph.input}
+        if unknown:
+            raise RelvmImportError(f"freeze names {sorted(unknown)[0]!r}, which is not a graph "
+                                   "input")
+        return inputs
+
+    def output_value(self, scope: Scope, name: str) -> Value:
+        v = scope.lookup(name)
+        if v is None:
+            raise RelvmImportError(f"graph output {name!r} is not produced by any node")
+        return v
+
+    def convert_subgraph(self, graph, parent: Scope) -> list[Value]:
+        """The output values of a subgraph (an If branch), converted in a child scope."""
+        from onnx import numpy_helper
+
+        scope = Scope(parent)
+        for t in graph.initializer:
+            scope.bind(t.name, Value(t.name, const=numpy_helper.to_array(t), initializer=True))
+        for node in graph.node:
+            self.convert_node(node, scope)
+        return [self.output_value(scope, o.name) for o in graph.output]
+
+    # --- inputs and params ------------------------------------------------------------------------
+    def unique_var_name(self, name: str) -> str:
+        base = sanitize(name, "x")
+        out, k = base, 1
+        while out in self.var_names:
+            out, k = f"{base}_{k}", k + 1
+        self.var_names.add(out)
+        return out
+
+    def dim_symbol(self, name: str) -> D.Sym:
+        if name not in self.dim_symbols:
+            base = sanitize(name, "dim")
+            if base[0].isdigit():
+                base = "d_" + base
+            out, k = base, 1
+            while out in self.dim_names:
+                out, k = f"{base}_{k}", k + 1
+            self.dim_names.add(out)
+            self.dim_symbols[name] = D.Sym(out)
+        return self.dim_symbols[name]
+
+    def input_var(self, vi) -> Var:
+        t = vi.type
+        if not t.HasField("tensor_type"):
+            raise RelvmImportError(f"graph input {vi.name!r} is not a tensor; relvm imports "
+                                   "tensor inputs only")
+        tt = t.tensor_type
+        dtype = ONNX_DTYPES.get(tt.elem_type)
+        if dtype is None:
+            raise RelvmImportError(f"graph input {vi.name!r} has element type "
+                                   f"{onnx_type_name(tt.elem_type)}, which relvm does not support")
+        if not tt.HasField("shape"):
+            raise RelvmImportError(f"graph input {vi.name!r} has no shape; relvm needs at least "
+                                   "its rank")
+        shape = []
+        for d in tt.shape.dim:
+            if d.HasField("dim_value") and d.dim_value >= 0:
+                shape.append(int(d.dim_value))
+            elif d.HasField("dim_param") and d.dim_param.strip("?") != "":
+                shape.append(self.dim_symbol(d.dim_param))
+            else:
+                shape.append(D.ANY)  # unknown, or a literal -1: a fresh dim of its own
+        annotation = TensorType(tuple(shape), dtype)
+        var = Var(self.unique_var_name(vi.name), annotation)
+        var.with_type(freshen(annotation))
+        return var
+
+    def param(self, node: Node | None, v: Value) -> Var:
+        arr = np.asarray(v.const, order="C")  # (ascontiguousarray would make a scalar 1-d)
+        t = TensorType(tuple(int(s) for s in arr.shape), self.dtype_of(node, arr))
+        var = Var(self.unique_var_name(v.name), t)
+        var.with_type(t)
+        self.params[var.name] = arr
+        self.param_vars.append(var)
+        return var
+
+    def dtype_of(self, node: Node | None, arr: np.ndarray) -> str:
+        name = dtypes.from_numpy(arr.dtype)
+        if name is None:
+            msg = f"a tensor of dtype {arr.dtype} is not supported by relvm"
+            raise node.fail(msg) if node else RelvmImportError(msg)
+        return name
+
+    # --- values and expressions -------------------------------------------------------------------
+    def expr(self, v: Value, node: Node | None) -> Expr:
+        """The IR expression of a value, made on first use (a param, a constant, a lazy node)."""
+        if v.expr is None:
+            if v.const is not None:
+                if v.initializer or v.const.size > INLINE_LIMIT:
+                    v.expr = self.param(node, v)
+                else:
+                    v.expr = self.constant(node, v.const)
+            else:
+                assert v.thunk is not None, v
+                v.expr = v.thunk()
+        return v.expr
+
+    def constant(self, node: Node | None, arr: np.ndarray) -> Constant:
+        arr = np.asarray(arr)
+        c = Constant(arr)
+        c.with_type(TensorType(tuple(int(s) for s in arr.shape), self.dtype_of(node, arr)))
+        return c
+
+    def call(self, node: Node, op_name: str, args: Sequence[Expr], attrs: dict) -> Expr:
+        op = OPS[op_name]
+        try:
+            checked = op.make_attrs(attrs)
+        except AttrError as e:
+            raise node.fail(f"{op_name}: {e}") from None
+        datas = [_constant_data(a) for a in args]
+        if all(d is not None for d in datas):
+            try:
+                with np.errstate(all="ignore"):
+                    value = op.reference(checked, *datas)
+            except (ValueError, TypeError, IndexError, ZeroDivisionError, OverflowError) as e:
+                raise node.fail(f"{op_name} on constants: {e}") from None
+            size = sum(np.asarray(v).size for v in _as_list(value))
+            if size <= FOLD_LIMIT or size <= 4 * sum(np.size(v) for d in datas for v in _as_list(d)):
+                return self.folded(node, value)
+        try:
+            t = op.infer(checked, *[a.checked_type for a in args])
+        except OpTypeError as e:
+            raise node.fail(f"{op_name}: {e}") from None
+        except (ValueError, TypeError, ZeroDivisionError) as e:
+            raise node.fail(f"{op_name}: cannot infer the result type: {e}") from None
+        c = Call(op, tuple(args), checked)
+        c.with_type(t)
+        return c
+
+    def folded(self, node: Node, value: Any) -> Expr:
+        if isinstance(value, tuple):
+            t = Tuple(tuple(self.folded(node, v) for v in value))
+            t.with_type(TupleType(tuple(f.checked_type for f in t.fields)))
+            return t
+        return self.constant(node, np.asarray(value))
+
+    # --- nodes -------------------------------------------------------------------------------------
+    def convert_node(self, proto, scope: Scope) -> None:
+        node = Node(self, proto, scope)
+        try:
+            outs = self.dispatch(node)
+        except RelvmError:
+            raise
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError,
+                ZeroDivisionError) as e:  # a malformed node the converter did not foresee
+            raise node.fail(f"cannot convert: {type(e).__name__}: {e}") from e
+        for i, name in enumerate(node.outputs):
+            if not name:
+                continue
+            if i >= len(outs) or outs[i] is None:
+                raise node.fail(f"output {i} ({name!r}) is not supported")
+            out = outs[i]
+            if isinstance(out, Value):
+                value = out
+            elif isinstance(out, Constant):
+                value = Value(name, const=out.data)
+            else:
+                value = Value(name, expr=out)
+            scope.bind(name, value)
+
+    def dispatch(self, node: Node) -> list:
+        convert = self.converters[node.op_type]
+        symbolic = self.symbolic.get(node.op_type)
+        if symbolic is not None:
+            results = symbolic(node)
+            if results is not None:
+                lazy = _Lazy(convert, node)
+                return [Value.of_sym(name, sym, dtype, thunk=lambda i=i: lazy.get(i))
+                        for i, (name, (sym, dtype)) in enumerate(zip(node.outputs, results))]
+        if node.op_type != "If" and node.all_known():
+            node.folding = True
+            try:
+                return _as_list(convert(node))
+            finally:
+                node.folding = False
+        return _as_list(convert(node))
+
+
+def _default_opset(model) -> int:
+    for o in model.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            return int(o.version)
+    return 1  # no op of the default domain
+
+
+def _all_nodes(graph):
+    import onnx
+
+    for node in graph.node:
+        yield node
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from _all_nodes(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for g in a.graphs:
+                    yield from _all_nodes(g)

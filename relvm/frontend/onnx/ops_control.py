@@ -1,0 +1,72 @@
+"""Constant, Dropout (inference) and If."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir.nodes import If
+from ...passes.type_infer import _Mismatch, join
+from .converters import converter, make_tuple
+from .importer import Node
+from .values import Value
+
+
+@converter("Constant")
+def constant(n: Node):
+    for key in ("value", "value_float", "value_floats", "value_int", "value_ints"):
+        if key in n.attrs:
+            v = n.attr(key)
+            if key in ("value_float", "value_floats"):
+                v = np.asarray(v, np.float32)
+            elif key in ("value_int", "value_ints"):
+                v = np.asarray(v, np.int64)
+            return Value(n.outputs[0], const=np.asarray(v))
+    raise n.fail(f"only tensor, float and int values are supported, not "
+                 f"{', '.join(sorted(n.attrs)) or 'none'}")
+
+
+@converter("Dropout")
+def dropout(n: Node):
+    training = False
+    if n.has(2):
+        training = bool(np.asarray(n.const(2, "training_mode")).reshape(-1)[0])
+    ratio = float(n.attr("ratio", 0.5))
+    if n.has(1):
+        ratio = float(np.asarray(n.const(1, "ratio")).reshape(-1)[0])
+    if training and ratio != 0:
+        raise n.fail("training_mode with a non-zero ratio drops at random; relvm imports "
+                     "inference graphs")
+    outs = [n.value(0)]
+    if n.wants(1):
+        outs.append(n.call("cast", n.call("ones_like", n.x(0)), dtype="bool"))
+    return outs
+
+
+@converter("If")
+def if_(n: Node):
+    then_graph, else_graph = n.required("then_branch"), n.required("else_branch")
+    cond = n.known(0)
+    if cond is not None:  # decided at import: only the taken branch is converted
+        return n.imp.convert_subgraph(then_graph if bool(np.asarray(cond).reshape(-1)[0])
+                                      else else_graph, n.scope)
+    c = n.x(0)
+    if n.rank(0) != 0:
+        c = n.call("reshape", c, newshape=[])
+    if n.dtype(0) != "bool":
+        raise n.fail(f"the condition must be bool, got {n.dtype(0)}")
+    branches = []
+    for graph in (then_graph, else_graph):
+        values = n.imp.convert_subgraph(graph, n.scope)
+        exprs = [n.imp.expr(v, n) for v in values]
+        branches.append(exprs[0] if len(exprs) == 1 else make_tuple(exprs))
+    try:
+        t = join(branches[0].checked_type, branches[1].checked_type)
+    except _Mismatch as e:
+        raise n.fail(f"the branches differ: {e}") from None
+    node = If(c, branches[0], branches[1])
+    node.with_type(t)
+    count = len(then_graph.output)
+    if count == 1:
+        return [node]
+    return [n.field(node, i) for i in range(count)]
+

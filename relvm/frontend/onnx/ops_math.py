@@ -1,0 +1,248 @@
+"""Elementwise math, activations, comparisons, casts, reductions and softmax."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...ir import dims as D
+from .converters import converter, flatten2d, norm_axes, norm_axis, scalar
+from .importer import ONNX_DTYPES, Node, onnx_type_name
+
+_UNARY = {"Relu": "nn.relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log",
+          "Sqrt": "sqrt", "Neg": "negative", "Abs": "abs", "Erf": "erf", "Ceil": "ceil",
+          "Floor": "floor", "Not": "logical_not", "Sign": "sign", "Round": "round"}
+
+_BINARY = {"Add": "add", "Sub": "subtract", "Mul": "multiply", "Div": "divide", "Equal": "equal",
+           "Less": "less", "Greater": "greater", "LessOrEqual": "less_equal",
+           "GreaterOrEqual": "greater_equal", "And": "logical_and", "Or": "logical_or"}
+
+
+@converter(*_UNARY)
+def unary(n: Node):
+    return n.call(_UNARY[n.op_type], n.x(0))
+
+
+@converter(*_BINARY)
+def binary(n: Node):
+    return n.call(_BINARY[n.op_type], n.x(0), n.x(1))
+
+
+@converter("Reciprocal")
+def reciprocal(n: Node):
+    return n.call("divide", scalar(n, 1, n.dtype(0)), n.x(0))
+
+
+@converter("Pow")
+def pow_(n: Node):
+    base, exponent = n.x(0), n.x(1)
+    dtype = n.dtype(0)
+    if dtype in ("float32", "float64", "float16"):
+        if n.dtype(1) != dtype:
+            exponent = n.call("cast", exponent, dtype=dtype)
+        return n.call("power", base, exponent)
+    # Integer bases: compute in float64 and truncate back, as ONNX Runtime does.
+    out = n.call("power", n.call("cast", base, dtype="float64"),
+                 n.call("cast", exponent, dtype="float64"))
+    return n.call("cast", out, dtype=dtype)
+
+
+@converter("Max", "Min", "Sum", "Mean")
+def variadic(n: Node):
+    op = {"Max": "maximum", "Min": "minimum", "Sum": "add", "Mean": "add"}[n.op_type]
+    out = n.x(0)
+    for i in range(1, len(n.inputs)):
+        out = n.call(op, out, n.x(i))
+    if n.op_type == "Mean" and len(n.inputs) > 1:
+        out = n.call("divide", out, scalar(n, len(n.inputs), n.dtype(0)))
+    return out
+
+
+@converter("Where")
+def where(n: Node):
+    return n.call("where", n.x(0), n.x(1), n.x(2))
+
+
+# --- activations -----------------------------------------------------------------------------------
+
+def _float_scalar(n: Node, value: float) -> object:
+    return scalar(n, value, n.dtype(0))
+
+
+@converter("LeakyRelu")
+def leaky_relu(n: Node):
+    return n.call("nn.leaky_relu", n.x(0), alpha=float(n.attr("alpha", 0.01)))
+
+
+@converter("PRelu")
+def prelu(n: Node):
+    x = n.x(0)
+    negative = n.call("less", x, _float_scalar(n, 0))
+    return n.call("where", negative, n.call("multiply", x, n.x(1)), x)
+
+
+def _hard_sigmoid(n: Node, x, alpha: float, beta: float):
+    y = n.call("add", n.call("multiply", x, _float_scalar(n, alpha)), _float_scalar(n, beta))
+    return n.call("clip", y, a_min=0.0, a_max=1.0)
+
+
+@converter("HardSigmoid")
+def hard_sigmoid(n: Node):
+    return _hard_sigmoid(n, n.x(0), float(n.attr("alpha", 0.2)), float(n.attr("beta", 0.5)))
+
+
+@converter("HardSwish")
+def hard_swish(n: Node):
+    x = n.x(0)
+    return n.call("multiply", x, _hard_sigmoid(n, x, 1 / 6, 0.5))
+
+
+@converter("Gelu")
+def gelu(n: Node):
+    x = n.x(0)
+    half_x = n.call("multiply", x, _float_scalar(n, 0.5))
+    if n.attr("approximate", "none") == "tanh":
+        cube = n.call("multiply", n.call("multiply", x, x), x)
+        inner = n.call("add", x, n.call("multiply", cube, _float_scalar(n, 0.044715)))
+        inner = n.call("multiply", inner, _float_scalar(n, math.sqrt(2 / math.pi)))
+        core = n.call("tanh", inner)
+    else:
+        core = n.call("erf", n.call("multiply", x, _float_scalar(n, 1 / math.sqrt(2))))
+    return n.call("multiply", half_x, n.call("add", core, _float_scalar(n, 1)))
+
+
+@converter("Clip")
+def clip(n: Node):
+    x, dtype = n.x(0), n.dtype(0)
+    if n.opset < 11:
+        lo = n.attr("min", -3.4028234663852886e38)
+        hi = n.attr("max", 3.4028234663852886e38)
+        return n.call("clip", x, a_min=float(lo), a_max=float(hi))
+    bounds = []
+    for i in (1, 2):
+        if not n.has(i):
+            bounds.append(None)
+        elif n.known(i) is not None:
+            bounds.append(float(np.asarray(n.known(i)).reshape(-1)[0]))
+        else:
+            bounds.append(n.x(i))
+    if all(b is None or isinstance(b, float) for b in bounds):
+        if dtype in ("float32", "float64", "float16"):
+            lo, hi = -math.inf, math.inf
+        else:
+            info = np.iinfo(dtype)
+            lo, hi = float(info.min), float(info.max)
+        return n.call("clip", x, a_min=lo if bounds[0] is None else bounds[0],
+                      a_max=hi if bounds[1] is None else bounds[1])
+    out = x
+    for b, op in zip(bounds, ("maximum", "minimum")):
+        if b is None:
+            continue
+        b = b if not isinstance(b, float) else scalar(n, b, dtype)
+        if b.checked_type.ndim:
+            b = n.call("reshape", b, newshape=[])
+        out = n.call(op, out, b)
+    return out
+
+
+# --- casts -----------------------------------------------------------------------------------------
+
+def _target(n: Node, elem_type: int) -> str:
+    dtype = ONNX_DTYPES.get(int(elem_type))
+    if dtype is None:
+        raise n.fail(f"cannot cast to {onnx_type_name(int(elem_type))}, which relvm does not "
+                     "support")
+    return dtype
+
+
+@converter("Cast")
+def cast(n: Node):
+    dtype = _target(n, n.required("to"))
+    if dtype == n.dtype(0):
+        return n.value(0)
+    return n.call("cast", n.x(0), dtype=dtype)
+
+
+@converter("CastLike")
+def cast_like(n: Node):
+    dtype = n.dtype(1)
+    if dtype == n.dtype(0):
+        return n.value(0)
+    return n.call("cast", n.x(0), dtype=dtype)
+
+
+# --- reductions ------------------------------------------------------------------------------------
+
+_REDUCE = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max", "ReduceMin": "min",
+           "ReduceProd": "prod"}
+
+
+@converter(*_REDUCE)
+def reduce(n: Node):
+    rank, dtype = n.rank(0), n.dtype(0)
+    keepdims = bool(n.attr("keepdims", 1))
+    if "axes" in n.attrs:
+        axes = list(n.attr("axes"))
+    elif n.has(1):
+        axes = n.ints(1, "axes")
+    else:
+        axes = []
+    if not axes:
+        if n.attr("noop_with_empty_axes", 0):
+            return n.value(0)
+        axes = list(range(rank))
+    axes = sorted(norm_axes(n, axes, rank))
+    op = _REDUCE[n.op_type]
+    x = n.x(0)
+    if op in ("max", "min") and any(n.shape(0)[a] == 0 for a in axes):
+        return _empty_extreme(n, op, axes, keepdims)
+    if dtype == "bool":
+        if op not in ("max", "min"):
+            raise n.fail(f"{n.op_type} of bool tensors is not supported")
+        y = n.call(op, n.call("cast", x, dtype="uint8"), axis=axes, keepdims=keepdims)
+        return n.call("cast", y, dtype="bool")
+    return n.call(op, x, axis=axes, keepdims=keepdims)
+
+
+def _empty_extreme(n: Node, op: str, axes: list[int], keepdims: bool):
+    """max/min over an empty axis: ONNX's identity element (-inf, +inf, or the dtype's bound)."""
+    shape = [1 if i in axes else d for i, d in enumerate(n.shape(0)) if keepdims or i not in axes]
+    if not all(isinstance(d, int) for d in shape):
+        raise n.fail(f"{n.op_type} over an empty axis needs the other dims static, got "
+                     f"{D.shape_str(n.shape(0))}")
+    dtype = n.dtype(0)
+    if dtype == "bool":
+        fill = op == "min"
+    elif dtype.startswith("float"):
+        fill = -math.inf if op == "max" else math.inf
+    else:
+        info = np.iinfo(dtype)
+        fill = info.min if op == "max" else info.max
+    return n.constant(np.full(shape, fill, dtype=dtype))
+
+
+@converter("ArgMax", "ArgMin")
+def arg_extreme(n: Node):
+    axis = norm_axis(n, int(n.attr("axis", 0)), n.rank(0))
+    op = "argmax" if n.op_type == "ArgMax" else "argmin"
+    y = n.call(op, n.x(0), axis=[axis], keepdims=bool(n.attr("keepdims", 1)),
+               select_last_index=bool(n.attr("select_last_index", 0)))
+    return n.call("cast", y, dtype="int64")
+
+
+# --- softmax -----------------------------------------------------------------------------------------
+
+@converter("Softmax", "LogSoftmax")
+def softmax(n: Node):
+    op = "nn.softmax" if n.op_type == "Softmax" else "nn.log_softmax"
+    rank = n.rank(0)
+    x = n.x(0)
+    if n.opset >= 13:
+        return n.call(op, x, axis=norm_axis(n, int(n.attr("axis", -1)), rank))
+    # Before opset 13 the input is seen as 2-D: (prod(shape[:axis]), prod(shape[axis:])).
+    axis = norm_axis(n, int(n.attr("axis", 1)), rank)
+    if axis == rank - 1:
+        return n.call(op, x, axis=axis)
+    y = n.call(op, flatten2d(n, x, axis), axis=1)
+    return n.call("reshape_like", y, x)

@@ -1,0 +1,110 @@
+"""``nn.conv2d_transpose``: the gradient of conv2d with respect to its input, as Relay defines it.
+
+NCHW data and IOHW weight ``(C_in, C_out / groups, kH, kW)`` (ONNX's ConvTranspose layout).
+Each output dim is ``(in - 1) * stride + dilation * (k - 1) + 1 + output_padding - before -
+after``: the full scatter of every input pixel through the kernel, grown by ``output_padding``
+at the bottom/right (with zeros where no tap lands), then cropped by ``padding`` (1, 2 or 4 ints,
+as conv2d takes them). Products accumulate in float64 and round once to the output dtype.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import dims as D
+from ..ir.types import TensorType
+from .common import (FLOATS, acc_dtype, check_dtype, check_rank, differ, fmt_shape, np_dtype,
+                     out_dtype, require, same_dtype, tensor_arg)
+from .conv import _pads, _pair
+from .registry import (DTYPE_OR_EMPTY, INT, INT_OR_INTS, OPT_INT, OPT_INT_OR_INTS, OUT_FUSABLE,
+                       OpTypeError, attr, choice, register)
+
+
+def _geometry(attrs):
+    strides = _pair(attrs.strides, "strides", 1)
+    dilation = _pair(attrs.dilation, "dilation", 1)
+    out_pad = _pair(attrs.output_padding, "output_padding", 0)
+    return strides, dilation, out_pad, _pads(attrs.padding)
+
+
+def _out_len(size, k, s, d, o, pad):
+    return (size - 1) * s + d * (k - 1) + 1 + o - pad[0] - pad[1]
+
+
+def _conv2d_transpose_type(attrs, d, w):
+    data, weight = tensor_arg(d, "data"), tensor_arg(w, "weight")
+    dtype = same_dtype(("data", data), ("weight", weight))
+    check_dtype(data, "data", FLOATS, "a float dtype")
+    check_rank(data, "data", 4)
+    check_rank(weight, "weight", 4)
+    g = attrs.groups
+    if g < 1:
+        raise OpTypeError(f"groups must be >= 1, got {g}")
+    in_c, out_per_group, kh, kw = weight.shape
+    if differ(data.shape[1], in_c):
+        raise OpTypeError(f"input channels differ: data {fmt_shape(data.shape)} vs weight "
+                          f"{fmt_shape(weight.shape)} (IOHW)")
+    if differ(D.mod(in_c, g), 0):
+        raise OpTypeError(f"input channels of weight {fmt_shape(weight.shape)} are not a "
+                          f"multiple of groups={g}")
+    out_c = out_per_group * g
+    if attrs.channels is not None and differ(attrs.channels, out_c):
+        raise OpTypeError(f"channels={attrs.channels} but weight {fmt_shape(weight.shape)} with "
+                          f"groups={g} gives {D.dim_str(out_c)}")
+    if attrs.kernel_size is not None:
+        ks = _pair(attrs.kernel_size, "kernel_size", 1)
+        if differ(ks[0], kh) or differ(ks[1], kw):
+            raise OpTypeError(f"kernel_size={list(ks)} but weight {fmt_shape(weight.shape)} "
+                              f"has ({D.dim_str(kh)}, {D.dim_str(kw)})")
+    strides, dilation, out_pad, pads = _geometry(attrs)
+    out = []
+    for size, k, s, dl, o, p in zip(data.shape[2:], (kh, kw), strides, dilation, out_pad, pads):
+        n = _out_len(size, k, s, dl, o, p)
+        if isinstance(n, int) and n < 0:
+            raise OpTypeError(f"padding {attrs.padding} crops more than the output of data "
+                              f"{fmt_shape(data.shape)} holds")
+        out.append(n)
+    return TensorType((data.shape[0], out_c, out[0], out[1]), out_dtype(attrs, dtype))
+
+
+def _conv2d_transpose_ref(attrs, x, w):
+    strides, dilation, out_pad, pads = _geometry(attrs)
+    g = attrs.groups
+    n, c, h, wd = x.shape
+    in_c, opg, kh, kw = w.shape
+    require(c == in_c and in_c % g == 0,
+             f"input channels differ: data {x.shape} vs weight {w.shape} with groups={g}")
+    acc = acc_dtype(x.dtype)
+    xs = x.astype(acc).reshape(n, g, in_c // g, h, wd)
+    ws = w.astype(acc).reshape(g, in_c // g, opg, kh, kw)
+    full_h = max((h - 1) * strides[0] + dilation[0] * (kh - 1) + 1, 0) + out_pad[0]
+    full_w = max((wd - 1) * strides[1] + dilation[1] * (kw - 1) + 1, 0) + out_pad[1]
+    full = np.zeros((n, g, opg, full_h, full_w), acc)
+    if h and wd:
+        for i in range(kh):
+            for j in range(kw):
+                rows = slice(i * dilation[0], i * dilation[0] + (h - 1) * strides[0] + 1,
+                             strides[0])
+                cols = slice(j * dilation[1], j * dilation[1] + (wd - 1) * strides[1] + 1,
+                             strides[1])
+                full[:, :, :, rows, cols] += np.einsum("ngchw,gco->ngohw", xs, ws[..., i, j])
+    (top, bottom), (left, right) = pads
+    oh = _out_len(h, kh, strides[0], dilation[0], out_pad[0], pads[0])
+    ow = _out_len(wd, kw, strides[1], dilation[1], out_pad[1], pads[1])
+    require(oh >= 0 and ow >= 0, f"padding {attrs.padding} crops more than the output holds")
+    out = full[:, :, :, top:top + oh, left:left + ow]
+    return out.reshape(n, g * opg, oh, ow).astype(np_dtype(attrs.out_dtype or x.dtype.name))
+
+
+register("nn.conv2d_transpose", inputs=("data", "weight"), infer=_conv2d_transpose_type,
+         reference=_conv2d_transpose_ref, pattern=OUT_FUSABLE,
+         attrs=[
+             attr("strides", INT_OR_INTS, (1, 1)), attr("padding", INT_OR_INTS, (0, 0)),
+             attr("dilation", INT_OR_INTS, (1, 1)), attr("groups", INT, 1),
+             attr("output_padding", INT_OR_INTS, (0, 0)),
+             attr("channels", OPT_INT), attr("kernel_size", OPT_INT_OR_INTS),
+             attr("data_layout", choice("NCHW"), "NCHW"),
+             attr("kernel_layout", choice("IOHW"), "IOHW"),
+             attr("out_layout", choice("", "NCHW"), ""), attr("out_dtype", DTYPE_OR_EMPTY, "")],
+         doc="2-D transposed convolution, NCHW data and IOHW weight, with groups, dilation and "
+             "output_padding")

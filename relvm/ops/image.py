@@ -1,0 +1,265 @@
+"""``image.resize2d``: resize the H and W axes of NCHW data, with ONNX Resize's semantics.
+
+Output size: ``size`` (static ints) when given, else ``floor(in * scale)`` per axis, computed
+exactly over the value of ``scale`` (a float32 scale ``0.6`` is the rational 5033165/8388608),
+so a symbolic ``h`` gives ``h*2`` for ``scale=2``.
+
+Interpolation is separable, axis by axis (H, then W), as ONNX's reference defines it: each output
+position ``y`` maps to a source coordinate ``x`` by ``coordinate_transformation_mode`` with the
+axis' scale (``scale`` when given, else ``out / in``), then reads its neighbours with weights:
+
+- ``nearest_neighbor``: the input at ``x`` rounded by ``rounding_method``, clamped to the axis.
+- ``linear``: the two inputs around ``x``; ``cubic``: the four, Keys' kernel with ``cubic_alpha``.
+  Neighbours past the edge repeat the edge pixel, or with ``cubic_exclude`` get weight 0 (the
+  rest renormalized). With ``antialias`` a downscaling axis stretches the kernel by ``1/scale``.
+- ``tf_crop_and_resize`` maps into ``roi`` (``[h0, w0, h1, w1]``, fractions of the axis) and
+  writes ``extrapolation_value`` where ``x`` falls outside the input.
+
+An axis whose scale is 1, whose size is unchanged and whose roi is the whole axis is copied.
+Source coordinates are computed in float32, operation by operation as ONNX Runtime computes them
+(so a coordinate that is an integer in exact arithmetic rounds the same way); the weights and the
+sums in float64, and the result rounds once to the output dtype (integers: to nearest).
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from ..ir import dims as D
+from ..ir.types import TensorType
+from .common import FLOATS, NUMERIC, check_dtype, check_rank, np_dtype, tensor_arg
+from .registry import (BOOL, DTYPE_OR_EMPTY, FLOAT, INT, OPAQUE, OPT_INTS, AttrKind, OpTypeError,
+                       attr, choice, register)
+
+
+def _floats(v: Any) -> tuple[float, ...]:
+    if not isinstance(v, (list, tuple)) or any(isinstance(x, bool) or not isinstance(x, (int, float))
+                                               for x in v):
+        raise ValueError
+    return tuple(float(x) for x in v)
+
+
+OPT_FLOATS = AttrKind("a list of numbers or None", lambda v: None if v is None else _floats(v))
+
+METHODS = ("nearest_neighbor", "linear", "cubic")
+MODES = ("half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel", "tf_half_pixel_for_nn",
+         "tf_crop_and_resize", "half_pixel_symmetric")
+ROUNDING = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+
+
+def scaled_dim(size: D.Dim, scale: float) -> D.Dim:
+    """``floor(size * scale)``, exactly, for a symbolic or concrete ``size``."""
+    q = Fraction(scale)
+    if q < 0:
+        raise OpTypeError(f"scale {scale} must not be negative")
+    return D.floordiv(size * q.numerator, q.denominator)
+
+
+def _check_attrs(attrs) -> None:
+    for name, n in (("size", 2), ("scale", 2), ("roi", 4)):
+        v = attrs[name]
+        if v is not None and len(v) != n:
+            raise OpTypeError(f"{name} must have {n} entries, got {list(v)}")
+    if attrs.size is None and attrs.scale is None:
+        raise OpTypeError("give size or scale")
+    if attrs.size is not None and min(attrs.size) < 0:
+        raise OpTypeError(f"size must not be negative, got {list(attrs.size)}")
+    if attrs.scale is not None and min(attrs.scale) <= 0:
+        raise OpTypeError(f"scale must be positive, got {list(attrs.scale)}")
+    if attrs.coordinate_transformation_mode == "tf_crop_and_resize" and attrs.roi is None:
+        raise OpTypeError("coordinate_transformation_mode='tf_crop_and_resize' needs roi")
+    if attrs.antialias and attrs.method == "nearest_neighbor":
+        raise OpTypeError("antialias applies to linear and cubic, not nearest_neighbor")
+
+
+def _out_size(attrs, shape) -> tuple[D.Dim, D.Dim]:
+    if attrs.size is not None:
+        return attrs.size[0], attrs.size[1]
+    return scaled_dim(shape[2], attrs.scale[0]), scaled_dim(shape[3], attrs.scale[1])
+
+
+def _resize2d_type(attrs, d):
+    data = tensor_arg(d, "data")
+    check_rank(data, "data", 4)
+    if attrs.method == "nearest_neighbor":
+        check_dtype(data, "data", NUMERIC, "a numeric dtype")
+    else:
+        check_dtype(data, "data", FLOATS, "a float dtype")
+    _check_attrs(attrs)
+    oh, ow = _out_size(attrs, data.shape)
+    return TensorType(data.shape[:2] + (oh, ow), attrs.out_dtype or data.dtype)
+
+
+# --- the reference: per-axis taps, as ONNX's reference computes them ------------------------------
+
+def _source_coords(mode: str, y: np.ndarray, scale: float, n_in: int, n_out: int,
+                   roi: tuple[float, float]) -> tuple[np.ndarray, np.ndarray | None]:
+    """The source coordinate of each output position, and (tf_crop_and_resize) which lie outside.
+
+    Computed in float32, operation by operation as ONNX Runtime does, so a coordinate that is an
+    integer in exact arithmetic rounds the same way there (nearest-neighbour picks that pixel).
+    """
+    f = np.float32
+    y = y.astype(f)
+    s = f(scale)
+    out_width = f(s * f(n_in))
+    outside = None
+    half = f(0.5)
+    if mode == "align_corners":
+        x = np.zeros(n_out, f) if out_width == 1 else y * f(n_in - 1) / (out_width - f(1))
+    elif mode == "asymmetric":
+        x = y / s
+    elif mode == "tf_crop_and_resize":
+        start, end = f(roi[0]), f(roi[1])
+        if out_width == 1:
+            x = np.full(n_out, (end - start) * f(n_in - 1) / f(2), f)
+        else:
+            x = y * (end - start) * f(n_in - 1) / (out_width - f(1))
+        x = x + start * f(n_in - 1)
+        outside = (x < 0) | (x > n_in - 1)
+    elif mode == "pytorch_half_pixel":
+        x = np.full(n_out, -half, f) if out_width == 1 else (y + half) / s - half
+    elif mode == "half_pixel":
+        x = (y + half) / s - half
+    elif mode == "half_pixel_symmetric":
+        offset = f(n_in) / f(2) * (f(1) - f(n_out) / out_width)
+        x = offset + (y + half) / s - half
+    else:  # tf_half_pixel_for_nn
+        x = (y + half) / s
+    return x.astype(np.float64), outside
+
+
+def _nearest_coeffs(ratio: float, rounding: str) -> list[float]:
+    if float(ratio).is_integer():
+        return [0.0, 1.0]
+    up = {"round_prefer_floor": ratio > 0.5, "round_prefer_ceil": ratio >= 0.5,
+          "floor": False, "ceil": True}[rounding]
+    return [0.0, 1.0] if up else [1.0, 0.0]
+
+
+def _cubic_coeffs(ratio: float, a: float) -> list[float]:
+    r, s = ratio, 1 - ratio
+    return [((a * (r + 1) - 5 * a) * (r + 1) + 8 * a) * (r + 1) - 4 * a,
+            ((a + 2) * r - (a + 3)) * r * r + 1,
+            ((a + 2) * s - (a + 3)) * s * s + 1,
+            ((a * (s + 1) - 5 * a) * (s + 1) + 8 * a) * (s + 1) - 4 * a]
+
+
+def _cubic_antialias(ratio: float, scale: float, a: float) -> list[float]:
+    scale = min(scale, 1.0)
+
+    def keys(x: float) -> float:
+        x = abs(x)
+        if x <= 1:
+            return (a + 2) * x ** 3 - (a + 3) * x ** 2 + 1
+        if x < 2:
+            return a * x ** 3 - 5 * a * x ** 2 + 8 * a * x - 4 * a
+        return 0.0
+
+    start = int(math.floor(-2 / scale) + 1)
+    c = [keys(scale * (i - ratio)) for i in range(start, 2 - start)]
+    return [v / sum(c) for v in c]
+
+
+def _linear_antialias(ratio: float, scale: float) -> list[float]:
+    scale = min(scale, 1.0)
+    start = int(math.floor(-1 / scale) + 1)
+    args = (np.arange(start, start + 2 - 2 * start) - ratio) * scale
+    c = np.clip(1 - np.abs(args), 0, 1)
+    return list(c / c.sum())
+
+
+def _coeffs(attrs, ratio: float, scale: float) -> list[float]:
+    if attrs.method == "nearest_neighbor":
+        return _nearest_coeffs(ratio, attrs.rounding_method)
+    if attrs.method == "linear":
+        return _linear_antialias(ratio, scale) if attrs.antialias else [1 - ratio, ratio]
+    if attrs.antialias:
+        return _cubic_antialias(ratio, scale, attrs.cubic_alpha)
+    return _cubic_coeffs(ratio, attrs.cubic_alpha)
+
+
+def axis_taps(attrs, axis: int, n_in: int, n_out: int):
+    """(indices, weights, outside) of one axis: each output reads ``n`` clamped input positions.
+
+    ``indices`` and ``weights`` are ``(n_out, n)``; ``outside`` is None or a bool ``(n_out,)``
+    marking positions that take ``extrapolation_value``. The C kernel computes the same taps.
+    """
+    k = axis - 2
+    scale = attrs.scale[k] if attrs.scale is not None else (n_out / n_in if n_in else 1.0)
+    roi = (attrs.roi[k], attrs.roi[k + 2]) if attrs.roi is not None else (0.0, 1.0)
+    y = np.arange(n_out, dtype=np.float64)
+    x, outside = _source_coords(attrs.coordinate_transformation_mode, y, scale, n_in, n_out, roi)
+    floor = np.floor(x)
+    ratios = np.where(x == floor, 1.0, x - floor)
+    weights = np.array([_coeffs(attrs, float(r), scale) for r in ratios]).reshape(n_out, -1)
+    n = weights.shape[1]
+    # The n inputs nearest x, ties to the smaller index (in edge-padded coordinates).
+    pad = (n + 1) // 2
+    xp = x + pad
+    p = np.floor(xp).astype(np.int64)
+    frac = xp - p
+    if n % 2 == 0:
+        offset = np.where(frac == 0, -(n // 2), -(n // 2) + 1)
+    else:
+        offset = np.where(frac <= 0.5, -((n - 1) // 2), -((n - 1) // 2) + 1)
+    index = (p + offset)[:, None] + np.arange(n)[None, :] - pad
+    if attrs.cubic_exclude:
+        weights = np.where((index < 0) | (index >= n_in), 0.0, weights)
+        total = weights.sum(axis=1, keepdims=True)
+        weights = weights / np.where(total == 0, 1.0, total)
+    return np.clip(index, 0, max(n_in - 1, 0)), weights, outside
+
+
+def _identity_axis(attrs, k: int, n_in: int, n_out: int) -> bool:
+    scale = attrs.scale[k] if attrs.scale is not None else (n_out / n_in if n_in else 1.0)
+    whole = attrs.roi is None or (math.isclose(attrs.roi[k], 0.0)
+                                  and math.isclose(attrs.roi[k + 2], 1.0))
+    return math.isclose(scale, 1.0) and n_in == n_out and whole
+
+
+def _resize_axis(attrs, x: np.ndarray, axis: int, n_out: int) -> np.ndarray:
+    n_in = x.shape[axis]
+    if _identity_axis(attrs, axis - 2, n_in, n_out):
+        return x
+    shape = list(x.shape)
+    shape[axis] = n_out
+    if n_out == 0 or n_in == 0:
+        return np.full(shape, attrs.extrapolation_value if n_out else 0.0)
+    index, weights, outside = axis_taps(attrs, axis, n_in, n_out)
+    taps = np.take(x, index, axis=axis)  # (..., n_out, n, ...)
+    wshape = (1,) * axis + weights.shape + (1,) * (x.ndim - axis - 1)
+    out = (taps * weights.reshape(wshape)).sum(axis=axis + 1)
+    if outside is not None and outside.any():
+        mask = outside.reshape((1,) * axis + (n_out,) + (1,) * (x.ndim - axis - 1))
+        out = np.where(mask, attrs.extrapolation_value, out)
+    return out
+
+
+def _resize2d_ref(attrs, x):
+    oh, ow = _out_size(attrs, x.shape)
+    out = x.astype(np.float64)
+    out = _resize_axis(attrs, out, 2, int(oh))
+    out = _resize_axis(attrs, out, 3, int(ow))
+    dtype = np_dtype(attrs.out_dtype or x.dtype.name)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        out = np.clip(np.round(out), info.min, info.max)
+    return np.asarray(out).astype(dtype)
+
+
+register("image.resize2d", inputs=("data",), infer=_resize2d_type, reference=_resize2d_ref,
+         pattern=OPAQUE,
+         attrs=[attr("size", OPT_INTS, None), attr("scale", OPT_FLOATS, None),
+                attr("roi", OPT_FLOATS, None), attr("layout", choice("NCHW"), "NCHW"),
+                attr("method", choice(*METHODS), "nearest_neighbor"),
+                attr("coordinate_transformation_mode", choice(*MODES), "half_pixel"),
+                attr("rounding_method", choice(*ROUNDING), "round_prefer_floor"),
+                attr("cubic_alpha", FLOAT, -0.75), attr("cubic_exclude", INT, 0),
+                attr("extrapolation_value", FLOAT, 0.0), attr("antialias", BOOL, False),
+                attr("out_dtype", DTYPE_OR_EMPTY, "")],
+         doc="resize H and W of NCHW data (nearest, linear, cubic) as ONNX Resize does")

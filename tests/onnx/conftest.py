@@ -1,0 +1,6 @@
+"""Makes the helpers beside these tests importable (``conformance``, ``relvm_backend``)."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))

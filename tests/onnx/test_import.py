@@ -1,0 +1,302 @@
+"""The ONNX importer: dims, params, errors, symbolic shape computations, opset variants.
+
+Results are checked against ONNX Runtime, or onnx's reference evaluator where ONNX Runtime is not
+installed (the evaluator gives old opsets' Softmax the opset-13 meaning, so that test needs ONNX
+Runtime).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+import relvm  # noqa: E402
+from relvm.frontend.onnx import RelvmImportError, from_onnx, supported_ops  # noqa: E402
+from relvm.ir.nodes import Call, post_order  # noqa: E402
+from relvm.ir.printer import module_constants  # noqa: E402
+
+F, I64 = TensorProto.FLOAT, TensorProto.INT64
+
+
+def model(nodes, inputs, outputs, initializers=(), opset=18):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers))
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def tensor(name, elem, shape):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def run(m, *inputs, **kw):
+    """relvm's result and the reference evaluator's, as lists of arrays."""
+    mod, params = from_onnx(m, **kw)
+    got = relvm.VirtualMachine(relvm.build(mod, params=params)).invoke("main", *inputs)
+    got = list(got) if isinstance(got, tuple) else [got]
+    names = [i.name for i in m.graph.input if i.name not in {t.name for t in m.graph.initializer}]
+    feeds = dict(zip(names, inputs))
+    feeds.update({k: np.asarray(v) for k, v in kw.get("freeze", {}).items()})
+    return got, oracle(m, feeds)
+
+
+def oracle(m, feeds):
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return ReferenceEvaluator(m).run(None, feeds)
+    session = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def assert_same(m, *inputs, **kw):
+    got, want = run(m, *inputs, **kw)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def ops_in(mod):
+    return [n.op.name for n in post_order(mod["main"].body) if isinstance(n, Call)
+            and hasattr(n.op, "name")]
+
+
+# --- dims and params ---------------------------------------------------------------------------
+
+def test_dim_params_become_named_dims_and_unknown_dims_fresh_ones():
+    x = tensor("x", F, ["batch size", "p2o.Dim.0", 4])
+    y = tensor("y", F, ["batch size", None, -1])
+    m = model([helper.make_node("Add", ["x", "x"], ["z"])], [x, y], [tensor("z", F, None)])
+    m.graph.input[1].type.tensor_type.shape.dim[2].dim_value = -1
+    mod, params = from_onnx(m)
+    xs, ys = mod["main"].params
+    assert str(xs.type_annotation) == "Tensor[(batch_size, p2o_Dim_0, 4), float32]"
+    assert str(ys.type_annotation) == "Tensor[(batch_size, ?, ?), float32]"
+    a, b = ys.checked_type.shape[1:]
+    assert a != b  # two unknown dims are never assumed equal
+    assert params == {}
+
+
+def test_initializers_become_params_of_main():
+    w = np.arange(12, dtype=np.float32).reshape(4, 3)
+    m = model([helper.make_node("MatMul", ["x", "w.weight"], ["y"])],
+              [tensor("x", F, ["n", 4])], [tensor("y", F, ["n", 3])],
+              [numpy_helper.from_array(w, "w.weight")])
+    mod, params = from_onnx(m)
+    assert [p.name for p in mod["main"].params] == ["x", "w_weight"]
+    assert list(params) == ["w_weight"] and params["w_weight"] is not w
+    np.testing.assert_array_equal(params["w_weight"], w)
+    exe = relvm.build(mod, params=params)
+    x = np.ones((5, 4), np.float32)
+    np.testing.assert_allclose(relvm.VirtualMachine(exe).invoke("main", x), x @ w)
+
+
+def test_model_from_path_and_bytes(tmp_path):
+    m = model([helper.make_node("Relu", ["x"], ["y"])], [tensor("x", F, ["n"])],
+              [tensor("y", F, ["n"])])
+    path = tmp_path / "m.onnx"
+    onnx.save(m, str(path))
+    for source in (str(path), path, m.SerializeToString()):
+        mod, _ = from_onnx(source)
+        assert str(mod["main"].checked_type) == "fn (Tensor[(n), float32]) -> Tensor[(n), float32]"
+
+
+def test_printed_module_parses_back():
+    w = np.random.default_rng(0).standard_normal((8, 3, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Shape", ["r"], ["s"]),
+             helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+             helper.make_node("Unsqueeze", ["n", "zero1"], ["n1"]),
+             helper.make_node("Concat", ["n1", "minus1"], ["target"], axis=0),
+             helper.make_node("Reshape", ["r", "target"], ["y"])]
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array(0), "zero"),
+             numpy_helper.from_array(np.array([0]), "zero1"),
+             numpy_helper.from_array(np.array([-1]), "minus1")]
+    m = model(nodes, [tensor("x", F, ["n", 3, "h", "w"])], [tensor("y", F, None)], inits)
+    mod, params = from_onnx(m)
+    text = relvm.print_module(mod)
+    assert "reshape(%" in text and "newshape=[0, -1]" in text and "shape_of" not in text
+    assert "Tensor[(n, h*w*8), float32]" in str(mod["main"].checked_type)
+    assert relvm.parse(text, constants=module_constants(mod)) == mod
+    x = np.random.default_rng(1).standard_normal((2, 3, 5, 4)).astype(np.float32)
+    got, want = run(m, x)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+
+
+# --- errors ------------------------------------------------------------------------------------
+
+def test_every_unsupported_op_type_in_one_error():
+    then_graph = helper.make_graph([helper.make_node("Bar", ["x"], ["t"])], "then", [],
+                                   [tensor("t", F, [2])])
+    nodes = [helper.make_node("Foo", ["x"], ["a"], name="foo1"),
+             helper.make_node("Foo", ["a"], ["b"], name="foo2"),
+             helper.make_node("Relu", ["b"], ["c"]),
+             helper.make_node("Baz", ["c"], ["d"], domain="com.example"),
+             helper.make_node("If", ["cond"], ["y"], then_branch=then_graph,
+                              else_branch=then_graph)]
+    m = model(nodes, [tensor("x", F, [2]), tensor("cond", TensorProto.BOOL, [])],
+              [tensor("y", F, [2])])
+    with pytest.raises(RelvmImportError) as info:
+        from_onnx(m)
+    assert info.value.unsupported == ("Bar", "Foo", "com.example::Baz")
+    assert "3 op types" in str(info.value) and "'foo1'" in str(info.value)
+    assert isinstance(info.value, relvm.RelvmError)
+
+
+def test_conversion_errors_name_the_node():
+    m = model([helper.make_node("Add", ["x", "y"], ["z"], name="the_add")],
+              [tensor("x", F, [2, 3]), tensor("y", F, [4, 3])], [tensor("z", F, None)])
+    with pytest.raises(RelvmImportError, match=r"Add node 'the_add': add: shapes do not broadcast"):
+        from_onnx(m)
+
+
+def test_run_time_axes_are_reported_and_can_be_frozen():
+    m = model([helper.make_node("Squeeze", ["x", "axes"], ["y"])],
+              [tensor("x", F, ["n", 1, 3]), tensor("axes", I64, [1])], [tensor("y", F, None)])
+    with pytest.raises(RelvmImportError, match="input 1 .axes. must be a constant, but it is "
+                                               "graph input 'axes'") as info:
+        from_onnx(m)
+    assert info.value.needs_constant == ("axes",)
+    mod, _ = from_onnx(m, freeze={"axes": np.array([1])})
+    assert [p.name for p in mod["main"].params] == ["x"]
+    assert_same(m, np.ones((4, 1, 3), np.float32), freeze={"axes": np.array([1])})
+
+
+def test_unsupported_input_dtype_and_too_new_opset():
+    m = model([helper.make_node("Abs", ["x"], ["y"])], [tensor("x", TensorProto.UINT16, [2])],
+              [tensor("y", TensorProto.UINT16, [2])])
+    with pytest.raises(RelvmImportError, match="element type uint16"):
+        from_onnx(m)
+    m = model([helper.make_node("Abs", ["x"], ["y"])], [tensor("x", F, [2])],
+              [tensor("y", F, [2])], opset=onnx.defs.onnx_opset_version() + 1)
+    with pytest.raises(RelvmImportError, match="newer than"):
+        from_onnx(m)
+
+
+def test_supported_ops_cover_the_issue_list():
+    from conformance import OPS
+
+    assert set(OPS) <= set(supported_ops())
+
+
+# --- symbolic shapes and run-time shapes -------------------------------------------------------
+
+def test_shape_arithmetic_stays_symbolic():
+    # Flatten the trailing dims the way exporters spell it: Shape, Gather, Mul, Concat, Reshape.
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "i0"], ["n"], axis=0),
+             helper.make_node("Gather", ["s", "i1"], ["c"], axis=0),
+             helper.make_node("Gather", ["s", "i2"], ["h"], axis=0),
+             helper.make_node("Mul", ["c", "h"], ["ch"]),
+             helper.make_node("Unsqueeze", ["n", "ax"], ["n1"]),
+             helper.make_node("Unsqueeze", ["ch", "ax"], ["ch1"]),
+             helper.make_node("Concat", ["n1", "ch1"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(i), f"i{i}") for i in range(3)] + \
+        [numpy_helper.from_array(np.array([0]), "ax")]
+    m = model(nodes, [tensor("x", F, ["n", "c", "h"])], [tensor("y", F, None)], inits)
+    mod, _ = from_onnx(m)
+    assert str(mod["main"].checked_type.ret) == "Tensor[(n, c*h), float32]"
+    assert ops_in(mod) == ["reshape"]
+    assert_same(m, np.arange(24, dtype=np.float32).reshape(2, 3, 4))
+
+
+def test_run_time_shapes_use_data_dependent_forms():
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["r"]),
+             helper.make_node("Expand", ["r", "eshape"], ["e"]),
+             helper.make_node("ConstantOfShape", ["eshape"], ["z"],
+                              value=numpy_helper.from_array(np.array([2.5], np.float32))),
+             helper.make_node("Add", ["e", "z"], ["y"]),
+             helper.make_node("Slice", ["y", "starts", "ends", "axes"], ["s"])]
+    m = model(nodes, [tensor("x", F, ["n"]), tensor("shape", I64, [2]),
+                      tensor("eshape", I64, [3]), tensor("starts", I64, [1]),
+                      tensor("ends", I64, [1]), tensor("axes", I64, [1])],
+              [tensor("s", F, None)])
+    x = np.arange(6, dtype=np.float32)
+    for shape, eshape, starts, ends in [([2, 3], [4, 2, 3], [1], [3]),
+                                        ([3, -1], [1, 3, 2], [-2], [100]),
+                                        ([6, 1], [2, 6, 4], [5], [0])]:
+        assert_same(m, x, np.array(shape), np.array(eshape), np.array(starts), np.array(ends),
+                    freeze={"axes": np.array([-1])})
+
+
+def test_slice_with_a_dim_of_another_input():
+    nodes = [helper.make_node("Shape", ["y"], ["s"], start=0, end=1),
+             helper.make_node("Slice", ["x", "zero", "s", "zero"], ["z"])]
+    inits = [numpy_helper.from_array(np.array([0]), "zero")]
+    m = model(nodes, [tensor("x", F, ["n", 3]), tensor("y", F, ["m"])], [tensor("z", F, None)],
+              inits)
+    mod, _ = from_onnx(m)
+    assert "arange" in ops_in(mod)  # m is not n's size: the bound is a run-time value
+    x = np.arange(15, dtype=np.float32).reshape(5, 3)
+    for m_len in (0, 2, 5, 9):
+        assert_same(m, x, np.zeros(m_len, np.float32))
+
+
+def test_if_with_a_run_time_condition():
+    def branch(op, name):
+        return helper.make_graph([helper.make_node(op, ["x"], [name])], name, [],
+                                 [tensor(name, F, ["n"])])
+    nodes = [helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+             helper.make_node("Greater", ["total", "zero"], ["positive"]),
+             helper.make_node("If", ["positive"], ["y"], then_branch=branch("Sqrt", "t"),
+                              else_branch=branch("Neg", "e"))]
+    inits = [numpy_helper.from_array(np.array(0, np.float32), "zero")]
+    m = model(nodes, [tensor("x", F, ["n"])], [tensor("y", F, ["n"])], inits)
+    for x in ([1.0, 4.0], [-1.0, -2.0, 0.5]):
+        assert_same(m, np.array(x, np.float32))
+
+
+def test_constant_if_condition_keeps_one_branch():
+    then_graph = helper.make_graph([helper.make_node("Sqrt", ["x"], ["t"])], "t", [],
+                                   [tensor("t", F, ["n"])])
+    else_graph = helper.make_graph([helper.make_node("Foo", ["x"], ["e"])], "e", [],
+                                   [tensor("e", F, ["n"])])
+    nodes = [helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.array(True))),
+             helper.make_node("If", ["c"], ["y"], then_branch=then_graph, else_branch=else_graph)]
+    m = model(nodes, [tensor("x", F, ["n"])], [tensor("y", F, ["n"])])
+    with pytest.raises(RelvmImportError, match="Foo"):  # still listed: checked before converting
+        from_onnx(m)
+
+
+# --- opset variants ----------------------------------------------------------------------------
+
+def test_opset_11_forms():
+    pytest.importorskip("onnxruntime")
+    nodes = [helper.make_node("Softmax", ["x"], ["sm"], axis=1),  # 2-D coercion before opset 13
+             helper.make_node("ReduceSum", ["sm"], ["rs"], axes=[2], keepdims=1),
+             helper.make_node("Squeeze", ["rs"], ["sq"], axes=[2]),
+             helper.make_node("Split", ["sq"], ["a", "b"], axis=1, split=[1, 2]),
+             helper.make_node("Unsqueeze", ["b"], ["ub"], axes=[0]),
+             helper.make_node("Clip", ["ub", "lo", "hi"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "lo")]
+    m = model(nodes, [tensor("x", F, ["n", 3, 4]), tensor("hi", F, [])],
+              [tensor("a", F, None), tensor("y", F, None)], inits, opset=11)
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    assert_same(m, x, np.array(0.2, np.float32))
+
+
+def test_scalar_initializer_stays_a_scalar():
+    m = model([helper.make_node("Mul", ["x", "k"], ["y"])], [tensor("x", F, ["n"])],
+              [tensor("y", F, ["n"])], [numpy_helper.from_array(np.array(3, np.float32), "k")])
+    mod, params = from_onnx(m)
+    assert str(mod["main"].params[1].checked_type) == "float32" and params["k"].shape == ()
+    assert_same(m, np.arange(4, dtype=np.float32))
+
+
+@pytest.mark.parametrize("dims", [[6], ["n"]])
+@pytest.mark.parametrize("start, end, step", [(-100, -100, -1), (-2**63, -2**63, -1),
+                                              (5, -2**63, -1), (-2, 1, -1), (-3, 2**63 - 1, 1),
+                                              (2**63 - 1, -2**63, -2), (-100, 3, 2)])
+def test_slice_bounds_clamp_as_onnx_says(dims, start, end, step):
+    inits = [numpy_helper.from_array(np.array([v]), k)
+             for k, v in (("s", start), ("e", end), ("a", 0), ("st", step))]
+    m = model([helper.make_node("Slice", ["x", "s", "e", "a", "st"], ["y"])],
+              [tensor("x", F, dims)], [tensor("y", F, None)], inits, opset=13)
+    assert_same(m, np.arange(6, dtype=np.float32))

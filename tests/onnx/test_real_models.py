@@ -1,0 +1,84 @@
+"""Real models shipped inside PyPI packages, against ONNX Runtime at several input shapes.
+
+Each is imported and compiled once (its dims stay symbolic), then run at three or more shapes;
+every output matches ONNX Runtime to 1e-4. The tests skip when the package holding the model is
+not installed: ``pip install --no-deps silero-vad rapidocr-onnxruntime`` (the models are data
+files; their own dependencies, torch and opencv, are not needed).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+import relvm  # noqa: E402
+from relvm.frontend.onnx import from_onnx  # noqa: E402
+from relvm_backend import KERNEL_BACKEND  # noqa: E402
+
+TOLERANCE = 1e-4
+
+
+def model_path(package: str, *parts: str) -> str:
+    """The path of a data file inside an installed package (without importing the package)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip(f"{package} is not installed")
+    path = os.path.join(list(spec.submodule_search_locations)[0], *parts)
+    if not os.path.exists(path):
+        pytest.skip(f"{package} has no {'/'.join(parts)}")
+    return path
+
+
+def check_against_ort(path: str, feeds_per_shape: list[dict], signature: list[str]) -> list:
+    mod, params = from_onnx(path)
+    assert [str(p.checked_type) for p in mod["main"].params[:len(signature)]] == signature
+    # One build for every shape.
+    vm = relvm.VirtualMachine(relvm.build(mod, params=params, backend=KERNEL_BACKEND))
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    diffs = []
+    for feeds in feeds_per_shape:
+        expected = session.run(None, feeds)
+        got = vm.invoke("main", *feeds.values())
+        got = list(got) if isinstance(got, tuple) else [got]
+        assert len(got) == len(expected)
+        for g, e in zip(got, expected):
+            assert g.shape == e.shape and g.dtype == e.dtype
+            np.testing.assert_allclose(g, e, rtol=0, atol=TOLERANCE)
+        diffs.append(max(float(np.abs(g - e).max()) for g, e in zip(got, expected)))
+    return diffs
+
+
+def test_silero_vad_sequence():
+    path = model_path("silero_vad", "data", "silero_vad_16k_sequence.onnx")
+    rng = np.random.default_rng(0)
+    feeds = [{"input": (0.1 * rng.standard_normal((n, 576))).astype(np.float32),
+              "h": (0.1 * rng.standard_normal((1, 1, 128))).astype(np.float32),
+              "c": (0.1 * rng.standard_normal((1, 1, 128))).astype(np.float32)}
+             for n in (1, 4, 10, 37)]
+    check_against_ort(path, feeds, ["Tensor[(sequence_length, 576), float32]",
+                                    "Tensor[(1, 1, 128), float32]", "Tensor[(1, 1, 128), float32]"])
+
+
+def test_ppocr_v4_detection():
+    path = model_path("rapidocr_onnxruntime", "models", "ch_PP-OCRv4_det_infer.onnx")
+    rng = np.random.default_rng(1)
+    # Height and width are multiples of 32, as the model needs.
+    feeds = [{"x": rng.random(shape, dtype=np.float32)}
+             for shape in [(1, 3, 64, 64), (2, 3, 96, 160), (1, 3, 128, 96)]]
+    check_against_ort(path, feeds, ["Tensor[(p2o_DynamicDimension_0, 3, p2o_DynamicDimension_1, "
+                                    "p2o_DynamicDimension_2), float32]"])
+
+
+def test_ppocr_mobile_v2_text_angle_classification():
+    path = model_path("rapidocr_onnxruntime", "models", "ch_ppocr_mobile_v2.0_cls_infer.onnx")
+    rng = np.random.default_rng(2)
+    # The model declares (-1, 3, ?, ?): every dim unknown but the channels.
+    feeds = [{"x": rng.random(shape, dtype=np.float32)}
+             for shape in [(1, 3, 48, 192), (3, 3, 48, 100), (2, 3, 64, 64)]]
+    check_against_ort(path, feeds, ["Tensor[(?, 3, ?, ?), float32]"])
