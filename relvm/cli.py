@@ -257,10 +257,10 @@ def _compile(args: argparse.Namespace) -> int:
 
     bounds = _int_pairs(args.upper_bound, "--upper-bound")
     text = _read_text(args.file)
-    params = _load_npz(args.params) if args.params else None
+    params, constants = _split_weights(_load_npz(args.params)) if args.params else (None, None)
     _progress(f"relvm: compiling {args.file} ...")
     start = time.perf_counter()
-    module = relvm.parse(text, source_name=args.file)
+    module = relvm.parse(text, constants=constants, source_name=args.file)
     exe = relvm.build(module, params=params, upper_bounds=bounds, backend=args.backend,
                       fuse=not args.no_fuse)
     exe.save(args.output)
@@ -268,6 +268,46 @@ def _compile(args: argparse.Namespace) -> int:
           f"{len(exe.functions)} functions, {len(exe.kernels)} kernels) in "
           f"{time.perf_counter() - start:.2f} s")
     return 0
+
+
+META_PREFIX = "__meta_"
+
+
+@command("import")
+def _import(args: argparse.Namespace) -> int:
+    """Convert an ONNX model into relvm text IR plus a weights file for `relvm compile`."""
+    try:
+        from .frontend.onnx import from_onnx
+    except ImportError:
+        raise CliError('relvm import needs the onnx package: pip install "relvm[onnx]"') from None
+    from .ir.printer import module_constants, print_module
+
+    if not os.path.exists(args.model):
+        raise CliError(f"cannot read {args.model}: no such file")
+    _progress(f"relvm: importing {args.model} ...")
+    module, params = from_onnx(args.model)
+    text = print_module(module)
+    weights = args.params_out or os.path.splitext(args.output)[0] + ".npz"
+    constants = {f"{META_PREFIX}{k}": c for k, c in enumerate(module_constants(module))
+                 if c is not None}
+    try:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+        np.savez(weights, **params, **constants)
+    except OSError as e:
+        raise CliError(f"cannot write {e.filename}: {e.strerror}") from None
+    main = module["main"]
+    print(f"wrote {args.output} (@main{str(main.checked_type)[3:]}) and {weights} "
+          f"({len(params)} weights)")
+    return 0
+
+
+def _split_weights(data: dict[str, np.ndarray]) -> tuple[dict, dict]:
+    """A weights file's named params, and its meta constants by index (``__meta_<k>``)."""
+    params = {k: v for k, v in data.items() if not k.startswith(META_PREFIX)}
+    constants = {int(k[len(META_PREFIX):]): v for k, v in data.items()
+                 if k.startswith(META_PREFIX) and k[len(META_PREFIX):].isdigit()}
+    return params, constants
 
 
 @command("run")
@@ -396,11 +436,18 @@ def _parser() -> argparse.ArgumentParser:
     comp = add("compile", _compile)
     comp.add_argument("file", help="a .relay text file")
     comp.add_argument("-o", "--output", required=True, help="the executable file to write")
-    comp.add_argument("--params", help="weights for @main's named parameters (.npz)")
+    comp.add_argument("--params", help="weights for @main's named parameters (.npz; from "
+                      "`relvm import` also its constants)")
     comp.add_argument("--upper-bound", action="append", metavar="NAME=N",
                       help="largest value of a named dim (plans one arena); repeatable")
     comp.add_argument("--backend", default="numpy", help="kernel backend (default: numpy)")
     comp.add_argument("--no-fuse", action="store_true", help="one kernel per op")
+
+    imp = add("import", _import)
+    imp.add_argument("model", help="an ONNX model (.onnx)")
+    imp.add_argument("-o", "--output", required=True, help="the .relay text file to write")
+    imp.add_argument("--params-out", metavar="FILE.npz",
+                     help="where to write the weights (default: beside the output, .npz)")
 
     run = add("run", _run)
     run.add_argument("model", help="an executable file (.rvm)")

@@ -42,7 +42,7 @@ def model(tmp_path_factory) -> dict:
     return {"dir": d, "rvm": str(d / "mlp.rvm")}
 
 
-@pytest.mark.parametrize("cmd", ["demo", "check", "compile", "run", "inspect", "bench"])
+@pytest.mark.parametrize("cmd", ["demo", "check", "compile", "import", "run", "inspect", "bench"])
 def test_help(cmd) -> None:
     proc = relvm_cli(cmd, "--help")
     assert proc.returncode == 0 and "usage: relvm " + cmd in proc.stdout
@@ -137,3 +137,28 @@ def test_over_the_upper_bound(model) -> None:
 def test_usage_errors_exit_2(args, tmp_path) -> None:
     proc = relvm_cli(*args, cwd=tmp_path)
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
+
+
+def test_import_then_compile_then_run(tmp_path) -> None:
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]),
+         helper.make_node("Add", ["h", "b"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])],
+        [numpy_helper.from_array(w, "w"),
+         numpy_helper.from_array(np.float32([1, 2, 3]), "b")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              tmp_path / "m.onnx")
+    proc = relvm_cli("import", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.relay"))
+    assert proc.returncode == 0, proc.stderr
+    assert "batch" in (tmp_path / "m.relay").read_text()
+    proc = relvm_cli("compile", str(tmp_path / "m.relay"), "--params", str(tmp_path / "m.npz"),
+                     "-o", str(tmp_path / "m.rvm"))
+    assert proc.returncode == 0, proc.stderr
+    x = np.ones((2, 4), np.float32)
+    got = relvm.VirtualMachine(relvm.load(str(tmp_path / "m.rvm"))).invoke("main", x)
+    np.testing.assert_allclose(got, x @ w + np.float32([1, 2, 3]), rtol=1e-5)
