@@ -82,8 +82,6 @@ XFAIL.update({
     "test_range_int32_type_negative_delta_expanded": "needs Loop, which relvm does not import",
     "test_range_float16_type_positive_delta_expanded": "needs Loop, which relvm does not import",
     "test_range_bfloat16_type_positive_delta_expanded": "needs Loop; and relvm has no bfloat16",
-    "test_reshape_allowzero_reordered": "VM bug: the dyn.reshape dim program ignores allowzero, "
-                                        "so a 0 in a run-time shape copies the input dim",
     "test_training_dropout": "training-mode Dropout is random",
     "test_training_dropout_default": "training-mode Dropout is random",
     "test_training_dropout_default_mask": "training-mode Dropout is random",
