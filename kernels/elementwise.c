@@ -1,28 +1,291 @@
-/* Contiguous float32 elementwise kernels. Semantics match relvm/ops/elementwise.py:
- * maximum/minimum propagate NaN like NumPy. */
+/* Elementwise kernels. Semantics follow relvm/ops/elementwise.py: integers wrap (computed in
+ * the unsigned type, where C defines overflow), round is half to even, sign keeps NaN. */
+#include <math.h>
+#include <string.h>
 #include "relvm_config.h"
 #include "elementwise.h"
+#include "internal/types.h"
+#include "internal/vmath.h"
+#include "threads.h"
 
-RELVM_EXPORT int relvm_kernels_abi_version(void) { return 1; }
+RELVM_EXPORT int relvm_kernels_abi_version(void) { return 2; }
 
-#define BINARY_F32(NAME, EXPR)                                                           \
-    RELVM_EXPORT RELVM_VECTORIZE void relvm_##NAME##_f32(const float *a, const float *b, \
-                                                         float *out, int64_t n) {        \
-        for (int64_t i = 0; i < n; ++i) {                                                \
-            const float x = a[i], y = b[i];                                              \
-            out[i] = (EXPR);                                                             \
-        }                                                                                \
+/* --- unary -------------------------------------------------------------------------------- */
+
+typedef void (*unary_fn)(const void *x, void *out, int64_t n);
+
+#define UNARY(NAME, T, OT, EXPR)                                                              \
+    static RELVM_VECTORIZE void NAME(const void *x_, void *o_, int64_t n) {                   \
+        const T *xs = x_;                                                                     \
+        OT *o = o_;                                                                           \
+        for (int64_t i = 0; i < n; ++i) {                                                     \
+            const T x = xs[i];                                                                \
+            o[i] = (OT)(EXPR);                                                                \
+        }                                                                                     \
     }
 
-BINARY_F32(add, x + y)
-BINARY_F32(subtract, x - y)
-BINARY_F32(multiply, x * y)
-BINARY_F32(divide, x / y)
-/* NaN propagates: (x != x) is true only for NaN. */
-BINARY_F32(maximum, (x != x || y != y) ? x + y : (x > y ? x : y))
-BINARY_F32(minimum, (x != x || y != y) ? x + y : (x < y ? x : y))
+/* x < 0 is false for NaN, so NaN passes through as in NumPy's maximum(x, 0). */
+#define FLOAT_UNARY(S, T, EXP, TANH, ERF, LOG, SQRT, FLOOR, CEIL, RINT, FABS)                 \
+    UNARY(relu_##S, T, T, x < 0 ? (T)0 : x)                                                   \
+    UNARY(sigmoid_##S, T, T, (T)1 / ((T)1 + EXP(-x)))                                         \
+    UNARY(tanh_##S, T, T, TANH(x))                                                            \
+    UNARY(exp_##S, T, T, EXP(x))                                                              \
+    UNARY(log_##S, T, T, LOG(x))                                                              \
+    UNARY(sqrt_##S, T, T, SQRT(x))                                                            \
+    UNARY(rsqrt_##S, T, T, (T)1 / SQRT(x))                                                    \
+    UNARY(erf_##S, T, T, ERF(x))                                                              \
+    UNARY(floor_##S, T, T, FLOOR(x))                                                          \
+    UNARY(ceil_##S, T, T, CEIL(x))                                                            \
+    UNARY(round_##S, T, T, RINT(x)) /* the default rounding mode: half to even */             \
+    UNARY(negative_##S, T, T, -x)                                                             \
+    UNARY(abs_##S, T, T, FABS(x))                                                             \
+    UNARY(sign_##S, T, T, x > 0 ? (T)1 : (x < 0 ? (T)-1 : (x == 0 ? (T)0 : x)))
 
-RELVM_EXPORT RELVM_VECTORIZE void relvm_relu_f32(const float *x, float *out, int64_t n) {
-    /* x < 0 is false for NaN, so NaN passes through as in NumPy's maximum(x, 0). */
-    for (int64_t i = 0; i < n; ++i) out[i] = x[i] < 0.0f ? 0.0f : x[i];
+FLOAT_UNARY(f32, f32, vm_expf, vm_tanhf, vm_erff, logf, sqrtf, floorf, ceilf, rintf, fabsf)
+FLOAT_UNARY(f64, f64, exp, tanh, erf, log, sqrt, floor, ceil, rint, fabs)
+
+#define SIGNED_UNARY(S, T, UT)                                                                \
+    UNARY(relu_##S, T, T, x < 0 ? (T)0 : x)                                                   \
+    UNARY(negative_##S, T, T, (T)(0 - (UT)x))                                                 \
+    UNARY(abs_##S, T, T, x < 0 ? (T)(0 - (UT)x) : x)                                          \
+    UNARY(sign_##S, T, T, (x > 0) - (x < 0))
+
+SIGNED_UNARY(i64, i64, uint64_t)
+SIGNED_UNARY(i32, i32, uint32_t)
+SIGNED_UNARY(i8, i8, uint8_t)
+UNARY(relu_u8, u8, u8, x)
+UNARY(negative_u8, u8, u8, 0 - x)
+UNARY(abs_u8, u8, u8, x)
+UNARY(sign_u8, u8, u8, x > 0)
+UNARY(logical_not_b8, u8, u8, !x)
+
+#define FLOATS_OF(OP) {[RELVM_FLOAT32] = OP##_f32, [RELVM_FLOAT64] = OP##_f64}
+#define NUMBERS_OF(OP)                                                                        \
+    {[RELVM_FLOAT32] = OP##_f32, [RELVM_FLOAT64] = OP##_f64, [RELVM_INT64] = OP##_i64,        \
+     [RELVM_INT32] = OP##_i32, [RELVM_INT8] = OP##_i8, [RELVM_UINT8] = OP##_u8}
+
+static const unary_fn unary_table[RELVM_NUM_UNARY][RELVM_NUM_DTYPES] = {
+    [RELVM_RELU] = NUMBERS_OF(relu),       [RELVM_SIGMOID] = FLOATS_OF(sigmoid),
+    [RELVM_TANH] = FLOATS_OF(tanh),        [RELVM_EXP] = FLOATS_OF(exp),
+    [RELVM_LOG] = FLOATS_OF(log),          [RELVM_SQRT] = FLOATS_OF(sqrt),
+    [RELVM_RSQRT] = FLOATS_OF(rsqrt),      [RELVM_ERF] = FLOATS_OF(erf),
+    [RELVM_FLOOR] = FLOATS_OF(floor),      [RELVM_CEIL] = FLOATS_OF(ceil),
+    [RELVM_ROUND] = FLOATS_OF(round),      [RELVM_NEGATIVE] = NUMBERS_OF(negative),
+    [RELVM_ABS] = NUMBERS_OF(abs),         [RELVM_SIGN] = NUMBERS_OF(sign),
+    [RELVM_LOGICAL_NOT] = {[RELVM_BOOL] = logical_not_b8},
+};
+
+/* Transcendental ops earn a thread sooner than a copy-like op does. */
+static int64_t unary_grain(int op) {
+    switch (op) {
+    case RELVM_SIGMOID: case RELVM_TANH: case RELVM_EXP: case RELVM_LOG: case RELVM_ERF:
+        return RELVM_GRAIN_HEAVY;
+    default:
+        return RELVM_GRAIN;
+    }
+}
+
+static int valid_dtype(int dtype) { return dtype >= 0 && dtype < RELVM_NUM_DTYPES; }
+
+RELVM_EXPORT int relvm_unary_supported(int op, int dtype) {
+    return op >= 0 && op < RELVM_NUM_UNARY && valid_dtype(dtype) && unary_table[op][dtype];
+}
+
+/* A contiguous loop split among threads: fn(x + i, out + i, count) per chunk. */
+struct flat {
+    unary_fn fn;
+    const char *x;
+    char *out;
+    int64_t xsize, osize;
+};
+
+static void flat_range(void *ctx, int64_t begin, int64_t end) {
+    const struct flat *f = ctx;
+    f->fn(f->x + begin * f->xsize, f->out + begin * f->osize, end - begin);
+}
+
+static void run_flat(unary_fn fn, const void *x, int64_t xsize, void *out, int64_t osize,
+                     int64_t n, int64_t grain) {
+    struct flat f = {fn, x, out, xsize, osize};
+    relvm_parallel_for(n, grain, flat_range, &f);
+}
+
+RELVM_EXPORT int relvm_unary(int op, int dtype, const void *x, void *out, int64_t n) {
+    if (!relvm_unary_supported(op, dtype)) return RELVM_UNSUPPORTED;
+    const int64_t size = relvm_itemsize[dtype];
+    run_flat(unary_table[op][dtype], x, size, out, size, n, unary_grain(op));
+    return RELVM_OK;
+}
+
+/* --- clip and leaky_relu: unary ops with parameters ------------------------------------- */
+
+struct params {
+    double lo, hi, alpha; /* float bounds of clip; leaky_relu's slope */
+    int64_t ilo, ihi;     /* integer bounds of clip */
+};
+
+#define CLIP_FLOAT(S, T)                                                                      \
+    static RELVM_VECTORIZE void clip_##S(const struct params *p, const T *x, T *o, int64_t n) { \
+        const T lo = (T)p->lo, hi = (T)p->hi;                                                 \
+        for (int64_t i = 0; i < n; ++i) {                                                     \
+            const T m = (x[i] >= lo || x[i] != x[i]) ? x[i] : lo;                             \
+            o[i] = (m <= hi || m != m) ? m : hi;                                              \
+        }                                                                                     \
+    }
+#define CLIP_INT(S, T)                                                                        \
+    static RELVM_VECTORIZE void clip_##S(const struct params *p, const T *x, T *o, int64_t n) { \
+        const T lo = (T)p->ilo, hi = (T)p->ihi;                                               \
+        for (int64_t i = 0; i < n; ++i) {                                                     \
+            const T m = x[i] >= lo ? x[i] : lo;                                               \
+            o[i] = m <= hi ? m : hi;                                                          \
+        }                                                                                     \
+    }
+CLIP_FLOAT(f32, f32)
+CLIP_FLOAT(f64, f64)
+CLIP_INT(i64, i64)
+CLIP_INT(i32, i32)
+CLIP_INT(i8, i8)
+CLIP_INT(u8, u8)
+
+#define LEAKY(S, T)                                                                           \
+    static RELVM_VECTORIZE void leaky_##S(const struct params *p, const T *x, T *o, int64_t n) { \
+        const T alpha = (T)p->alpha;                                                          \
+        for (int64_t i = 0; i < n; ++i) o[i] = x[i] > 0 ? x[i] : x[i] * alpha;                \
+    }
+LEAKY(f32, f32)
+LEAKY(f64, f64)
+
+struct param_job {
+    const struct params *p;
+    int dtype;
+    int leaky;
+    const char *x;
+    char *out;
+};
+
+static void param_range(void *ctx, int64_t begin, int64_t end) {
+    const struct param_job *j = ctx;
+    const int64_t off = begin * relvm_itemsize[j->dtype], n = end - begin;
+    const void *x = j->x + off;
+    void *o = j->out + off;
+    if (j->leaky) {
+        if (j->dtype == RELVM_FLOAT32) leaky_f32(j->p, x, o, n);
+        else leaky_f64(j->p, x, o, n);
+        return;
+    }
+    switch (j->dtype) {
+    case RELVM_FLOAT32: clip_f32(j->p, x, o, n); break;
+    case RELVM_FLOAT64: clip_f64(j->p, x, o, n); break;
+    case RELVM_INT64: clip_i64(j->p, x, o, n); break;
+    case RELVM_INT32: clip_i32(j->p, x, o, n); break;
+    case RELVM_INT8: clip_i8(j->p, x, o, n); break;
+    default: clip_u8(j->p, x, o, n); break;
+    }
+}
+
+RELVM_EXPORT int relvm_clip(int dtype, const void *x, void *out, int64_t n, double lo, double hi,
+                            int64_t ilo, int64_t ihi) {
+    if (!valid_dtype(dtype) || dtype == RELVM_FLOAT16 || dtype == RELVM_BOOL)
+        return RELVM_UNSUPPORTED;
+    const struct params p = {lo, hi, 0.0, ilo, ihi};
+    struct param_job j = {&p, dtype, 0, x, out};
+    relvm_parallel_for(n, RELVM_GRAIN, param_range, &j);
+    return RELVM_OK;
+}
+
+RELVM_EXPORT int relvm_leaky_relu(int dtype, const void *x, void *out, int64_t n, double alpha) {
+    if (dtype != RELVM_FLOAT32 && dtype != RELVM_FLOAT64) return RELVM_UNSUPPORTED;
+    const struct params p = {0.0, 0.0, alpha, 0, 0};
+    struct param_job j = {&p, dtype, 1, x, out};
+    relvm_parallel_for(n, RELVM_GRAIN, param_range, &j);
+    return RELVM_OK;
+}
+
+/* --- cast ---------------------------------------------------------------------------------- */
+
+/* Float to int as the reference: in range when lo <= v <= hi with the bounds rounded to the
+ * float type (so float32's bound for int32 is 2^31), then truncated. A truncated value past
+ * the int range (exactly the rounded-up bound) gives the int minimum, as x86 and NumPy do. */
+static inline int64_t float_to_int(double v, double lo, double hi, double past, int64_t min) {
+    if (!(v - v == 0) || !(v >= lo && v <= hi)) return 0;
+    const double t = trunc(v);
+    return t >= past ? min : (int64_t)t;
+}
+
+#define CAST_LOOP(FT, TT, EXPR)                                                               \
+    do {                                                                                      \
+        const FT *xs = x_;                                                                    \
+        TT *o = o_;                                                                           \
+        for (int64_t i = 0; i < n; ++i) {                                                     \
+            const FT x = xs[i];                                                               \
+            o[i] = (TT)(EXPR);                                                                \
+        }                                                                                     \
+    } while (0)
+
+/* Float type FT to int type TT with range [MIN, MAX]; bounds computed once in FT. */
+#define FLOAT_TO_INT(FT, TT, MIN, MAX)                                                        \
+    do {                                                                                      \
+        const double lo = (double)(FT)(double)(MIN), hi = (double)(FT)(double)(MAX);          \
+        const double past = (double)(MAX) + 1.0;                                              \
+        CAST_LOOP(FT, TT, float_to_int((double)x, lo, hi, past, (int64_t)(MIN)));             \
+    } while (0)
+
+#define CAST_FROM_FLOAT(FT)                                                                   \
+    switch (to) {                                                                             \
+    case RELVM_FLOAT32: CAST_LOOP(FT, f32, x); return;                                        \
+    case RELVM_FLOAT64: CAST_LOOP(FT, f64, x); return;                                        \
+    case RELVM_FLOAT16: CAST_LOOP(FT, f16, x); return;                                        \
+    case RELVM_INT64: FLOAT_TO_INT(FT, i64, INT64_MIN, INT64_MAX); return;                    \
+    case RELVM_INT32: FLOAT_TO_INT(FT, i32, INT32_MIN, INT32_MAX); return;                    \
+    case RELVM_INT8: FLOAT_TO_INT(FT, i8, INT8_MIN, INT8_MAX); return;                        \
+    case RELVM_UINT8: FLOAT_TO_INT(FT, u8, 0, UINT8_MAX); return;                             \
+    default: CAST_LOOP(FT, u8, x != 0); return;                                               \
+    }
+
+/* Integer to integer wraps (GCC defines the narrowing conversion as modular). */
+#define CAST_FROM_INT(FT)                                                                     \
+    switch (to) {                                                                             \
+    case RELVM_FLOAT32: CAST_LOOP(FT, f32, x); return;                                        \
+    case RELVM_FLOAT64: CAST_LOOP(FT, f64, x); return;                                        \
+    case RELVM_FLOAT16: CAST_LOOP(FT, f16, x); return;                                        \
+    case RELVM_INT64: CAST_LOOP(FT, i64, x); return;                                          \
+    case RELVM_INT32: CAST_LOOP(FT, i32, x); return;                                          \
+    case RELVM_INT8: CAST_LOOP(FT, i8, x); return;                                            \
+    case RELVM_UINT8: CAST_LOOP(FT, u8, x); return;                                           \
+    default: CAST_LOOP(FT, u8, x != 0); return;                                               \
+    }
+
+static void cast_chunk(int from, int to, const void *x_, void *o_, int64_t n) {
+    switch (from) {
+    case RELVM_FLOAT32: CAST_FROM_FLOAT(f32)
+    case RELVM_FLOAT64: CAST_FROM_FLOAT(f64)
+    case RELVM_FLOAT16: CAST_FROM_FLOAT(f16)
+    case RELVM_INT64: CAST_FROM_INT(i64)
+    case RELVM_INT32: CAST_FROM_INT(i32)
+    case RELVM_INT8: CAST_FROM_INT(i8)
+    default: CAST_FROM_INT(u8) /* uint8 and bool */
+    }
+}
+
+struct cast_job {
+    int from, to;
+    const char *x;
+    char *out;
+};
+
+static void cast_range(void *ctx, int64_t begin, int64_t end) {
+    const struct cast_job *j = ctx;
+    cast_chunk(j->from, j->to, j->x + begin * relvm_itemsize[j->from],
+               j->out + begin * relvm_itemsize[j->to], end - begin);
+}
+
+RELVM_EXPORT int relvm_cast(int from, int to, const void *x, void *out, int64_t n) {
+    if (!valid_dtype(from) || !valid_dtype(to)) return RELVM_UNSUPPORTED;
+    if (from == to) {
+        memmove(out, x, (size_t)(n * relvm_itemsize[from]));
+        return RELVM_OK;
+    }
+    struct cast_job j = {from, to, x, out};
+    relvm_parallel_for(n, RELVM_GRAIN, cast_range, &j);
+    return RELVM_OK;
 }

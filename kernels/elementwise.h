@@ -1,3 +1,4 @@
+/* Elementwise kernels over contiguous arrays: unary math, clip, leaky_relu, cast. */
 #ifndef RELVM_ELEMENTWISE_H
 #define RELVM_ELEMENTWISE_H
 #include <stdint.h>
@@ -5,14 +6,27 @@
 /* Kernel ABI version: bumped whenever a signature in kernels/ changes. */
 int relvm_kernels_abi_version(void);
 
-/* out[i] = a[i] OP b[i] over n contiguous float32 elements (out may alias a or b). */
-void relvm_add_f32(const float *a, const float *b, float *out, int64_t n);
-void relvm_subtract_f32(const float *a, const float *b, float *out, int64_t n);
-void relvm_multiply_f32(const float *a, const float *b, float *out, int64_t n);
-void relvm_divide_f32(const float *a, const float *b, float *out, int64_t n);
-void relvm_maximum_f32(const float *a, const float *b, float *out, int64_t n);
-void relvm_minimum_f32(const float *a, const float *b, float *out, int64_t n);
+enum relvm_unary_op {
+    RELVM_RELU, RELVM_SIGMOID, RELVM_TANH, RELVM_EXP, RELVM_LOG, RELVM_SQRT, RELVM_RSQRT,
+    RELVM_ERF, RELVM_FLOOR, RELVM_CEIL, RELVM_ROUND, RELVM_NEGATIVE, RELVM_ABS, RELVM_SIGN,
+    RELVM_LOGICAL_NOT, RELVM_NUM_UNARY
+};
 
-/* out[i] = max(x[i], 0) over n contiguous float32 elements (out may alias x). */
-void relvm_relu_f32(const float *x, float *out, int64_t n);
+/* 1 if relvm_unary implements (op, dtype). */
+int relvm_unary_supported(int op, int dtype);
+
+/* out[i] = op(x[i]) over n contiguous elements of `dtype`; out may alias x. */
+int relvm_unary(int op, int dtype, const void *x, void *out, int64_t n);
+
+/* out[i] = min(max(x[i], lo), hi), NaN kept. Float dtypes read lo/hi, integer ones ilo/ihi
+ * (the bounds already rounded into the dtype, as the reference does). */
+int relvm_clip(int dtype, const void *x, void *out, int64_t n, double lo, double hi, int64_t ilo,
+               int64_t ihi);
+
+/* out[i] = x[i] > 0 ? x[i] : alpha * x[i] (float dtypes). */
+int relvm_leaky_relu(int dtype, const void *x, void *out, int64_t n, double alpha);
+
+/* out[i] = x[i] converted from dtype `from` to `to`: float to int truncates toward zero and
+ * gives 0 for NaN, inf and values outside the int range; anything to bool is x != 0. */
+int relvm_cast(int from, int to, const void *x, void *out, int64_t n);
 #endif

@@ -1,4 +1,5 @@
-/* Shared definitions for every kernel source. */
+/* Shared definitions for every kernel source. This header is also read as cffi cdef (its
+ * preprocessor lines dropped), so it holds only enums besides the macros. */
 #ifndef RELVM_CONFIG_H
 #define RELVM_CONFIG_H
 #include <stdint.h>
@@ -12,4 +13,21 @@
 #endif
 
 #define RELVM_EXPORT __attribute__((visibility("default")))
+
+/* Elements per parallel chunk at least: below this, waking a thread costs more than it saves. */
+#define RELVM_GRAIN (1 << 16)
+/* The same for work of ~20 flops an element (exp, tanh, erf, softmax). */
+#define RELVM_GRAIN_HEAVY (1 << 13)
+
+/* Element types, numbered as relvm/dtypes.py orders DTYPES (the executable's dtype codes). */
+enum relvm_dtype {
+    RELVM_FLOAT32 = 0, RELVM_FLOAT64 = 1, RELVM_FLOAT16 = 2, RELVM_INT64 = 3,
+    RELVM_INT32 = 4, RELVM_INT8 = 5, RELVM_UINT8 = 6, RELVM_BOOL = 7, RELVM_NUM_DTYPES = 8
+};
+
+/* What a kernel returns: 0, or why it did nothing (the Python side raises). */
+enum relvm_status {
+    RELVM_OK = 0, RELVM_UNSUPPORTED = -1, RELVM_NO_MEMORY = -2, RELVM_BAD_INDEX = -3,
+    RELVM_NO_BLAS = -4, RELVM_TOO_LARGE = -5
+};
 #endif

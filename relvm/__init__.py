@@ -21,6 +21,7 @@ from .errors import (RelvmCompileError, RelvmError, RelvmFormatError, RelvmInput
 
 from .runtime import Executable, VirtualMachine
 from .runtime.loader import load, load_bytes
+from .runtime.threads import get_num_threads, set_num_threads
 
 __version__ = "0.1.0"
 
@@ -75,5 +76,6 @@ def print_module(module) -> str:
 
 
 __all__ = ["parse", "print_module", "build", "load", "load_bytes", "Executable", "VirtualMachine",
+           "set_num_threads", "get_num_threads",
            "RelvmError", "RelvmSyntaxError", "RelvmTypeError", "RelvmCompileError",
            "RelvmFormatError", "RelvmInputError", "RelvmRuntimeError"]

@@ -68,14 +68,24 @@ def _row_strides(view: tuple[int, ...], out_shape: tuple[int, ...], row_ndim: in
 
 def make_fused_kernel(plan: dict, library: FusedLibrary, n_inputs: int,
                       anchor: Callable[..., None] | None, anchor_args: Sequence[int],
-                      anchor_dtype: str | None, parallel_for: Callable | None) -> Callable:
-    """A DPS kernel ``kernel(*inputs, out)`` running the plan's generated loop."""
+                      anchor_dtype: str | None, pool: tuple | None) -> Callable:
+    """A DPS kernel ``kernel(*inputs, out)`` running the plan's generated loop.
+
+    ``pool`` is ``(ffi, lib)`` of relvm._kernels, whose ``relvm_parallel_for`` spreads the rows
+    over relvm's thread pool; without it the loop runs on the calling thread.
+    """
     ffi = library.ffi
     fn = library.symbol(plan["symbol"])
+    pool_fn = None
+    if pool is not None:
+        pool_ffi, pool_lib = pool
+        pool_fn = pool_ffi.cast("relvm_range_fn", int(ffi.cast("uintptr_t", fn)))
+        parallel_for = pool_lib.relvm_parallel_for
     col_dims = int(plan["col_dims"])
     operands = [(int(i), str(dt), int(ones), bool(contig)) for i, dt, ones, contig in
                 plan["operands"]]
     contexts: dict[tuple, Any] = {}
+    pool_ctx: dict[tuple, Any] = {}  # the same contexts as the pool's ``void *``
     scratch: list[np.ndarray] = []
 
     def context(arrays: Sequence[np.ndarray], out: np.ndarray, anchor_out: np.ndarray):
@@ -98,8 +108,11 @@ def make_fused_kernel(plan: dict, library: FusedLibrary, n_inputs: int,
                     ctx.row_strides[k][d] = s
             if len(contexts) > 64:
                 contexts.clear()
+                pool_ctx.clear()
             contexts[key] = ctx
-        return ctx
+            if pool is not None:
+                pool_ctx[key] = pool_ffi.cast("void *", int(ffi.cast("uintptr_t", ctx)))
+        return ctx, key
 
     def pointers(ctx, arrays, out, anchor_out) -> None:
         """Pointers change from call to call even when shapes do not."""
@@ -117,10 +130,11 @@ def make_fused_kernel(plan: dict, library: FusedLibrary, n_inputs: int,
                     scratch[:] = [np.empty(out.shape, anchor_dtype)]
                 anchor_out = scratch[0]
             anchor(*[arrays[i] for i in anchor_args], anchor_out)
-        ctx = context(arrays, out, anchor_out)
+        ctx, key = context(arrays, out, anchor_out)
         pointers(ctx, arrays, out, anchor_out)
-        if parallel_for is not None and ctx.rows > 1:
-            parallel_for(ctx.rows, max(1, 16384 // max(ctx.cols, 1)), fn, ctx)
+        rows = ctx.rows
+        if pool_fn is not None and rows > 1:
+            parallel_for(rows, max(1, 16384 // max(ctx.cols, 1)), pool_fn, pool_ctx[key])
         else:
-            fn(ctx, 0, ctx.rows)
+            fn(ctx, 0, rows)
     return kernel

@@ -16,7 +16,7 @@ from ..runtime.executable import Executable
 from .lower import FunctionLowering, Program
 from .memplan import plan_and_assemble
 
-BACKENDS = ("numpy",)
+BACKENDS = ("numpy", "c")
 #: Backends whose fused kernels are generated as C when the model is built.
 CODEGEN_BACKENDS = ("c",)
 

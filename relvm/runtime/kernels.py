@@ -8,13 +8,16 @@ results into the preallocated output arrays and returns nothing. Backends live i
 from __future__ import annotations
 
 import importlib
+import threading
 from typing import Callable
 
 from ..errors import RelvmFormatError
-from .executable import Executable
+from .executable import Executable, KernelEntry
+
+_lock = threading.Lock()
 
 #: Backend name -> module. Names are stored in executables: never rename one.
-BACKENDS = {"numpy": "relvm.backends.numpy_ref"}
+BACKENDS = {"numpy": "relvm.backends.numpy_ref", "c": "relvm.backends.c"}
 
 
 def resolve_kernels(exe: Executable) -> list[Callable]:
@@ -23,4 +26,48 @@ def resolve_kernels(exe: Executable) -> list[Callable]:
         raise RelvmFormatError(f"unknown kernel backend {exe.backend!r}; this relvm knows "
                                + ", ".join(BACKENDS), section="kernels")
     backend = importlib.import_module(module_name)
-    return [backend.make_kernel(entry) for entry in exe.kernels]
+    library = _generated_library(exe)
+    return [_generated_kernel(entry, library, backend) if library and _plan(entry)
+            else backend.make_kernel(entry) for entry in exe.kernels]
+
+
+def _plan(entry: KernelEntry) -> dict | None:
+    return entry.attrs.get("plan") if entry.op == "fused" else None
+
+
+def _generated_library(exe: Executable):
+    """The executable's generated kernels, loaded once per Executable (shared by its VMs)."""
+    if not exe.kernel_library:
+        return None
+    with _lock:
+        library = getattr(exe, "_generated", None)
+        if library is None:
+            from ..backends.fused import FusedLibrary
+
+            symbols = [p["symbol"] for p in map(_plan, exe.kernels) if p]
+            library = FusedLibrary(exe.kernel_library, symbols)
+            exe._generated = library
+    return library
+
+
+def _generated_kernel(entry: KernelEntry, library, backend) -> Callable:
+    """A fused kernel: the backend computes the anchor (dense, conv, ...), then the generated
+    loop applies the rest in one pass over the output, on relvm's thread pool."""
+    from ..backends.fused import make_fused_kernel
+
+    plan = _plan(entry)
+    steps = entry.attrs["steps"]
+    first = steps[0]
+    anchor = anchor_args = anchor_dtype = None
+    if any(o[0] < 0 for o in plan["operands"]):
+        anchor_dtype = next(o[1] for o in plan["operands"] if o[0] < 0)
+        anchor_args = [i for _, i in first["args"]]
+        anchor = backend.make_kernel(KernelEntry(
+            first["op"], first["op"], first["attrs"],
+            tuple(entry.inputs[i] for i in anchor_args), (anchor_dtype,)))
+    thread_pool = getattr(backend, "thread_pool", None)
+    pool = thread_pool() if thread_pool is not None else None
+    kernel = make_fused_kernel(plan, library, len(entry.inputs), anchor, anchor_args or (),
+                               anchor_dtype, pool)
+    kernel.__name__ = entry.name
+    return kernel

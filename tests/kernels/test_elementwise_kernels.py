@@ -1,45 +1,193 @@
-"""The compiled elementwise kernels (relvm._kernels, built by pip install) against NumPy."""
+"""C elementwise kernels (unary, clip, leaky_relu, cast, binary with broadcasting, where,
+bias_add) against the NumPy references, for every dtype each kernel declares."""
+
+import math
 
 import numpy as np
 import pytest
 
-kernels = pytest.importorskip("relvm._kernels", reason="relvm is not installed with its kernels")
-ffi, lib = kernels.ffi, kernels.lib
+from relvm.backends.ckernels.elementwise import BINARY, UNARY
 
-BINARY = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
-          "divide": np.divide, "maximum": np.maximum, "minimum": np.minimum}
-
-
-def _ptr(a: np.ndarray):
-    return ffi.cast("float *", ffi.from_buffer(a))
+SIZES = [0, 1, 7, 17, 4099, 70001]  # 70001: past the parallel grain, uneven chunks
+INT_DTYPES = ["int64", "int32", "int8", "uint8"]
 
 
-def test_abi_version() -> None:
-    assert lib.relvm_kernels_abi_version() == 1
+def _domain(op: str, rand, shape, dtype):
+    """Inputs inside the op's domain (log and sqrt of positives), else around zero."""
+    if op in ("log", "sqrt", "rsqrt"):
+        return rand(shape, dtype, 0.01, 50)
+    if op in ("exp", "sigmoid", "tanh", "erf"):
+        return rand(shape, dtype, -20, 20)
+    return rand(shape, dtype, -100, 100)
 
 
-@pytest.mark.parametrize("name", sorted(BINARY))
-@pytest.mark.parametrize("n", [0, 1, 7, 16, 17, 1023, 4099])
-def test_binary_matches_numpy(name: str, n: int) -> None:
-    rng = np.random.default_rng(n)
-    a = rng.standard_normal(n).astype(np.float32)
-    b = rng.standard_normal(n).astype(np.float32) + np.float32(3)
-    out = np.full(n, np.nan, np.float32)
-    getattr(lib, f"relvm_{name}_f32")(_ptr(a), _ptr(b), _ptr(out), n)
-    np.testing.assert_allclose(out, BINARY[name](a, b), rtol=1e-6)
+@pytest.mark.parametrize("op", sorted(UNARY))
+@pytest.mark.parametrize("n", SIZES)
+def test_unary_matches_reference(check, rand, op, n):
+    for dtype in UNARY[op][1]:
+        check(op, {}, [_domain(op, rand, (n,), dtype)])
 
 
-@pytest.mark.parametrize("name", ["maximum", "minimum"])
-def test_max_min_propagate_nan(name: str) -> None:
-    a = np.array([np.nan, 1, 2, np.nan], np.float32)
-    b = np.array([0, np.nan, 1, np.nan], np.float32)
-    out = np.zeros(4, np.float32)
-    getattr(lib, f"relvm_{name}_f32")(_ptr(a), _ptr(b), _ptr(out), 4)
-    np.testing.assert_array_equal(out, BINARY[name](a, b))
+@pytest.mark.parametrize("op", sorted(o for o, (_, d) in UNARY.items() if "float32" in d))
+def test_unary_special_values(check, op):
+    x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-30, -1e-30, 3.4e38, -3.4e38, 0.5, -0.5,
+                  1.5, 2.5, -2.5, 88.7, 88.8, -87.0, -104.0, -200.0], np.float32)
+    check(op, {}, [x])
+    check(op, {}, [x.astype(np.float64)])
 
 
-def test_relu_in_place_and_nan() -> None:
-    x = np.array([-1, 0, 2.5, np.nan, -np.inf, np.inf], np.float32)
-    want = np.maximum(x, 0)
-    lib.relvm_relu_f32(_ptr(x), _ptr(x), x.size)  # out aliases x
-    np.testing.assert_array_equal(x, want)
+def test_vectorized_math_is_accurate(check):
+    """exp, tanh, erf, sigmoid are the C library's own approximations: check them densely."""
+    x = np.concatenate([np.linspace(-110, 95, 400_001), np.geomspace(1e-8, 30, 20_000),
+                        -np.geomspace(1e-8, 30, 20_000)]).astype(np.float32)
+    for op in ("exp", "tanh", "erf", "sigmoid"):
+        check(op, {}, [x], rtol=2e-6, atol=1e-37)
+
+
+def test_integer_unary_wraps(check):
+    for dtype in ("int8", "int32", "int64"):
+        info = np.iinfo(dtype)
+        x = np.array([info.min, info.min + 1, -1, 0, 1, info.max], dtype)
+        for op in ("negative", "abs", "sign", "nn.relu"):
+            check(op, {}, [x])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"] + INT_DTYPES)
+def test_clip(check, rand, dtype):
+    x = rand((1001,), dtype, -200, 200)
+    bounds = [(-0.5, 0.5), (-2.7, 3.2), (-1e30, 1e30), (5, -5)]
+    if dtype.startswith("float"):
+        # The reference cannot ceil an infinite bound to an int, nor hold -5 in a uint8.
+        bounds += [(-math.inf, 0.0), (10.0, math.inf)]
+    elif dtype == "uint8":
+        bounds.remove((5, -5))
+    for lo, hi in bounds:
+        check("clip", {"a_min": lo, "a_max": hi}, [x])
+
+
+def test_clip_keeps_nan(check):
+    check("clip", {"a_min": -1.0, "a_max": 1.0}, [np.array([np.nan, 2, -2, 0.5], np.float32)])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_leaky_relu(check, rand, dtype):
+    x = rand((4099,), dtype)
+    x[:3] = [np.nan, -0.0, np.inf]
+    for alpha in (0.0, 0.01, 0.25, -1.5):
+        check("nn.leaky_relu", {"alpha": alpha}, [x])
+
+
+ALL_DTYPES = ["float32", "float64", "float16", "int64", "int32", "int8", "uint8", "bool"]
+
+
+def _cast_source(dtype: str) -> np.ndarray:
+    """Values that hit every rule: fractions, negatives, NaN/inf, the int bounds and past them."""
+    if dtype == "bool":
+        return np.array([True, False, True], bool)
+    if np.dtype(dtype).kind == "f":
+        vals = [0.0, -0.0, 0.4, -0.6, 1.5, -1.5, 127.0, 127.9, 128.0, -128.0, -128.9, 255.0, 255.5,
+                256.0, -1.0, 1e4, 65504.0, np.nan, np.inf, -np.inf, 2147483520.0, 2147483647.0,
+                2147483648.0, -2147483648.0, -2147483904.0, 9.2e18, 9.223372036854775807e18,
+                -9.3e18, 1e20, -1e20]
+        with np.errstate(over="ignore"):
+            return np.array(vals, np.float64).astype(dtype)
+    info = np.iinfo(dtype)
+    vals = [info.min, info.min + 1, -1, 0, 1, 127, 128, 255, 256, info.max]
+    return np.array([v for v in vals if info.min <= v <= info.max], dtype)
+
+
+@pytest.mark.parametrize("src", ALL_DTYPES)
+@pytest.mark.parametrize("dst", ALL_DTYPES)
+def test_cast_every_pair(check, src, dst):
+    if src == "float16" and np.dtype(dst).kind in "iu":
+        # NumPy compares float16 against int bounds it cannot hold; keep to its finite range.
+        x = np.array([0.0, -0.6, 1.5, 127.9, 255.5, -300.0, 1e4, np.nan, np.inf], np.float16)
+    else:
+        x = _cast_source(src)
+    check("cast", {"dtype": dst}, [x])
+
+
+def test_cast_large_array(check, rand):
+    check("cast", {"dtype": "int32"}, [rand((70001,), "float32", -1e6, 1e6)])
+
+
+# --- binary ops --------------------------------------------------------------------------------
+
+BROADCASTS = [
+    ((), ()), ((1,), (1,)), ((17,), (17,)), ((4099,), ()), ((), (4099,)), ((5, 7), (7,)),
+    ((5, 7), (5, 1)), ((5, 1), (1, 7)), ((1, 7), (5, 1)), ((2, 3, 5, 7), (3, 1, 7)),
+    ((2, 1, 5, 1), (1, 3, 1, 7)), ((0, 7), (7,)), ((5, 0), (5, 1)), ((3, 1), (0,)),
+    ((64, 1031), (1031,)), ((1031, 64), (1031, 1)), ((2, 3, 4, 5, 6, 7), (1, 3, 1, 5, 1, 7)),
+]
+
+
+def _operands(op, rand, dtype, sa, sb):
+    if op == "power":
+        return rand(sa, dtype, 0.1, 3), rand(sb, dtype, -2, 2)
+    if op == "divide" and np.dtype(dtype).kind in "iub":
+        return rand(sa, dtype, -100, 100), rand(sb, dtype, -3, 3)  # zeros included
+    return rand(sa, dtype, -5, 5), rand(sb, dtype, -5, 5)
+
+
+@pytest.mark.parametrize("op", sorted(BINARY))
+@pytest.mark.parametrize("shapes", BROADCASTS, ids=str)
+def test_binary_broadcasting(check, rand, op, shapes):
+    for dtype in BINARY[op][1]:
+        a, b = _operands(op, rand, dtype, *shapes)
+        if np.dtype(dtype).kind in "iu" and op in ("add", "subtract", "multiply"):
+            a, b = rand(shapes[0], dtype, -10**9, 10**9), rand(shapes[1], dtype, -10**9, 10**9)
+        check(op, {}, [a, b])
+
+
+def test_power_of_two_is_exact(check, rand):
+    x = rand((1000,), "float32", -1e3, 1e3)
+    check("power", {}, [x, np.array(2.0, np.float32)], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "int8", "uint8"])
+def test_integer_divide_truncates_and_never_traps(check, dtype):
+    info = np.iinfo(dtype)
+    if info.min < 0:
+        a = np.array([7, -7, 7, -7, 0, info.min, info.min, info.max, 5, -5], dtype)
+        b = np.array([2, 2, -2, -2, 0, -1, 0, -1, 0, 3], dtype)
+    else:
+        a = np.array([7, 7, 0, 255, 255, 5], dtype)
+        b = np.array([2, 3, 0, 1, 0, 3], dtype)
+    check("divide", {}, [a, b])
+
+
+def test_max_min_and_comparisons_with_nan(check):
+    a = np.array([np.nan, 1, 2, np.nan, -0.0, 0.0, np.inf], np.float32)
+    b = np.array([0, np.nan, 1, np.nan, 0.0, -0.0, np.nan], np.float32)
+    for op in ("maximum", "minimum", "equal", "not_equal", "less", "less_equal", "greater",
+               "greater_equal"):
+        check(op, {}, [a, b])
+
+
+def test_binary_refuses_mismatched_output(c_kernel, rand):
+    kernel = c_kernel("add", {}, ["float32", "float32"], ["float32"])
+    with pytest.raises(ValueError, match="do not broadcast"):
+        kernel(rand((3, 4)), rand((4,)), np.empty((3, 5), np.float32))
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("shapes", [((7,), (7,), (7,)), ((5, 1), (1, 7), (7,)),
+                                    ((), (4099,), ()), ((2, 3, 1), (3, 4), (2, 1, 4)),
+                                    ((0, 3), (3,), (1, 3))], ids=str)
+def test_where(check, rand, dtype, shapes):
+    sc, sx, sy = shapes
+    check("where", {}, [rand(sc, "bool"), rand(sx, dtype), rand(sy, dtype)])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64", "int8", "uint8"])
+@pytest.mark.parametrize("shape,axis", [((5,), 0), ((4, 6), 1), ((4, 6), -1), ((2, 3, 5, 7), 1),
+                                        ((2, 3, 5, 7), 3), ((2, 3, 5, 7), 0), ((1, 64, 1, 1), 1),
+                                        ((0, 3), 1)])
+def test_bias_add(check, rand, dtype, shape, axis):
+    check("nn.bias_add", {"axis": axis}, [rand(shape, dtype), rand((shape[axis],), dtype)])
+
+
+def test_bias_add_checks_the_bias_length(c_kernel, rand):
+    kernel = c_kernel("nn.bias_add", {}, ["float32", "float32"], ["float32"])
+    with pytest.raises(ValueError, match="bias length"):
+        kernel(rand((2, 3)), rand((4,)), np.empty((2, 3), np.float32))

@@ -1,0 +1,30 @@
+/* Binary elementwise kernels and where, with NumPy broadcasting. */
+#ifndef RELVM_BINARY_H
+#define RELVM_BINARY_H
+#include <stdint.h>
+
+enum relvm_binary_op {
+    RELVM_ADD, RELVM_SUBTRACT, RELVM_MULTIPLY, RELVM_DIVIDE, RELVM_POWER, RELVM_MAXIMUM,
+    RELVM_MINIMUM, RELVM_EQUAL, RELVM_NOT_EQUAL, RELVM_LESS, RELVM_LESS_EQUAL, RELVM_GREATER,
+    RELVM_GREATER_EQUAL, RELVM_LOGICAL_AND, RELVM_LOGICAL_OR, RELVM_NUM_BINARY
+};
+
+/* 1 if relvm_binary implements (op, dtype). */
+int relvm_binary_supported(int op, int dtype);
+
+/* out = a op b over a loop nest of ndim >= 1 dims (shape). Each input steps by its own strides
+ * (in elements, 0 where it broadcasts, innermost stride 0 or 1); out is contiguous, of dtype
+ * bool for comparisons. The Python side merges dims first, so most calls have ndim 1 or 2. */
+int relvm_binary(int op, int dtype, int ndim, const int64_t *shape, const void *a,
+                 const int64_t *a_strides, const void *b, const int64_t *b_strides, void *out);
+
+/* out = a op b over n contiguous elements of equal shape: relvm_binary without a loop nest,
+ * for the common case (a residual add), which then skips all shape planning. */
+int relvm_binary_flat(int op, int dtype, const void *a, const void *b, void *out, int64_t n);
+
+/* out = cond ? x : y over a loop nest as relvm_binary's; cond is bool, x, y and out have
+ * `itemsize` bytes (1, 2, 4 or 8) per element: where moves elements, whatever their dtype. */
+int relvm_where(int itemsize, int ndim, const int64_t *shape, const void *cond,
+                const int64_t *c_strides, const void *x, const int64_t *x_strides, const void *y,
+                const int64_t *y_strides, void *out);
+#endif

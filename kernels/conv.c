@@ -1,0 +1,335 @@
+/* conv2d. The GEMM path follows the usual CPU recipe (ONNX Runtime's MLAS does the same for
+ * NCHW): each image's windows are unrolled into a (c/g * kh * kw) x (oh * ow) matrix and one
+ * sgemm per group multiplies the weights by it. Depthwise convs have too little reuse for a
+ * GEMM, so they run a direct loop that vectorizes along output rows. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include "relvm_config.h"
+#include "blas.h"
+#include "conv.h"
+#include "internal/types.h"
+#include "threads.h"
+
+/* --- a per-thread scratch buffer, kept between calls (im2col matrices are large) ---------- */
+
+struct scratch {
+    float *data;
+    size_t cap;
+};
+
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_free(void *p) {
+    struct scratch *s = p;
+    free(s->data);
+    free(s);
+}
+
+static void scratch_init(void) { pthread_key_create(&scratch_key, scratch_free); }
+
+static float *scratch_floats(size_t count) {
+    pthread_once(&scratch_once, scratch_init);
+    struct scratch *s = pthread_getspecific(scratch_key);
+    if (!s) {
+        s = calloc(1, sizeof *s);
+        if (!s || pthread_setspecific(scratch_key, s)) {
+            free(s);
+            return NULL;
+        }
+    }
+    if (s->cap < count) {
+        free(s->data);
+        s->data = malloc(count * sizeof(float));
+        s->cap = s->data ? count : 0;
+    }
+    return s->data;
+}
+
+/* --- window bounds -------------------------------------------------------------------------- */
+
+/* Outputs ox in [*lo, *hi) read inside [0, size) at ox * stride + offset; the rest read padding. */
+static inline void inside_range(int64_t offset, int64_t stride, int64_t size, int64_t count,
+                                int64_t *lo, int64_t *hi) {
+    int64_t first = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
+    int64_t end = size - offset <= 0 ? 0 : (size - offset + stride - 1) / stride;
+    if (first > count) first = count;
+    if (end > count) end = count;
+    if (end < first) end = first;
+    *lo = first;
+    *hi = end;
+}
+
+/* --- im2col + sgemm ---------------------------------------------------------------------- */
+
+struct im2col {
+    const struct relvm_conv2d_shape *s;
+    const float *x; /* the group's first input channel */
+    float *col;     /* (channels * kh * kw) x (oh * ow) */
+};
+
+static void im2col_rows(void *ctx, int64_t begin, int64_t end) {
+    const struct im2col *j = ctx;
+    const struct relvm_conv2d_shape *s = j->s;
+    const int64_t plane = s->oh * s->ow;
+    for (int64_t row = begin; row < end; ++row) {
+        const int64_t ci = row / (s->kh * s->kw), i = row / s->kw % s->kh, jj = row % s->kw;
+        const float *xc = j->x + ci * s->h * s->w;
+        const int64_t offset = jj * s->dw - s->pl;
+        int64_t lo, hi;
+        inside_range(offset, s->sw, s->w, s->ow, &lo, &hi);
+        for (int64_t oy = 0; oy < s->oh; ++oy) {
+            float *dst = j->col + row * plane + oy * s->ow;
+            const int64_t iy = oy * s->sh + i * s->dh - s->pt;
+            if (iy < 0 || iy >= s->h || lo == hi) {
+                memset(dst, 0, (size_t)s->ow * sizeof(float));
+                continue;
+            }
+            const float *src = xc + iy * s->w + offset;
+            memset(dst, 0, (size_t)lo * sizeof(float));
+            if (s->sw == 1) {
+                memcpy(dst + lo, src + lo, (size_t)(hi - lo) * sizeof(float));
+            } else {
+                for (int64_t ox = lo; ox < hi; ++ox) dst[ox] = src[ox * s->sw];
+            }
+            memset(dst + hi, 0, (size_t)(s->ow - hi) * sizeof(float));
+        }
+    }
+}
+
+static int is_pointwise(const struct relvm_conv2d_shape *s) {
+    return s->kh == 1 && s->kw == 1 && s->sh == 1 && s->sw == 1 && s->pt == 0 && s->pl == 0 &&
+           s->oh == s->h && s->ow == s->w;
+}
+
+static int conv_gemm_f32(const struct relvm_conv2d_shape *s, const float *x, const float *w,
+                         float *y) {
+    const int64_t icg = s->c / s->groups, ocg = s->oc / s->groups;
+    const int64_t k = icg * s->kh * s->kw, plane = s->oh * s->ow;
+    if (is_pointwise(s)) {
+        if (s->groups == 1) { /* one batched call: OpenBLAS spreads the images over threads */
+            relvm_sgemm_batch(0, 0, s->n, s->oc, plane, s->c, w, 0, x, s->c * plane, y);
+            return RELVM_OK;
+        }
+        for (int64_t n = 0; n < s->n; ++n)
+            for (int64_t g = 0; g < s->groups; ++g)
+                relvm_sgemm_batch(0, 0, 1, ocg, plane, icg, w + g * ocg * k,
+                                  0, x + (n * s->c + g * icg) * plane, 0,
+                                  y + (n * s->oc + g * ocg) * plane);
+        return RELVM_OK;
+    }
+    float *col = scratch_floats((size_t)(k * plane));
+    if (!col) return RELVM_NO_MEMORY;
+    for (int64_t n = 0; n < s->n; ++n) {
+        for (int64_t g = 0; g < s->groups; ++g) {
+            struct im2col j = {s, x + (n * s->c + g * icg) * s->h * s->w, col};
+            relvm_parallel_for(k, relvm_max64(1, RELVM_GRAIN / relvm_max64(1, plane)),
+                               im2col_rows, &j);
+            relvm_sgemm_batch(0, 0, 1, ocg, plane, k, w + g * ocg * k, 0, col, 0,
+                              y + (n * s->oc + g * ocg) * plane);
+        }
+    }
+    return RELVM_OK;
+}
+
+/* --- depthwise: one input channel per group ---------------------------------------------- */
+
+/* Each input plane is copied once into a zero-bordered scratch plane (per thread), so the
+ * loops below read every tap without bounds checks; the common 3x3 kernels are unrolled so
+ * GCC vectorizes along the output row. */
+struct padded {
+    const float *data;
+    int64_t width; /* row stride */
+};
+
+static struct padded pad_plane(const struct relvm_conv2d_shape *s, const float *x, float *buf,
+                               int64_t ph, int64_t pw) {
+    memset(buf, 0, (size_t)(ph * pw) * sizeof(float));
+    for (int64_t iy = 0; iy < s->h; ++iy)
+        memcpy(buf + (iy + s->pt) * pw + s->pl, x + iy * s->w, (size_t)s->w * sizeof(float));
+    struct padded p = {buf, pw};
+    return p;
+}
+
+static RELVM_VECTORIZE void dw3x3_s1(const float *r0, const float *r1, const float *r2,
+                                     const float *k, float *y, int64_t n) {
+    for (int64_t ox = 0; ox < n; ++ox)
+        y[ox] = k[0] * r0[ox] + k[1] * r0[ox + 1] + k[2] * r0[ox + 2] + k[3] * r1[ox] +
+                k[4] * r1[ox + 1] + k[5] * r1[ox + 2] + k[6] * r2[ox] + k[7] * r2[ox + 1] +
+                k[8] * r2[ox + 2];
+}
+
+static RELVM_VECTORIZE void dw3x3_s2(const float *r0, const float *r1, const float *r2,
+                                     const float *k, float *y, int64_t n) {
+    for (int64_t ox = 0; ox < n; ++ox) {
+        const int64_t c = 2 * ox;
+        y[ox] = k[0] * r0[c] + k[1] * r0[c + 1] + k[2] * r0[c + 2] + k[3] * r1[c] +
+                k[4] * r1[c + 1] + k[5] * r1[c + 2] + k[6] * r2[c] + k[7] * r2[c + 1] +
+                k[8] * r2[c + 2];
+    }
+}
+
+static RELVM_VECTORIZE void dw_any(const struct relvm_conv2d_shape *s, struct padded p,
+                                   const float *k, float *y, int64_t oy) {
+    for (int64_t ox = 0; ox < s->ow; ++ox) y[ox] = 0.0f;
+    for (int64_t i = 0; i < s->kh; ++i) {
+        const float *row = p.data + (oy * s->sh + i * s->dh) * p.width;
+        for (int64_t j = 0; j < s->kw; ++j) {
+            const float wv = k[i * s->kw + j], *src = row + j * s->dw;
+            if (s->sw == 1) {
+                for (int64_t ox = 0; ox < s->ow; ++ox) y[ox] += wv * src[ox];
+            } else {
+                for (int64_t ox = 0; ox < s->ow; ++ox) y[ox] += wv * src[ox * s->sw];
+            }
+        }
+    }
+}
+
+static void depthwise_plane(const struct relvm_conv2d_shape *s, struct padded p,
+                            const float *k, float *y) {
+    const int three = s->kh == 3 && s->kw == 3 && s->dh == 1 && s->dw == 1;
+    for (int64_t oy = 0; oy < s->oh; ++oy) {
+        const float *r0 = p.data + oy * s->sh * p.width;
+        float *yr = y + oy * s->ow;
+        if (three && s->sw == 1) dw3x3_s1(r0, r0 + p.width, r0 + 2 * p.width, k, yr, s->ow);
+        else if (three && s->sw == 2) dw3x3_s2(r0, r0 + p.width, r0 + 2 * p.width, k, yr, s->ow);
+        else dw_any(s, p, k, yr, oy);
+    }
+}
+
+struct depthwise {
+    const struct relvm_conv2d_shape *s;
+    const float *x, *w;
+    float *y;
+    int64_t ph, pw; /* the padded plane: every tap of every window inside it */
+    _Atomic int failed; /* a thread could not get its scratch plane */
+};
+
+/* Item q is input plane (n, g); it feeds output channels g * mult ... g * mult + mult - 1. */
+static void depthwise_planes(void *ctx, int64_t begin, int64_t end) {
+    struct depthwise *j = ctx;
+    const struct relvm_conv2d_shape *s = j->s;
+    const int64_t mult = s->oc / s->groups;
+    float *buf = scratch_floats((size_t)(j->ph * j->pw));
+    if (!buf) {
+        j->failed = 1;
+        return;
+    }
+    for (int64_t q = begin; q < end; ++q) {
+        const int64_t n = q / s->c, g = q % s->c;
+        const struct padded p = pad_plane(s, j->x + q * s->h * s->w, buf, j->ph, j->pw);
+        for (int64_t m = 0; m < mult; ++m) {
+            const int64_t o = g * mult + m;
+            depthwise_plane(s, p, j->w + o * s->kh * s->kw,
+                            j->y + (n * s->oc + o) * s->oh * s->ow);
+        }
+    }
+}
+
+/* --- conv2d_transpose: sgemm, then col2im ------------------------------------------------- */
+
+struct col2im {
+    const struct relvm_conv2d_shape *s;
+    const float *col; /* (opg * kh * kw) x (h * w) */
+    float *y;         /* the group's first output channel */
+};
+
+/* Output channel o gathers its rows (o, i, j) of col: channels never share a write. */
+static void col2im_channels(void *ctx, int64_t begin, int64_t end) {
+    const struct col2im *j = ctx;
+    const struct relvm_conv2d_shape *s = j->s;
+    const int64_t plane = s->h * s->w;
+    for (int64_t o = begin; o < end; ++o) {
+        float *out = j->y + o * s->oh * s->ow;
+        memset(out, 0, (size_t)(s->oh * s->ow) * sizeof(float));
+        for (int64_t i = 0; i < s->kh; ++i) {
+            int64_t ylo, yhi;
+            inside_range(i * s->dh - s->pt, s->sh, s->oh, s->h, &ylo, &yhi);
+            for (int64_t jj = 0; jj < s->kw; ++jj) {
+                const int64_t offset = jj * s->dw - s->pl;
+                int64_t xlo, xhi;
+                inside_range(offset, s->sw, s->ow, s->w, &xlo, &xhi);
+                const float *col = j->col + ((o * s->kh + i) * s->kw + jj) * plane;
+                for (int64_t y = ylo; y < yhi; ++y) {
+                    float *row = out + (y * s->sh + i * s->dh - s->pt) * s->ow + offset;
+                    const float *src = col + y * s->w;
+                    if (s->sw == 1) {
+                        for (int64_t x = xlo; x < xhi; ++x) row[x] += src[x];
+                    } else {
+                        for (int64_t x = xlo; x < xhi; ++x) row[x * s->sw] += src[x];
+                    }
+                }
+            }
+        }
+    }
+}
+
+static int conv_transpose_f32(const struct relvm_conv2d_shape *s, const float *x,
+                              const float *w, float *y) {
+    const int64_t icg = s->c / s->groups, ocg = s->oc / s->groups;
+    const int64_t rows = ocg * s->kh * s->kw, plane = s->h * s->w;
+    float *col = scratch_floats((size_t)(rows * plane));
+    if (!col) return RELVM_NO_MEMORY;
+    for (int64_t n = 0; n < s->n; ++n) {
+        for (int64_t g = 0; g < s->groups; ++g) {
+            /* col = W_g^T x_g: W_g is stored icg x rows. */
+            relvm_sgemm_batch(1, 0, 1, rows, plane, icg, w + g * icg * rows, 0,
+                              x + (n * s->c + g * icg) * plane, 0, col);
+            struct col2im j = {s, col, y + (n * s->oc + g * ocg) * s->oh * s->ow};
+            const int64_t work = relvm_max64(1, s->kh * s->kw * plane);
+            relvm_parallel_for(ocg, relvm_max64(1, RELVM_GRAIN / work), col2im_channels, &j);
+        }
+    }
+    return RELVM_OK;
+}
+
+static int depthwise_conv(const struct relvm_conv2d_shape *s, const float *x, const float *w,
+                          float *y) {
+    /* Rows and columns the windows reach, past the input and its top/left padding. */
+    const int64_t ph = relvm_max64(s->pt + s->h, (s->oh - 1) * s->sh + (s->kh - 1) * s->dh + 1);
+    const int64_t pw = relvm_max64(s->pl + s->w, (s->ow - 1) * s->sw + (s->kw - 1) * s->dw + 1);
+    struct depthwise j = {s, x, w, y, ph, pw, 0};
+    const int64_t work = relvm_max64(1, s->oc / s->groups * s->oh * s->ow * s->kh * s->kw);
+    relvm_parallel_for(s->n * s->c, relvm_max64(1, RELVM_GRAIN / work), depthwise_planes, &j);
+    return j.failed ? RELVM_NO_MEMORY : RELVM_OK;
+}
+
+static int valid_shape(const struct relvm_conv2d_shape *s) {
+    return s->n >= 0 && s->c >= 0 && s->h >= 0 && s->w >= 0 && s->oc >= 0 && s->kh >= 1 &&
+           s->kw >= 1 && s->oh >= 0 && s->ow >= 0 && s->sh >= 1 && s->sw >= 1 && s->pt >= 0 &&
+           s->pl >= 0 && s->dh >= 1 && s->dw >= 1 && s->groups >= 1 && s->c % s->groups == 0 &&
+           s->oc % s->groups == 0;
+}
+
+RELVM_EXPORT int relvm_conv2d(int dtype, const struct relvm_conv2d_shape *s, const void *x,
+                              const void *w, void *y) {
+    if (dtype != RELVM_FLOAT32 || !valid_shape(s)) return RELVM_UNSUPPORTED;
+    const int64_t total = s->n * s->oc * s->oh * s->ow;
+    if (total == 0) return RELVM_OK;
+    if (s->c == 0) { /* no input channels: every output sums nothing */
+        memset(y, 0, (size_t)total * sizeof(float));
+        return RELVM_OK;
+    }
+    if (s->c == s->groups) return depthwise_conv(s, x, w, y);
+    if (!relvm_blas_ready()) return RELVM_NO_BLAS;
+    const int64_t k = s->c / s->groups * s->kh * s->kw;
+    if (k > INT32_MAX || s->oh * s->ow > INT32_MAX || s->oc > INT32_MAX) return RELVM_TOO_LARGE;
+    return conv_gemm_f32(s, x, w, y);
+}
+
+RELVM_EXPORT int relvm_conv2d_transpose(int dtype, const struct relvm_conv2d_shape *s,
+                                        const void *x, const void *w, void *y) {
+    if (dtype != RELVM_FLOAT32 || !valid_shape(s)) return RELVM_UNSUPPORTED;
+    const int64_t total = s->n * s->oc * s->oh * s->ow;
+    if (total == 0) return RELVM_OK;
+    if (s->c == 0 || s->h * s->w == 0) { /* nothing to scatter: all zeros */
+        memset(y, 0, (size_t)total * sizeof(float));
+        return RELVM_OK;
+    }
+    if (!relvm_blas_ready()) return RELVM_NO_BLAS;
+    const int64_t rows = s->oc / s->groups * s->kh * s->kw;
+    if (rows > INT32_MAX || s->h * s->w > INT32_MAX || s->c > INT32_MAX) return RELVM_TOO_LARGE;
+    return conv_transpose_f32(s, x, w, y);
+}

@@ -1,0 +1,24 @@
+/* nn.conv2d over NCHW data and OIHW weights. */
+#ifndef RELVM_CONV_H
+#define RELVM_CONV_H
+#include <stdint.h>
+
+/* The geometry of one conv2d call: data (n, c, h, w), weight (oc, c / groups, kh, kw), output
+ * (n, oc, oh, ow); strides sh/sw, top/left padding pt/pl (bottom/right are implied by oh/ow),
+ * dilation dh/dw. The Python side computes oh/ow with the reference's rule. */
+struct relvm_conv2d_shape {
+    int64_t n, c, h, w, oc, kh, kw, oh, ow, sh, sw, pt, pl, dh, dw, groups;
+};
+
+/* y = conv2d(x, w) for float32: direct for depthwise (one input channel per group), else
+ * im2col + sgemm per image and group (no im2col for a 1x1 stride-1 unpadded kernel). */
+int relvm_conv2d(int dtype, const struct relvm_conv2d_shape *s, const void *x, const void *w,
+                 void *y);
+
+/* y = conv2d_transpose(x, w) for float32, with w in IOHW layout (c, oc / groups, kh, kw) and
+ * the same geometry struct: c/h/w describe the data, oc/oh/ow the output, pt/pl the crop at the
+ * top/left. sgemm gives every input pixel's contribution through every tap (W^T x), then col2im
+ * scatters them into the output. */
+int relvm_conv2d_transpose(int dtype, const struct relvm_conv2d_shape *s, const void *x,
+                           const void *w, void *y);
+#endif

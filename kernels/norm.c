@@ -1,0 +1,193 @@
+/* Softmax and normalizations. The reference computes in float64 and rounds once; here sums and
+ * statistics are float64 too, while float32 exps use the vectorized vm_expf (1 ulp).
+ *
+ * An axis with inner == 1 is a contiguous row, the common case (last axis), with loops that
+ * vectorize. Otherwise each (outer, inner) position is a column read with stride inner;
+ * neighbouring columns share cache lines, so the walk stays cache-friendly. */
+#include <math.h>
+#include "relvm_config.h"
+#include "internal/types.h"
+#include "internal/vmath.h"
+#include "norm.h"
+#include "threads.h"
+
+struct axis_job {
+    int take_log, scale, center;
+    int64_t len, inner;
+    double eps;
+    const char *x, *gamma, *beta, *mean, *var;
+    char *y;
+};
+
+/* --- softmax -------------------------------------------------------------------------------- */
+
+/* NaN anywhere makes the max NaN, and then the whole row NaN, as in the reference. */
+#define SOFTMAX(S, T, EXP)                                                                    \
+    static RELVM_VECTORIZE void softmax_row_##S(int take_log, int64_t len, const T *x, T *y) {\
+        const T m = vm_max_##S(x, len);                                                       \
+        /* exps and their sum in one pass, the sum in vmath.h's lanes */                      \
+        double part[VM_LANES] = {0}, sum = 0.0;                                               \
+        int64_t i = 0;                                                                        \
+        for (; i + VM_LANES <= len; i += VM_LANES)                                            \
+            for (int l = 0; l < VM_LANES; ++l) {                                              \
+                const T e = EXP(x[i + l] - m);                                                \
+                y[i + l] = e;                                                                 \
+                part[l] += (double)e;                                                         \
+            }                                                                                 \
+        for (; i < len; ++i) {                                                                \
+            y[i] = EXP(x[i] - m);                                                             \
+            sum += (double)y[i];                                                              \
+        }                                                                                     \
+        for (int l = 0; l < VM_LANES; ++l) sum += part[l];                                    \
+        if (take_log) {                                                                       \
+            const double shift = (double)m + log(sum);                                        \
+            for (int64_t k = 0; k < len; ++k) y[k] = (T)((double)x[k] - shift);               \
+            return;                                                                           \
+        }                                                                                     \
+        const T scale = (T)(1.0 / sum);                                                       \
+        for (int64_t k = 0; k < len; ++k) y[k] *= scale;                                      \
+    }                                                                                         \
+                                                                                              \
+    static void softmax_column_##S(int take_log, int64_t len, int64_t stride, const T *x,   \
+                                    T *y) {                                                   \
+        T m = (T)-INFINITY;                                                                   \
+        for (int64_t i = 0; i < len; ++i) {                                                   \
+            const T v = x[i * stride];                                                        \
+            m = (v > m || v != v) ? v : m;                                                    \
+        }                                                                                     \
+        double sum = 0.0;                                                                     \
+        for (int64_t i = 0; i < len; ++i) sum += (double)EXP(x[i * stride] - m);              \
+        const double shift = (double)m + log(sum);                                            \
+        for (int64_t i = 0; i < len; ++i) {                                                   \
+            const T v = x[i * stride];                                                        \
+            y[i * stride] = take_log ? (T)((double)v - shift) : (T)((double)EXP(v - m) / sum);\
+        }                                                                                     \
+    }                                                                                         \
+                                                                                              \
+    static void softmax_range_##S(void *ctx, int64_t begin, int64_t end) {                    \
+        const struct axis_job *j = ctx;                                                       \
+        const T *x = (const T *)j->x;                                                         \
+        T *y = (T *)j->y;                                                                     \
+        for (int64_t r = begin; r < end; ++r) {                                               \
+            const int64_t at = r / j->inner * j->len * j->inner + r % j->inner;               \
+            if (j->inner == 1) softmax_row_##S(j->take_log, j->len, x + at, y + at);               \
+            else softmax_column_##S(j->take_log, j->len, j->inner, x + at, y + at);                \
+        }                                                                                     \
+    }
+
+SOFTMAX(f32, f32, vm_expf)
+SOFTMAX(f64, f64, exp)
+
+/* Rows or columns of a (outer, len, inner) view: outer * inner of them, each len long. */
+static int64_t lines(int64_t outer, int64_t inner) { return outer * inner; }
+
+static int64_t grain_for(int64_t len, int64_t base) {
+    return relvm_max64(1, base / relvm_max64(1, len));
+}
+
+static int is_float(int dtype) { return dtype == RELVM_FLOAT32 || dtype == RELVM_FLOAT64; }
+
+static int valid_axis(int dtype, int64_t outer, int64_t len, int64_t inner) {
+    return is_float(dtype) && outer >= 0 && len >= 0 && inner >= 1;
+}
+
+RELVM_EXPORT int relvm_softmax(int dtype, int take_log, int64_t outer, int64_t len, int64_t inner,
+                               const void *x, void *y) {
+    if (!valid_axis(dtype, outer, len, inner)) return RELVM_UNSUPPORTED;
+    struct axis_job j = {.take_log = take_log, .len = len, .inner = inner, .x = x, .y = y};
+    relvm_parallel_for(lines(outer, inner), grain_for(len, RELVM_GRAIN_HEAVY),
+                       dtype == RELVM_FLOAT32 ? softmax_range_f32 : softmax_range_f64, &j);
+    return RELVM_OK;
+}
+
+/* --- layer_norm ------------------------------------------------------------------------------ */
+
+/* Two passes (mean, then the mean squared deviation) in float64, as the reference; a
+ * contiguous line sums in vmath.h's lanes. */
+#define LAYER_NORM(S, T)                                                                      \
+    static RELVM_VECTORIZE void layer_norm_line_##S(const struct axis_job *j, int64_t stride, \
+                                                    const T *x, T *y) {                       \
+        const T *gamma = (const T *)j->gamma, *beta = (const T *)j->beta;                     \
+        const int64_t len = j->len;                                                           \
+        double mean = 0.0, var = 0.0;                                                         \
+        if (stride == 1) {                                                                    \
+            mean = vm_sum_##S(x, len) / (double)len;                                          \
+            var = vm_sum_sq_dev_##S(x, len, mean);                                            \
+        } else {                                                                              \
+            for (int64_t i = 0; i < len; ++i) mean += (double)x[i * stride];                  \
+            mean /= (double)len;                                                              \
+            for (int64_t i = 0; i < len; ++i) {                                               \
+                const double d = (double)x[i * stride] - mean;                                \
+                var += d * d;                                                                 \
+            }                                                                                 \
+        }                                                                                     \
+        const double rstd = 1.0 / sqrt(var / (double)len + j->eps);                           \
+        for (int64_t i = 0; i < len; ++i) {                                                   \
+            double v = ((double)x[i * stride] - mean) * rstd;                                 \
+            if (j->scale) v *= (double)gamma[i];                                              \
+            if (j->center) v += (double)beta[i];                                              \
+            y[i * stride] = (T)v;                                                             \
+        }                                                                                     \
+    }                                                                                         \
+                                                                                              \
+    static void layer_norm_range_##S(void *ctx, int64_t begin, int64_t end) {                 \
+        const struct axis_job *j = ctx;                                                       \
+        for (int64_t r = begin; r < end; ++r) {                                               \
+            const int64_t at = r / j->inner * j->len * j->inner + r % j->inner;               \
+            layer_norm_line_##S(j, j->inner, (const T *)j->x + at, (T *)j->y + at);            \
+        }                                                                                     \
+    }
+
+LAYER_NORM(f32, f32)
+LAYER_NORM(f64, f64)
+
+RELVM_EXPORT int relvm_layer_norm(int dtype, int64_t outer, int64_t len, int64_t inner,
+                                  const void *x, const void *gamma, const void *beta, void *y,
+                                  double eps, int scale, int center) {
+    if (!valid_axis(dtype, outer, len, inner)) return RELVM_UNSUPPORTED;
+    if (len == 0) return RELVM_OK; /* no elements to write */
+    struct axis_job j = {.scale = scale, .center = center, .len = len, .inner = inner,
+                         .eps = eps, .x = x, .gamma = gamma, .beta = beta, .y = y};
+    relvm_parallel_for(lines(outer, inner), grain_for(len, RELVM_GRAIN),
+                       dtype == RELVM_FLOAT32 ? layer_norm_range_f32 : layer_norm_range_f64, &j);
+    return RELVM_OK;
+}
+
+/* --- batch_norm ------------------------------------------------------------------------------ */
+
+/* Run r is channel r % len of outer index r / len: inner contiguous elements, one affine map. */
+#define BATCH_NORM(S, T)                                                                      \
+    static RELVM_VECTORIZE void batch_norm_run_##S(int64_t inner, double mean, double scale,  \
+                                                   double shift, const T *x, T *y) {          \
+        for (int64_t i = 0; i < inner; ++i) y[i] = (T)(((double)x[i] - mean) * scale + shift); \
+    }                                                                                         \
+                                                                                              \
+    static void batch_norm_range_##S(void *ctx, int64_t begin, int64_t end) {                 \
+        const struct axis_job *j = ctx;                                                       \
+        const T *gamma = (const T *)j->gamma, *beta = (const T *)j->beta;                     \
+        const T *mean = (const T *)j->mean, *var = (const T *)j->var;                         \
+        for (int64_t r = begin; r < end; ++r) {                                               \
+            const int64_t c = r % j->len;                                                     \
+            double scale = 1.0 / sqrt((double)var[c] + j->eps);                               \
+            if (j->scale) scale *= (double)gamma[c];                                          \
+            const double shift = j->center ? (double)beta[c] : 0.0;                           \
+            batch_norm_run_##S(j->inner, (double)mean[c], scale, shift,                       \
+                               (const T *)j->x + r * j->inner, (T *)j->y + r * j->inner);     \
+        }                                                                                     \
+    }
+
+BATCH_NORM(f32, f32)
+BATCH_NORM(f64, f64)
+
+RELVM_EXPORT int relvm_batch_norm(int dtype, int64_t outer, int64_t len, int64_t inner,
+                                  const void *x, const void *gamma, const void *beta,
+                                  const void *mean, const void *var, void *y, double eps,
+                                  int scale, int center) {
+    if (!valid_axis(dtype, outer, len, inner)) return RELVM_UNSUPPORTED;
+    struct axis_job j = {.scale = scale, .center = center, .len = len, .inner = inner,
+                         .eps = eps, .x = x, .gamma = gamma, .beta = beta, .mean = mean,
+                         .var = var, .y = y};
+    relvm_parallel_for(outer * len, grain_for(inner, RELVM_GRAIN),
+                       dtype == RELVM_FLOAT32 ? batch_norm_range_f32 : batch_norm_range_f64, &j);
+    return RELVM_OK;
+}

@@ -1,0 +1,22 @@
+/* Softmax and normalizations over one axis. The data is seen as (outer, len, inner): the axis
+ * has length len and stride inner. */
+#ifndef RELVM_NORM_H
+#define RELVM_NORM_H
+#include <stdint.h>
+
+/* y = softmax(x) (or log_softmax with take_log) along the axis, stable (max subtracted first). */
+int relvm_softmax(int dtype, int take_log, int64_t outer, int64_t len, int64_t inner, const void *x,
+                  void *y);
+
+/* y = (x - mean) / sqrt(var + eps) along the axis (biased var), times gamma when scale, plus
+ * beta when center; gamma/beta have len elements. */
+int relvm_layer_norm(int dtype, int64_t outer, int64_t len, int64_t inner, const void *x,
+                     const void *gamma, const void *beta, void *y, double eps, int scale,
+                     int center);
+
+/* Inference batch norm: channel c of the axis (length len) gets
+ * (x - mean[c]) / sqrt(var[c] + eps), times gamma[c] when scale, plus beta[c] when center. */
+int relvm_batch_norm(int dtype, int64_t outer, int64_t len, int64_t inner, const void *x,
+                     const void *gamma, const void *beta, const void *mean, const void *var,
+                     void *y, double eps, int scale, int center);
+#endif

@@ -1,0 +1,24 @@
+/* Pooling over NCHW data: max_pool2d, avg_pool2d and the global pools. */
+#ifndef RELVM_POOL_H
+#define RELVM_POOL_H
+#include <stdint.h>
+
+/* One pooling call: `planes` = n * c images of h x w giving oh x ow; window kh x kw with
+ * strides sh/sw and dilation dh/dw; padding pt/pl/pb/pr (top, left, bottom, right). The Python
+ * side computes oh/ow with the reference's ceil_mode rule. */
+struct relvm_pool2d_shape {
+    int64_t planes, h, w, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, count_include_pad;
+};
+
+/* Max over the taps inside the input (padding never wins); -inf for a window with none.
+ * NaN propagates. float32 and float64. */
+int relvm_max_pool2d(int dtype, const struct relvm_pool2d_shape *s, const void *x, void *y);
+
+/* Sum of the taps inside the input over the count of taps inside the padded input
+ * (count_include_pad) or inside the input; 0 for a window covering no input. */
+int relvm_avg_pool2d(int dtype, const struct relvm_pool2d_shape *s, const void *x, void *y);
+
+/* y[p] = max or mean of the `size` contiguous elements of plane p (mean of none is NaN). */
+int relvm_global_pool2d(int dtype, int is_max, int64_t planes, int64_t size, const void *x,
+                        void *y);
+#endif

@@ -1,0 +1,34 @@
+/* nn.lstm and nn.gru over a whole sequence, with ONNX's semantics (relvm/ops/recurrent.py). */
+#ifndef RELVM_RECURRENT_H
+#define RELVM_RECURRENT_H
+#include <stdint.h>
+
+/* The gate activations ONNX names, with their alpha/beta parameters. */
+enum relvm_activation {
+    RELVM_ACT_SIGMOID, RELVM_ACT_TANH, RELVM_ACT_RELU, RELVM_ACT_AFFINE, RELVM_ACT_LEAKYRELU,
+    RELVM_ACT_THRESHOLDEDRELU, RELVM_ACT_SCALEDTANH, RELVM_ACT_HARDSIGMOID, RELVM_ACT_ELU,
+    RELVM_ACT_SOFTSIGN, RELVM_ACT_SOFTPLUS
+};
+
+/* One direction of a recurrent layer. x is (seq, batch, input); this direction's weights are
+ * w (G*H, input), r (G*H, H), b (2*G*H) with G = 4 (LSTM gates i, o, f, c) or 3 (GRU z, r, h).
+ * Initial states are (batch, H) rows h0_stride apart (0: one row for the whole batch). Y is
+ * (seq, dirs, batch, H); this direction writes Y[:, dir]. */
+struct relvm_rnn {
+    int64_t seq, batch, input, hidden, dirs, dir;
+    int64_t gru, reverse, input_forget, linear_before_reset;
+    int64_t has_clip;
+    double clip;
+    int64_t act[3]; /* LSTM f, g, h; GRU f, g */
+    double alpha[3], beta[3];
+    int64_t h0_stride, c0_stride;
+};
+
+/* Run one direction: sequence b runs lens[b] steps (backwards with reverse); Y rows past its
+ * length are 0 and its last states are those after its last step. c0, peephole (3*H: i, o, f)
+ * and c_last are LSTM's; NULL for GRU. float32, float64 inside (the reference's precision). */
+int relvm_rnn_direction(const struct relvm_rnn *s, const float *x, const float *w,
+                        const float *r, const float *b, const int64_t *lens, const float *h0,
+                        const float *c0, const float *peephole, float *y, float *h_last,
+                        float *c_last);
+#endif

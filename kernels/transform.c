@@ -1,0 +1,314 @@
+/* Data movement kernels. */
+#include <stdatomic.h>
+#include <string.h>
+#include "relvm_config.h"
+#include "internal/nest.h"
+#include "internal/types.h"
+#include "threads.h"
+#include "transform.h"
+
+static int valid_itemsize(int itemsize) {
+    return itemsize == 1 || itemsize == 2 || itemsize == 4 || itemsize == 8;
+}
+
+static int valid_shape(int ndim, const int64_t *shape) {
+    if (ndim < 1 || ndim > NEST_MAX_DIMS) return 0;
+    for (int d = 0; d < ndim; ++d)
+        if (shape[d] < 0) return 0;
+    return 1;
+}
+
+/* --- strided copies ------------------------------------------------------------------------ */
+
+struct copy_job {
+    int itemsize;
+    int64_t src_step, dst_step; /* innermost strides, elements */
+    /* Tiled 2-D blocks (see relvm_copy_strided): rows x cols, src row step 1. */
+    int64_t rows, cols, src_col_step, dst_row_step;
+};
+
+#define COPY_ROW(NAME, T)                                                                     \
+    static void NAME(const T *src, int64_t ss, T *dst, int64_t ds, int64_t n) {               \
+        for (int64_t i = 0; i < n; ++i) dst[i * ds] = src[i * ss];                            \
+    }
+COPY_ROW(copy_row_1, uint8_t)
+COPY_ROW(copy_row_2, uint16_t)
+COPY_ROW(copy_row_4, uint32_t)
+COPY_ROW(copy_row_8, uint64_t)
+
+static void copy_row(void *ctx, char *const *p, int64_t n) {
+    const struct copy_job *j = ctx;
+    if (j->src_step == 1 && j->dst_step == 1) {
+        memcpy(p[1], p[0], (size_t)(n * j->itemsize));
+        return;
+    }
+    const void *src = p[0];
+    void *dst = p[1];
+    switch (j->itemsize) {
+    case 1: copy_row_1(src, j->src_step, dst, j->dst_step, n); break;
+    case 2: copy_row_2(src, j->src_step, dst, j->dst_step, n); break;
+    case 4: copy_row_4(src, j->src_step, dst, j->dst_step, n); break;
+    default: copy_row_8(src, j->src_step, dst, j->dst_step, n);
+    }
+}
+
+/* A transposing block: dst[r][c] = src[r + c * src_col_step], dst contiguous along c. Walking
+ * 32 x 32 tiles keeps both sides' cache lines in use. */
+#define TILE 32
+#define COPY_BLOCK(NAME, T)                                                                   \
+    static void NAME(const struct copy_job *j, const T *src, T *dst) {                        \
+        for (int64_t r0 = 0; r0 < j->rows; r0 += TILE)                                        \
+            for (int64_t c0 = 0; c0 < j->cols; c0 += TILE) {                                  \
+                const int64_t r1 = relvm_min64(r0 + TILE, j->rows);                           \
+                const int64_t c1 = relvm_min64(c0 + TILE, j->cols);                           \
+                for (int64_t r = r0; r < r1; ++r)                                             \
+                    for (int64_t c = c0; c < c1; ++c)                                         \
+                        dst[r * j->dst_row_step + c] = src[r + c * j->src_col_step];          \
+            }                                                                                 \
+    }
+COPY_BLOCK(copy_block_1, uint8_t)
+COPY_BLOCK(copy_block_2, uint16_t)
+COPY_BLOCK(copy_block_4, uint32_t)
+COPY_BLOCK(copy_block_8, uint64_t)
+
+static void copy_block(void *ctx, char *const *p, int64_t n) {
+    const struct copy_job *j = ctx;
+    (void)n; /* the nest's innermost dim is a placeholder of length 1 */
+    switch (j->itemsize) {
+    case 1: copy_block_1(j, (const uint8_t *)p[0], (uint8_t *)p[1]); break;
+    case 2: copy_block_2(j, (const uint16_t *)p[0], (uint16_t *)p[1]); break;
+    case 4: copy_block_4(j, (const uint32_t *)p[0], (uint32_t *)p[1]); break;
+    default: copy_block_8(j, (const uint64_t *)p[0], (uint64_t *)p[1]);
+    }
+}
+
+RELVM_EXPORT int relvm_copy_strided(int itemsize, int ndim, const int64_t *shape,
+                                    const void *src, const int64_t *src_strides, void *dst,
+                                    const int64_t *dst_strides) {
+    if (!valid_itemsize(itemsize) || !valid_shape(ndim, shape)) return RELVM_UNSUPPORTED;
+    const int last = ndim - 1;
+    struct copy_job j = {itemsize, src_strides[last], dst_strides[last], 0, 0, 0, 0};
+    struct nest t = {.ndim = ndim, .nops = 2};
+    for (int d = 0; d < ndim; ++d) t.shape[d] = shape[d];
+    /* A transpose of the last two dims (src contiguous along the second-last, dst along the
+     * last) copies tile by tile; the nest then walks the other dims with a dummy inner dim. */
+    if (ndim >= 2 && src_strides[last - 1] == 1 && dst_strides[last] == 1 &&
+        src_strides[last] != 1 && shape[last] >= 8 && shape[last - 1] >= 8) {
+        j.rows = shape[last - 1];
+        j.cols = shape[last];
+        j.src_col_step = src_strides[last];
+        j.dst_row_step = dst_strides[last - 1];
+        t.shape[last - 1] = 1;
+        t.shape[last] = 1;
+        nest_operand(&t, 0, src, itemsize, src_strides);
+        nest_operand(&t, 1, dst, itemsize, dst_strides);
+        nest_run(&t, copy_block, &j, RELVM_GRAIN / (j.rows * j.cols) + 1);
+        return RELVM_OK;
+    }
+    nest_operand(&t, 0, src, itemsize, src_strides);
+    nest_operand(&t, 1, dst, itemsize, dst_strides);
+    nest_run(&t, copy_row, &j, RELVM_GRAIN);
+    return RELVM_OK;
+}
+
+struct bytes_job {
+    char *dst;
+    const char *src;
+};
+
+static void copy_bytes(void *ctx, int64_t begin, int64_t end) {
+    const struct bytes_job *j = ctx;
+    memcpy(j->dst + begin, j->src + begin, (size_t)(end - begin));
+}
+
+RELVM_EXPORT void relvm_copy(void *dst, const void *src, int64_t nbytes) {
+    struct bytes_job j = {dst, src};
+    if (nbytes > 0) relvm_parallel_for(nbytes, (int64_t)1 << 20, copy_bytes, &j);
+}
+
+#define FILL(NAME, T)                                                                         \
+    static RELVM_VECTORIZE void NAME(T *dst, int64_t n, T v) {                                \
+        for (int64_t i = 0; i < n; ++i) dst[i] = v;                                           \
+    }
+FILL(fill_1, uint8_t)
+FILL(fill_2, uint16_t)
+FILL(fill_4, uint32_t)
+FILL(fill_8, uint64_t)
+
+static void fill_any(int itemsize, void *dst, int64_t n, const void *value) {
+    switch (itemsize) {
+    case 1: fill_1(dst, n, *(const uint8_t *)value); break;
+    case 2: { uint16_t v; memcpy(&v, value, 2); fill_2(dst, n, v); break; }
+    case 4: { uint32_t v; memcpy(&v, value, 4); fill_4(dst, n, v); break; }
+    default: { uint64_t v; memcpy(&v, value, 8); fill_8(dst, n, v); }
+    }
+}
+
+RELVM_EXPORT int relvm_fill(int itemsize, void *dst, int64_t n, const void *value) {
+    if (!valid_itemsize(itemsize) || n < 0) return RELVM_UNSUPPORTED;
+    fill_any(itemsize, dst, n, value);
+    return RELVM_OK;
+}
+
+/* --- take ----------------------------------------------------------------------------------- */
+
+struct take_job {
+    int itemsize, index_dtype, mode;
+    int64_t outer, axis_len, inner, count;
+    const char *x, *indices;
+    char *out;
+    _Atomic int bad; /* set by any chunk that met an out-of-range index in fast mode */
+};
+
+static inline int64_t index_at(const struct take_job *j, int64_t i) {
+    return j->index_dtype == RELVM_INT64 ? ((const i64 *)(const void *)j->indices)[i]
+                                         : ((const i32 *)(const void *)j->indices)[i];
+}
+
+/* Row r of the (batch * outer) rows of out: count slices of inner elements each. */
+static void take_rows(void *ctx, int64_t begin, int64_t end) {
+    struct take_job *j = ctx;
+    const int64_t slice = j->inner * j->itemsize, len = j->axis_len;
+    for (int64_t r = begin; r < end; ++r) {
+        const int64_t b = r / j->outer;
+        const char *x = j->x + r * len * slice;
+        char *out = j->out + r * j->count * slice;
+        for (int64_t c = 0; c < j->count; ++c) {
+            int64_t i = index_at(j, b * j->count + c);
+            if (i < 0 || i >= len) {
+                if (j->mode == RELVM_TAKE_CLIP) i = i < 0 ? 0 : len - 1;
+                else if (j->mode == RELVM_TAKE_WRAP) i = (i % len + len) % len;
+                else {
+                    j->bad = 1;
+                    return;
+                }
+            }
+            if (j->itemsize == 4 && j->inner == 1)
+                ((uint32_t *)(void *)out)[c] = ((const uint32_t *)(const void *)x)[i];
+            else
+                memcpy(out + c * slice, x + i * slice, (size_t)slice);
+        }
+    }
+}
+
+RELVM_EXPORT int relvm_take(int itemsize, int index_dtype, int mode, int64_t batch,
+                            int64_t outer, int64_t axis_len, int64_t inner, int64_t count,
+                            const void *x, const void *indices, void *out) {
+    if (!valid_itemsize(itemsize) || (index_dtype != RELVM_INT32 && index_dtype != RELVM_INT64) ||
+        mode < RELVM_TAKE_CLIP || mode > RELVM_TAKE_FAST || batch < 0 || outer < 0 ||
+        axis_len < 0 || inner < 0 || count < 0)
+        return RELVM_UNSUPPORTED;
+    if (batch * outer * count * inner == 0) return RELVM_OK;
+    if (axis_len == 0) return RELVM_BAD_INDEX;
+    struct take_job j = {itemsize, index_dtype, mode, outer, axis_len, inner, count,
+                         x, indices, out, 0};
+    relvm_parallel_for(batch * outer, relvm_max64(1, RELVM_GRAIN / (count * inner)), take_rows,
+                       &j);
+    return j.bad ? RELVM_BAD_INDEX : RELVM_OK;
+}
+
+/* --- gather (pad) --------------------------------------------------------------------------- */
+
+struct gather_job {
+    int itemsize, ndim;
+    const int64_t *shape, *src_strides, *maps;
+    int64_t map_start[NEST_MAX_DIMS]; /* where dim d's map begins in maps */
+    const char *src, *fill;
+    char *dst;
+};
+
+static void gather_rows(void *ctx, int64_t begin, int64_t end) {
+    const struct gather_job *j = ctx;
+    const int last = j->ndim - 1;
+    const int64_t n = j->shape[last], size = j->itemsize;
+    const int64_t *inner_map = j->maps + j->map_start[last];
+    for (int64_t r = begin; r < end; ++r) {
+        int64_t off = 0, p = r;
+        int outside = 0;
+        for (int d = last - 1; d >= 0; --d) {
+            const int64_t at = j->maps[j->map_start[d] + p % j->shape[d]];
+            p /= j->shape[d];
+            if (at < 0) outside = 1;
+            off += at * j->src_strides[d];
+        }
+        char *dst = j->dst + r * n * size;
+        for (int64_t i = 0; i < n; ++i) {
+            const int64_t at = inner_map[i];
+            const char *from = j->fill;
+            if (!outside && at >= 0) from = j->src + (off + at * j->src_strides[last]) * size;
+            memcpy(dst + i * size, from, (size_t)size);
+        }
+    }
+}
+
+RELVM_EXPORT int relvm_gather(int itemsize, int ndim, const int64_t *shape, const void *src,
+                              const int64_t *src_strides, const int64_t *maps, const void *fill,
+                              void *dst) {
+    if (!valid_itemsize(itemsize) || !valid_shape(ndim, shape)) return RELVM_UNSUPPORTED;
+    struct gather_job j = {itemsize, ndim, shape, src_strides, maps, {0}, src, fill, dst};
+    int64_t rows = 1;
+    for (int d = 1; d < ndim; ++d) j.map_start[d] = j.map_start[d - 1] + shape[d - 1];
+    for (int d = 0; d < ndim - 1; ++d) rows *= shape[d];
+    if (rows * shape[ndim - 1] == 0) return RELVM_OK;
+    relvm_parallel_for(rows, relvm_max64(1, RELVM_GRAIN / shape[ndim - 1]), gather_rows, &j);
+    return RELVM_OK;
+}
+
+/* --- arange and argwhere -------------------------------------------------------------------- */
+
+#define ARANGE_FLOAT(T)                                                                       \
+    do {                                                                                      \
+        const T a = *(const T *)start, s = *(const T *)step;                                  \
+        T *o = out;                                                                           \
+        for (int64_t i = 0; i < n; ++i) o[i] = (T)i * s + a;                                  \
+    } while (0)
+#define ARANGE_INT(T, UT)                                                                     \
+    do {                                                                                      \
+        const UT a = (UT) * (const T *)start, s = (UT) * (const T *)step;                     \
+        T *o = out;                                                                           \
+        for (int64_t i = 0; i < n; ++i) o[i] = (T)((UT)i * s + a);                            \
+    } while (0)
+
+RELVM_EXPORT int relvm_arange(int dtype, void *out, int64_t n, const void *start,
+                              const void *step) {
+    switch (dtype) {
+    case RELVM_FLOAT32: ARANGE_FLOAT(f32); return RELVM_OK;
+    case RELVM_FLOAT64: ARANGE_FLOAT(f64); return RELVM_OK;
+    case RELVM_INT64: ARANGE_INT(i64, uint64_t); return RELVM_OK;
+    case RELVM_INT32: ARANGE_INT(i32, uint32_t); return RELVM_OK;
+    case RELVM_INT8: ARANGE_INT(i8, uint8_t); return RELVM_OK;
+    case RELVM_UINT8: ARANGE_INT(u8, uint8_t); return RELVM_OK;
+    default: return RELVM_UNSUPPORTED;
+    }
+}
+
+static inline int nonzero(int dtype, const char *x, int64_t i) {
+    switch (dtype) {
+    case RELVM_FLOAT32: return ((const f32 *)(const void *)x)[i] != 0; /* NaN != 0 */
+    case RELVM_FLOAT64: return ((const f64 *)(const void *)x)[i] != 0;
+    case RELVM_FLOAT16: return (((const uint16_t *)(const void *)x)[i] & 0x7fff) != 0;
+    case RELVM_INT64: return ((const i64 *)(const void *)x)[i] != 0;
+    case RELVM_INT32: return ((const i32 *)(const void *)x)[i] != 0;
+    default: return ((const u8 *)(const void *)x)[i] != 0; /* int8, uint8, bool */
+    }
+}
+
+RELVM_EXPORT int64_t relvm_argwhere(int dtype, int ndim, const int64_t *shape, const void *x,
+                                    int32_t *out, int64_t max_rows) {
+    if (dtype < 0 || dtype >= RELVM_NUM_DTYPES || ndim < 0 || ndim > NEST_MAX_DIMS) return -1;
+    int64_t total = 1, found = 0;
+    for (int d = 0; d < ndim; ++d) total *= shape[d];
+    int64_t idx[NEST_MAX_DIMS] = {0};
+    for (int64_t i = 0; i < total; ++i) {
+        if (nonzero(dtype, x, i)) {
+            if (found < max_rows)
+                for (int d = 0; d < ndim; ++d) out[found * ndim + d] = (int32_t)idx[d];
+            ++found;
+        }
+        for (int d = ndim - 1; d >= 0; --d) { /* the coordinates of element i + 1 */
+            if (++idx[d] < shape[d]) break;
+            idx[d] = 0;
+        }
+    }
+    return found;
+}

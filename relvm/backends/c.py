@@ -1,0 +1,90 @@
+"""The C backend: kernels compiled from ``kernels/*.c`` into ``relvm._kernels``, called
+through cffi in destination-passing style (``kernel(*inputs, *outputs)``).
+
+Dense algebra goes to OpenBLAS (``scipy-openblas32``); everything else is relvm's own C, with
+vectorized loops and one thread pool shared with OpenBLAS (see :mod:`relvm.runtime.threads`).
+The NumPy references (:mod:`relvm.backends.numpy_ref`) define what each kernel computes.
+
+:data:`SUPPORTED` lists the (op, dtype) pairs this backend has kernels for, and
+:func:`supports` says whether it can run a given kernel entry; :func:`make_kernel` never falls
+back to another backend: it raises for anything else. Fused entries (``op == "fused"``) run as a
+chain of their steps' C kernels (:mod:`relvm.backends.ckernels.chain`).
+
+Examples
+--------
+>>> from relvm.backends import c
+>>> ("nn.dense", "float32") in c.SUPPORTED
+True
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..errors import RelvmFormatError
+from ..runtime.executable import KernelEntry
+from .ckernels import BUILDERS
+from .ckernels.chain import make_chain
+
+#: (op, dtype) pairs with a C kernel; the dtype is the op's data dtype (the first input's, or
+#: the result's for ops such as zeros and arange that make data from attributes or scalars).
+SUPPORTED: frozenset[tuple[str, str]] = frozenset(
+    (op, dtype) for op, builder in BUILDERS.items() for dtype in builder.dtypes)
+
+
+def supports(entry: KernelEntry) -> bool:
+    """True when :func:`make_kernel` has a C kernel for ``entry`` (op, dtypes and attributes).
+
+    A fused entry is supported when each of its steps is.
+    """
+    if entry.op == "fused":
+        try:
+            make_chain(entry, _checked_step)
+        except RelvmFormatError:
+            return False
+        return True
+    builder = BUILDERS.get(entry.op)
+    if builder is None or builder.dtype_of(entry) not in builder.dtypes:
+        return False
+    return builder.accepts is None or builder.accepts(entry)
+
+
+def make_kernel(entry: KernelEntry) -> Callable[..., None]:
+    """The C kernel for ``entry``: call it as ``kernel(*inputs, *outputs)``.
+
+    Raises
+    ------
+    RelvmFormatError
+        (section ``"kernels"``) when there is no C kernel for the entry's op and dtypes, or
+        when relvm was installed without its compiled kernels.
+    """
+    if entry.op == "fused":
+        kernel = make_chain(entry, make_kernel)
+        kernel.__name__ = entry.name
+        return kernel
+    if not supports(entry):
+        dtypes = ", ".join(entry.inputs) or "no inputs"
+        raise RelvmFormatError(f"kernel {entry.name!r}: the c backend has no kernel for op "
+                               f"{entry.op!r} on {dtypes} -> {', '.join(entry.outputs)}",
+                               section="kernels")
+    try:
+        kernel = BUILDERS[entry.op].make(entry)
+    except ImportError as e:
+        raise RelvmFormatError(f"kernel {entry.name!r}: the c backend is unavailable: {e}",
+                               section="kernels") from None
+    kernel.__name__ = entry.name
+    return kernel
+
+
+def _checked_step(entry: KernelEntry) -> Callable[..., None]:
+    """For :func:`supports`: check a fused entry's step without building its kernel."""
+    if not supports(entry):
+        raise RelvmFormatError(f"no C kernel for step {entry.op}", section="kernels")
+    return lambda *args: None
+
+
+def thread_pool():
+    """``(ffi, lib)`` of relvm._kernels, for generated kernels to run on relvm's thread pool."""
+    from .native import load
+
+    return load()

@@ -1,0 +1,209 @@
+"""C kernels for the elementwise ops: unary math, clip, leaky_relu, cast, binary ops with
+broadcasting, where, and bias_add (an add whose bias broadcasts along one axis)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...ops.common import normalize_axis
+from ...ops.transform import at_run_time
+from . import kernel
+from .common import (ALL, CODE, attrs_of, FLOATS, ITEMSIZE, NUMBERS, broadcast_strides, check_rank,
+                     contiguous_strides, int64s, library, merge_dims, np_dtype, remember,
+                     shape_error)
+
+# op -> (the C enum constant, dtypes). kernels/elementwise.c's table must agree (a test checks).
+UNARY = {
+    "nn.relu": ("RELVM_RELU", NUMBERS), "sigmoid": ("RELVM_SIGMOID", FLOATS),
+    "tanh": ("RELVM_TANH", FLOATS), "exp": ("RELVM_EXP", FLOATS), "log": ("RELVM_LOG", FLOATS),
+    "sqrt": ("RELVM_SQRT", FLOATS), "rsqrt": ("RELVM_RSQRT", FLOATS),
+    "erf": ("RELVM_ERF", FLOATS), "floor": ("RELVM_FLOOR", FLOATS),
+    "ceil": ("RELVM_CEIL", FLOATS), "round": ("RELVM_ROUND", FLOATS),
+    "negative": ("RELVM_NEGATIVE", NUMBERS), "abs": ("RELVM_ABS", NUMBERS),
+    "sign": ("RELVM_SIGN", NUMBERS), "logical_not": ("RELVM_LOGICAL_NOT", ("bool",)),
+}
+
+_COMPARED = NUMBERS + ("bool",)
+BINARY = {
+    "add": ("RELVM_ADD", NUMBERS), "subtract": ("RELVM_SUBTRACT", NUMBERS),
+    "multiply": ("RELVM_MULTIPLY", NUMBERS), "divide": ("RELVM_DIVIDE", NUMBERS),
+    "power": ("RELVM_POWER", FLOATS), "maximum": ("RELVM_MAXIMUM", NUMBERS),
+    "minimum": ("RELVM_MINIMUM", NUMBERS), "equal": ("RELVM_EQUAL", _COMPARED),
+    "not_equal": ("RELVM_NOT_EQUAL", _COMPARED), "less": ("RELVM_LESS", _COMPARED),
+    "less_equal": ("RELVM_LESS_EQUAL", _COMPARED), "greater": ("RELVM_GREATER", _COMPARED),
+    "greater_equal": ("RELVM_GREATER_EQUAL", _COMPARED),
+    "logical_and": ("RELVM_LOGICAL_AND", ("bool",)), "logical_or": ("RELVM_LOGICAL_OR", ("bool",)),
+}
+
+
+def _same_shape(x, out, name: str) -> None:
+    if x.shape != out.shape:
+        raise shape_error(f"{name}: the output does not match the input", input=x.shape,
+                          output=out.shape)
+
+
+# --- unary ------------------------------------------------------------------------------------
+
+def make_unary(entry):
+    ffi, lib = library()
+    op, dt = getattr(lib, UNARY[entry.op][0]), CODE[entry.inputs[0]]
+    unary, ptr, name = lib.relvm_unary, ffi.from_buffer, entry.name
+
+    def run(x, out):
+        n = out.size
+        if x.size != n:  # the VM gives equal shapes; sizes are what C relies on
+            _same_shape(x, out, name)
+        unary(op, dt, ptr(x), ptr(out), n)
+    return run
+
+
+for _op, (_, _dtypes) in UNARY.items():
+    kernel(_op, dtypes=_dtypes)(make_unary)
+
+
+def _clip_bounds(attrs, dtype: np.dtype) -> tuple[float, float, int, int]:
+    """The reference's bounds: rounded into a float dtype, or ceil/floor-ed into an int range."""
+    lo, hi = attrs.a_min, attrs.a_max
+    if dtype.kind == "f":
+        return float(dtype.type(lo)), float(dtype.type(hi)), 0, 0
+    info = np.iinfo(dtype)
+    ilo = info.min if lo == -math.inf else max(math.ceil(lo), info.min)
+    ihi = info.max if hi == math.inf else min(math.floor(hi), info.max)
+    # A bound past the far end of the range (a_max below the dtype's minimum) still fits.
+    return 0.0, 0.0, min(ilo, info.max), max(ihi, info.min)
+
+
+@kernel("clip", dtypes=NUMBERS)
+def make_clip(entry):
+    ffi, lib = library()
+    dt = CODE[entry.inputs[0]]
+    lo, hi, ilo, ihi = _clip_bounds(attrs_of(entry), np_dtype(entry.inputs[0]))
+    clip, ptr, name = lib.relvm_clip, ffi.from_buffer, entry.name
+
+    def run(x, out):
+        n = out.size
+        if x.size != n:  # the VM gives equal shapes; sizes are what C relies on
+            _same_shape(x, out, name)
+        clip(dt, ptr(x), ptr(out), n, lo, hi, ilo, ihi)
+    return run
+
+
+@kernel("nn.leaky_relu", dtypes=FLOATS)
+def make_leaky_relu(entry):
+    ffi, lib = library()
+    dt, alpha = CODE[entry.inputs[0]], float(attrs_of(entry).alpha)
+    leaky, ptr, name = lib.relvm_leaky_relu, ffi.from_buffer, entry.name
+
+    def run(x, out):
+        n = out.size
+        if x.size != n:  # the VM gives equal shapes; sizes are what C relies on
+            _same_shape(x, out, name)
+        leaky(dt, ptr(x), ptr(out), n, alpha)
+    return run
+
+
+@kernel("cast", dtypes=ALL)
+def make_cast(entry):
+    ffi, lib = library()
+    src, dst = CODE[entry.inputs[0]], CODE[entry.outputs[0]]
+    cast, ptr, name = lib.relvm_cast, ffi.from_buffer, entry.name
+
+    def run(x, out):
+        n = out.size
+        if x.size != n:  # the VM gives equal shapes; sizes are what C relies on
+            _same_shape(x, out, name)
+        cast(src, dst, ptr(x), ptr(out), n)
+    return run
+
+
+# --- broadcasting ops -----------------------------------------------------------------------
+
+def broadcast_plan(shapes, out_shape, name: str):
+    """(ndim, shape, strides per input) of the merged loop nest writing ``out_shape``."""
+    try:
+        want = np.broadcast_shapes(*shapes)
+    except ValueError:
+        want = None
+    if want != tuple(out_shape):
+        raise shape_error(f"{name}: the inputs do not broadcast to the output",
+                          **{f"input{i}": s for i, s in enumerate(shapes)}, output=out_shape)
+    check_rank(len(out_shape), name)
+    strides = [broadcast_strides(s, out_shape) for s in shapes]
+    shape, merged = merge_dims(out_shape, strides + [contiguous_strides(out_shape)])
+    return (len(shape), int64s(shape)) + tuple(int64s(st) for st in merged[:-1])
+
+
+def make_binary(entry):
+    ffi, lib = library()
+    op, dt = getattr(lib, BINARY[entry.op][0]), CODE[entry.inputs[0]]
+    binary, flat, ptr, name, plans = (lib.relvm_binary, lib.relvm_binary_flat, ffi.from_buffer,
+                                      entry.name, {})
+
+    def run(a, b, out):
+        shape = out.shape
+        if a.shape == shape and b.shape == shape:  # no broadcasting: no plan either
+            flat(op, dt, ptr(a), ptr(b), ptr(out), out.size)
+            return
+        key = (a.shape, b.shape, shape)
+        plan = plans.get(key)
+        if plan is None:
+            plan = remember(plans, key, broadcast_plan(key[:2], out.shape, name))
+        if out.size:
+            ndim, shape, sa, sb = plan
+            binary(op, dt, ndim, shape, ptr(a), sa, ptr(b), sb, ptr(out))
+    return run
+
+
+for _op, (_, _dtypes) in BINARY.items():
+    kernel(_op, dtypes=_dtypes)(make_binary)
+
+
+@kernel("where", dtypes=ALL, dtype_of=lambda entry: entry.inputs[1])
+def make_where(entry):
+    ffi, lib = library()
+    size = ITEMSIZE[entry.inputs[1]]
+    where, ptr, name, plans = lib.relvm_where, ffi.from_buffer, entry.name, {}
+
+    def run(c, x, y, out):
+        key = (c.shape, x.shape, y.shape, out.shape)
+        plan = plans.get(key)
+        if plan is None:
+            plan = remember(plans, key, broadcast_plan(key[:3], out.shape, name))
+        if out.size:
+            ndim, shape, sc, sx, sy = plan
+            where(size, ndim, shape, ptr(c), sc, ptr(x), sx, ptr(y), sy, ptr(out))
+    return run
+
+
+def _bias_plan(attrs, data_shape, bias_shape, out_shape, name: str):
+    axis = at_run_time(normalize_axis, attrs.axis, len(data_shape))
+    if bias_shape != (data_shape[axis],):
+        raise ValueError(f"bias length {bias_shape[0] if bias_shape else bias_shape} differs "
+                         f"from data axis {axis} ({data_shape})")
+    if out_shape != data_shape:
+        raise shape_error(f"{name}: the output does not match data", data=data_shape,
+                          output=out_shape)
+    check_rank(len(data_shape), name)
+    own = contiguous_strides(data_shape)
+    along = tuple(1 if d == axis else 0 for d in range(len(data_shape)))
+    shape, (sa, sb, _) = merge_dims(data_shape, [own, along, own])
+    return len(shape), int64s(shape), int64s(sa), int64s(sb)
+
+
+@kernel("nn.bias_add", dtypes=NUMBERS)
+def make_bias_add(entry):
+    ffi, lib = library()
+    op, dt, attrs = lib.RELVM_ADD, CODE[entry.inputs[0]], attrs_of(entry)
+    binary, ptr, name, plans = lib.relvm_binary, ffi.from_buffer, entry.name, {}
+
+    def run(x, bias, out):
+        key = (x.shape, bias.shape, out.shape)
+        plan = plans.get(key)
+        if plan is None:
+            plan = remember(plans, key, _bias_plan(attrs, *key, name))
+        if out.size:
+            ndim, shape, sa, sb = plan
+            binary(op, dt, ndim, shape, ptr(x), sa, ptr(bias), sb, ptr(out))
+    return run

@@ -1,0 +1,64 @@
+"""C kernel for image.resize2d: the taps come from the reference's own rule (axis_taps),
+computed once per shape; C does the two weighted passes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...ops import image as image_ops
+from . import kernel
+from .common import CODE, NUMBERS, attrs_of, check, library, remember, shape_error
+
+
+def _axis(ffi, attrs, axis: int, n_in: int, n_out: int, keep: list):
+    """The C description of one axis; ``keep`` holds the arrays it points into."""
+    a = ffi.new("struct relvm_resize_axis *")
+    if n_out == 0 or image_ops._identity_axis(attrs, axis - 2, n_in, n_out):
+        return a  # taps 0: copied (or nothing to write)
+    if n_in == 0:  # nothing to read: every position takes the fill value
+        index, weights, outside = np.zeros((n_out, 1), np.int64), np.zeros((n_out, 1)), \
+            np.ones(n_out, bool)
+    else:
+        index, weights, outside = image_ops.axis_taps(attrs, axis, n_in, n_out)
+    arrays = [np.ascontiguousarray(index, np.int64), np.ascontiguousarray(weights, np.float64)]
+    if outside is not None:
+        arrays.append(np.ascontiguousarray(outside, np.uint8))
+    keep += arrays
+    a.taps = arrays[0].shape[1]
+    a.index = ffi.cast("int64_t *", ffi.from_buffer(arrays[0]))
+    a.weight = ffi.cast("double *", ffi.from_buffer(arrays[1]))
+    if outside is not None:
+        a.outside = ffi.cast("uint8_t *", ffi.from_buffer(arrays[2]))
+    return a
+
+
+def _plan(ffi, attrs, x, out):
+    if len(x) != 4:
+        raise shape_error("image.resize2d needs 4-d NCHW data", data=x)
+    oh, ow = (int(d) for d in image_ops._out_size(attrs, x))
+    if out != x[:2] + (oh, ow):
+        raise shape_error("image.resize2d: wrong output shape", data=x, output=out)
+    keep: list = []
+    rows = _axis(ffi, attrs, 2, x[2], oh, keep)
+    cols = _axis(ffi, attrs, 3, x[3], ow, keep)
+    return (x[0] * x[1], x[2], x[3], oh, ow, rows, cols), keep
+
+
+@kernel("image.resize2d", dtypes=NUMBERS, accepts=lambda e: e.outputs[0] in NUMBERS)
+def make_resize2d(entry):
+    ffi, lib = library()
+    attrs = attrs_of(entry)
+    src, dst = CODE[entry.inputs[0]], CODE[entry.outputs[0]]
+    fill = float(attrs.extrapolation_value)
+    resize, ptr, name, plans = lib.relvm_resize2d, ffi.from_buffer, entry.name, {}
+
+    def run(x, out):
+        key = (x.shape, out.shape)
+        plan = plans.get(key)
+        if plan is None:
+            plan = remember(plans, key, _plan(ffi, attrs, *key))
+        args, _ = plan
+        status = resize(src, dst, *args, fill, ptr(x), ptr(out))
+        if status:
+            check(status, f"{name} {key}")
+    return run

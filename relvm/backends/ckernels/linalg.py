@@ -1,0 +1,183 @@
+"""C kernels for the products: nn.dense, nn.matmul, nn.batch_matmul (OpenBLAS GEMM),
+nn.conv2d (im2col + sgemm, or a direct depthwise loop) and nn.conv2d_transpose (sgemm +
+col2im)."""
+
+from __future__ import annotations
+
+from ...ops import conv as conv_ops
+from ...ops import conv_transpose as conv_transpose_ops
+from . import kernel
+from .common import CODE, FLOATS, INTEGERS, NUMBERS, attrs_of, check, library, prod, remember
+from .common import shape_error
+
+
+def _gemm_dtypes_ok(entry) -> bool:
+    """BLAS computes floats in their own dtype; integers wrap into any integer out_dtype."""
+    src, dst = entry.inputs[0], entry.outputs[0]
+    return dst == src if src in FLOATS else dst in INTEGERS
+
+
+def _inner_mismatch(a, b) -> ValueError:
+    return ValueError(f"inner dims differ: {a[-1]} vs {b[-2]} (shapes {a}, {b})")
+
+
+# A plan is (batch, m, n, k, stride_a, stride_b) for relvm_gemm, checked against the shapes.
+
+def _dense_plan(x, w, out):
+    if len(w) != 2 or not x or x[-1] != w[1]:
+        raise ValueError(f"inner dims differ: data {x} vs weight {w}")
+    if out != x[:-1] + (w[0],):
+        raise shape_error("nn.dense: wrong output shape", data=x, weight=w, output=out)
+    return 1, prod(x[:-1]), w[0], w[1], 0, 0
+
+
+def _matmul_plan(attrs, a, b, out):
+    (m, k) = (a[1], a[0]) if attrs.transpose_a else a
+    (k2, n) = (b[1], b[0]) if attrs.transpose_b else b
+    if k != k2:
+        raise ValueError(f"inner dims differ: {k} vs {k2} (shapes {a}, {b})")
+    if out != (m, n):
+        raise shape_error("nn.matmul: wrong output shape", tensor_a=a, tensor_b=b, output=out)
+    return 1, m, n, k, 0, 0
+
+
+def _batch_matmul_plan(attrs, a, b, out):
+    if a[0] != b[0] and 1 not in (a[0], b[0]):
+        raise ValueError(f"batch dims do not broadcast: {a} vs {b}")
+    m, k = (a[2], a[1]) if attrs.transpose_a else (a[1], a[2])
+    k2, n = (b[2], b[1]) if attrs.transpose_b else (b[1], b[2])
+    if k != k2:
+        raise ValueError(f"inner dims differ: {k} vs {k2} (shapes {a}, {b})")
+    batch = max(a[0], b[0]) if 0 not in (a[0], b[0]) else 0
+    if out != (batch, m, n):
+        raise shape_error("nn.batch_matmul: wrong output shape", tensor_a=a, tensor_b=b,
+                          output=out)
+    # A batch of one is reused for every item: stride 0.
+    return batch, m, n, k, (m * k if a[0] > 1 else 0), (k * n if b[0] > 1 else 0)
+
+
+def _make_gemm(entry, plan_of, trans_a: bool, trans_b: bool):
+    ffi, lib = library()
+    src, dst = CODE[entry.inputs[0]], CODE[entry.outputs[0]]
+    gemm, ptr, name, plans = lib.relvm_gemm, ffi.from_buffer, entry.name, {}
+    ta, tb = int(trans_a), int(trans_b)
+
+    def run(a, b, out):
+        key = (a.shape, b.shape, out.shape)
+        plan = plans.get(key)
+        if plan is None:
+            plan = remember(plans, key, plan_of(*key))
+        batch, m, n, k, sa, sb = plan
+        status = gemm(src, dst, ta, tb, batch, m, n, k, ptr(a), sa, ptr(b), sb, ptr(out))
+        if status:
+            check(status, f"{name} {key}")
+    return run
+
+
+@kernel("nn.dense", dtypes=NUMBERS, accepts=_gemm_dtypes_ok)
+def make_dense(entry):
+    return _make_gemm(entry, _dense_plan, False, True)
+
+
+@kernel("nn.matmul", dtypes=NUMBERS, accepts=_gemm_dtypes_ok)
+def make_matmul(entry):
+    attrs = attrs_of(entry)
+    return _make_gemm(entry, lambda a, b, out: _matmul_plan(attrs, a, b, out),
+                      attrs.transpose_a, attrs.transpose_b)
+
+
+@kernel("nn.batch_matmul", dtypes=NUMBERS, accepts=_gemm_dtypes_ok)
+def make_batch_matmul(entry):
+    attrs = attrs_of(entry)
+    return _make_gemm(entry, lambda a, b, out: _batch_matmul_plan(attrs, a, b, out),
+                      attrs.transpose_a, attrs.transpose_b)
+
+
+# --- conv2d -------------------------------------------------------------------------------------
+
+def _conv_plan(ffi, attrs, x, w, out):
+    """The C geometry struct for these shapes, checked as the reference checks them (with the
+    reference's own shape rules, so both agree by construction)."""
+    strides, dilation, pads = conv_ops._conv2d_geometry(attrs)
+    g = attrs.groups
+    if len(x) != 4 or len(w) != 4:
+        raise shape_error("nn.conv2d needs 4-d data and weight", data=x, weight=w)
+    n, c, h, wd = x
+    oc, ic, kh, kw = w
+    if c != ic * g or oc % g:
+        raise ValueError(f"input channels differ: data {x} vs weight {w} with groups={g}")
+    oh, ow = conv_ops._runtime_out(_Shape(x), (kh, kw), strides, dilation, pads, False,
+                                    "kernel")
+    if out != (n, oc, oh, ow):
+        raise shape_error("nn.conv2d: wrong output shape", data=x, weight=w, output=out)
+    return ffi.new("struct relvm_conv2d_shape *", dict(
+        n=n, c=c, h=h, w=wd, oc=oc, kh=kh, kw=kw, oh=oh, ow=ow, sh=strides[0], sw=strides[1],
+        pt=pads[0][0], pl=pads[1][0], dh=dilation[0], dw=dilation[1], groups=g))
+
+
+class _Shape:
+    """Stands for an array where a reference helper only reads ``.shape``."""
+
+    def __init__(self, shape):
+        self.shape = shape
+
+
+def _conv_dtypes_ok(entry) -> bool:
+    return entry.outputs[0] == entry.inputs[0]
+
+
+@kernel("nn.conv2d", dtypes=("float32",), accepts=_conv_dtypes_ok)
+def make_conv2d(entry):
+    ffi, lib = library()
+    attrs, dt = attrs_of(entry), CODE[entry.inputs[0]]
+    conv, ptr, name, plans = lib.relvm_conv2d, ffi.from_buffer, entry.name, {}
+
+    def run(x, w, out):
+        key = (x.shape, w.shape, out.shape)
+        plan = plans.get(key)
+        if plan is None:
+            plan = remember(plans, key, _conv_plan(ffi, attrs, *key))
+        status = conv(dt, plan, ptr(x), ptr(w), ptr(out))
+        if status:
+            check(status, f"{name} {key}")
+    return run
+
+
+# --- conv2d_transpose -----------------------------------------------------------------------------
+
+def _conv_transpose_plan(ffi, attrs, x, w, out):
+    strides, dilation, out_pad, pads = conv_transpose_ops._geometry(attrs)
+    g = attrs.groups
+    if len(x) != 4 or len(w) != 4:
+        raise shape_error("nn.conv2d_transpose needs 4-d data and weight", data=x, weight=w)
+    n, c, h, wd = x
+    in_c, opg, kh, kw = w
+    if c != in_c or in_c % g:
+        raise ValueError(f"input channels differ: data {x} vs weight {w} with groups={g}")
+    oh, ow = (conv_transpose_ops._out_len(size, k, s, d, o, p) for size, k, s, d, o, p in
+              zip((h, wd), (kh, kw), strides, dilation, out_pad, pads))
+    if oh < 0 or ow < 0:
+        raise ValueError(f"padding {attrs.padding} crops more than the output holds")
+    if out != (n, opg * g, oh, ow):
+        raise shape_error("nn.conv2d_transpose: wrong output shape", data=x, weight=w,
+                          output=out)
+    return ffi.new("struct relvm_conv2d_shape *", dict(
+        n=n, c=c, h=h, w=wd, oc=opg * g, kh=kh, kw=kw, oh=oh, ow=ow, sh=strides[0],
+        sw=strides[1], pt=pads[0][0], pl=pads[1][0], dh=dilation[0], dw=dilation[1], groups=g))
+
+
+@kernel("nn.conv2d_transpose", dtypes=("float32",), accepts=_conv_dtypes_ok)
+def make_conv2d_transpose(entry):
+    ffi, lib = library()
+    attrs, dt = attrs_of(entry), CODE[entry.inputs[0]]
+    conv, ptr, name, plans = lib.relvm_conv2d_transpose, ffi.from_buffer, entry.name, {}
+
+    def run(x, w, out):
+        key = (x.shape, w.shape, out.shape)
+        plan = plans.get(key)
+        if plan is None:
+            plan = remember(plans, key, _conv_transpose_plan(ffi, attrs, *key))
+        status = conv(dt, plan, ptr(x), ptr(w), ptr(out))
+        if status:
+            check(status, f"{name} {key}")
+    return run

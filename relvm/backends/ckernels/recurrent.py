@@ -1,0 +1,108 @@
+"""C kernels for nn.lstm and nn.gru: one C call per direction runs the whole sequence."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...ops import recurrent as recurrent_ops
+from . import kernel
+from .common import attrs_of, check, library, remember, shape_error
+
+_DEFAULTS = {"nn.lstm": ("sigmoid", "tanh", "tanh"), "nn.gru": ("sigmoid", "tanh")}
+
+
+def _activations(lib, attrs, op: str, d: int):
+    """Per gate group of direction d: (C code, alpha, beta), as the reference picks them."""
+    per = len(_DEFAULTS[op])
+    names = attrs.activations or _DEFAULTS[op] * (2 if attrs.direction == "bidirectional" else 1)
+    out = []
+    for k in range(per):
+        i = per * d + k
+        alpha, beta = recurrent_ops.ACTIVATION_DEFAULTS.get(names[i], (0.0, 0.0))
+        if attrs.activation_alpha is not None:
+            alpha = attrs.activation_alpha[i]
+        if attrs.activation_beta is not None:
+            beta = attrs.activation_beta[i]
+        out.append((getattr(lib, "RELVM_ACT_" + names[i].upper()), float(alpha), float(beta)))
+    return out + [(0, 0.0, 0.0)] * (3 - per)
+
+
+def _plan(ffi, lib, attrs, op: str, shapes, out_shapes):
+    """Per direction, the C struct; checks the shapes as the reference's type relation does."""
+    gru, gates = op == "nn.gru", 3 if op == "nn.gru" else 4
+    x, w, r, b, lens, h0 = shapes[:6]
+    dirs, hidden = (2 if attrs.direction == "bidirectional" else 1), attrs.hidden_size
+    if len(x) != 3:
+        raise shape_error(f"{op}: data must be (seq, batch, input)", data=x)
+    seq, batch, width = x
+    want = {"weight_ih": (w, (dirs, gates * hidden, width)),
+            "weight_hh": (r, (dirs, gates * hidden, hidden)),
+            "bias": (b, (dirs, 2 * gates * hidden))}
+    if not gru:
+        want["peephole"] = (shapes[7], (dirs, 3 * hidden))
+    for name, (got, shape) in want.items():
+        if got != shape:
+            raise ValueError(f"{name} {got} must be {shape}")
+    if lens not in ((0,), (batch,)):
+        raise ValueError(f"sequence_lens {lens} must be (batch,) = ({batch},)")
+    states = [h0] if gru else [h0, shapes[6]]
+    for name, s in zip(("initial_h", "initial_c"), states):
+        if s not in ((dirs, batch, hidden), (dirs, 1, hidden)):
+            raise ValueError(f"{name} {s} must be ({dirs}, {batch} or 1, {hidden})")
+    expected = [(seq, dirs, batch, hidden)] + [(dirs, batch, hidden)] * len(states)
+    if list(out_shapes) != expected:
+        raise shape_error(f"{op}: wrong output shapes", data=x)
+    plans = []
+    for d in range(dirs):
+        acts = _activations(lib, attrs, op, d)
+        plans.append(ffi.new("struct relvm_rnn *", dict(
+            seq=seq, batch=batch, input=width, hidden=hidden, dirs=dirs, dir=d, gru=int(gru),
+            reverse=int(attrs.direction == "reverse" or d == 1),
+            input_forget=int(bool(attrs.get("input_forget", False))),
+            linear_before_reset=int(bool(attrs.get("linear_before_reset", False))),
+            has_clip=int(attrs.clip is not None), clip=float(attrs.clip or 0.0),
+            act=[a[0] for a in acts], alpha=[a[1] for a in acts], beta=[a[2] for a in acts],
+            h0_stride=hidden if h0[1] == batch else 0,
+            c0_stride=0 if gru or shapes[6][1] != batch else hidden)))
+    return plans
+
+
+def _lengths(lens: np.ndarray, seq: int, batch: int) -> np.ndarray:
+    if lens.size == 0:
+        return np.full(batch, seq, np.int64)
+    if not ((lens >= 0) & (lens <= seq)).all():
+        raise ValueError(f"sequence_lens {lens.tolist()} must lie in [0, {seq}]")
+    return lens.astype(np.int64)
+
+
+def make_recurrent(entry):
+    ffi, lib = library()
+    attrs, op, gru = attrs_of(entry), entry.op, entry.op == "nn.gru"
+    n_in = len(entry.inputs)
+    run_direction, ptr, plans = lib.relvm_rnn_direction, ffi.from_buffer, {}
+    fptr = lambda a, offset=0: ffi.cast("float *", ptr(a)) + offset  # noqa: E731
+
+    def run(*args):
+        ins, outs = args[:n_in], args[n_in:]
+        key = tuple(a.shape for a in ins) + tuple(o.shape for o in outs)
+        plan = plans.get(key)
+        if plan is None:
+            plan = remember(plans, key, _plan(ffi, lib, attrs, op, key[:n_in], key[n_in:]))
+        x, w, r, b, lens, h0 = ins[:6]
+        seq, batch = x.shape[:2]
+        lengths = _lengths(lens, seq, batch)
+        for d, s in enumerate(plan):
+            state = h0.shape[1] * h0.shape[2]
+            status = run_direction(
+                s, fptr(x), fptr(w, d * w[0].size), fptr(r, d * r[0].size), fptr(b, d * b[0].size),
+                ffi.cast("int64_t *", ptr(lengths)), fptr(h0, d * state),
+                ffi.NULL if gru else fptr(ins[6], d * ins[6].shape[1] * ins[6].shape[2]),
+                ffi.NULL if gru else fptr(ins[7], d * ins[7].shape[1]),
+                fptr(outs[0]), fptr(outs[1], d * batch * s.hidden),
+                ffi.NULL if gru else fptr(outs[2], d * batch * s.hidden))
+            check(status, f"{entry.name} {key}")
+    return run
+
+
+kernel("nn.lstm", dtypes=("float32",))(make_recurrent)
+kernel("nn.gru", dtypes=("float32",))(make_recurrent)

@@ -1,0 +1,120 @@
+"""Shared set-up of the kernel tests: they run only when relvm._kernels is built, and compare
+each C kernel with the op's NumPy reference (through the reference backend, in DPS form)."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Sequence
+
+import numpy as np
+import pytest
+
+from relvm.backends import native
+from relvm.ops import OPS
+from relvm.runtime.executable import KernelEntry
+
+HAVE_KERNELS = native.available()
+
+
+def pytest_collection_modifyitems(config, items):
+    skip = pytest.mark.skip(reason="relvm._kernels is not built (pip install . builds it)")
+    for item in items:
+        if not HAVE_KERNELS and "tests/kernels/" in str(item.fspath).replace("\\", "/"):
+            item.add_marker(skip)
+
+
+def _jsonable(v: Any) -> Any:
+    return [_jsonable(x) for x in v] if isinstance(v, tuple) else v
+
+
+def make_entry(op: str, attrs: dict, inputs: Sequence[str], outputs: Sequence[str],
+               groups: Sequence[int] = ()) -> KernelEntry:
+    """An entry as an executable stores it: attrs normalized by the op, lists not tuples."""
+    full = {k: _jsonable(v) for k, v in OPS[op].make_attrs(attrs).items()}
+    return KernelEntry(op, op, full, tuple(inputs), tuple(outputs), tuple(groups))
+
+
+def reference(op: str, attrs: dict, arrays: Sequence[np.ndarray], groups=()) -> list[np.ndarray]:
+    o = OPS[op]
+    args = [tuple(arrays)] if groups else list(arrays)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the reference's empty means
+        result = o.reference(o.make_attrs(attrs), *args)
+    leaves = list(result) if isinstance(result, tuple) else [result]
+    return [np.asarray(r) for r in leaves]
+
+
+def run_c(op: str, attrs: dict, arrays: Sequence[np.ndarray], out_like: Sequence[np.ndarray],
+          groups=()) -> list[np.ndarray]:
+    from relvm.backends import c
+
+    entry = make_entry(op, attrs, [a.dtype.name for a in arrays],
+                       [r.dtype.name for r in out_like], groups)
+    kernel = c.make_kernel(entry)
+    # Garbage in the outputs: a kernel must write every element.
+    outs = [np.full(r.shape, np.nan if r.dtype.kind == "f" else 3, r.dtype) for r in out_like]
+    kernel(*arrays, *outs)
+    return outs
+
+
+def assert_same(got: np.ndarray, want: np.ndarray, rtol: float, atol: float, what: str) -> None:
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} vs {want.dtype}"
+    assert got.shape == want.shape, f"{what}: shape {got.shape} vs {want.shape}"
+    if want.dtype.kind == "f":
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, equal_nan=True, err_msg=what)
+    else:
+        np.testing.assert_array_equal(got, want, err_msg=what)
+
+
+def check_op(op: str, attrs: dict, arrays: Sequence[np.ndarray], groups=(), rtol: float = 1e-5,
+             atol: float = 1e-6, scaled: bool = False) -> list[np.ndarray]:
+    """Run ``op`` on the C backend and compare every output with the reference.
+
+    With ``scaled`` (sums of many products: GEMM, conv, reductions), ``atol`` is relative to
+    the largest output: float32 accumulation errors grow with the terms, not with each result.
+    """
+    arrays = [np.ascontiguousarray(a) for a in arrays]
+    want = reference(op, attrs, arrays, groups)
+    got = run_c(op, attrs, arrays, want, groups)
+    for i, (g, w) in enumerate(zip(got, want)):
+        tol = atol
+        if scaled and w.dtype.kind == "f" and w.size:
+            finite = np.abs(w[np.isfinite(w)])
+            tol = atol * max(1.0, float(finite.max()) if finite.size else 1.0)
+        assert_same(g, w, rtol, tol, f"{op} {attrs} output {i} for {[a.shape for a in arrays]}")
+    return got
+
+
+@pytest.fixture
+def check():
+    return check_op
+
+
+@pytest.fixture
+def c_kernel():
+    """``c_kernel(op, attrs, input_dtypes, output_dtypes)``: the C backend's kernel."""
+    from relvm.backends import c
+
+    return lambda op, attrs, inputs, outputs, groups=(): c.make_kernel(
+        make_entry(op, attrs, inputs, outputs, groups))
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)
+
+
+def random_array(rng, shape, dtype: str, low: float = -3, high: float = 3) -> np.ndarray:
+    """Values of ``dtype`` spread over [low, high) (integers: the dtype's range where smaller)."""
+    dt = np.dtype(dtype)
+    if dt.kind == "f":
+        return rng.uniform(low, high, shape).astype(dt)
+    if dt.kind == "b":
+        return rng.random(shape) < 0.5
+    info = np.iinfo(dt)
+    return rng.integers(max(info.min, int(low)), min(info.max, int(high)) + 1, shape).astype(dt)
+
+
+@pytest.fixture
+def rand(rng):
+    return lambda shape, dtype="float32", low=-3, high=3: random_array(rng, shape, dtype, low, high)

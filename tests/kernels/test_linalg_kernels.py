@@ -1,0 +1,113 @@
+"""C matrix products (OpenBLAS) and conv2d against the references."""
+
+import numpy as np
+import pytest
+
+GEMM_TOL = dict(rtol=1e-4, atol=1e-5, scaled=True)
+INTS = ["int64", "int32", "int8", "uint8"]
+
+
+@pytest.mark.parametrize("data,units", [((1, 8), 3), ((5, 8), 3), ((1, 1), 1), ((7, 13), 11),
+                                        ((2, 3, 17), 5), ((0, 8), 4), ((4, 0), 3), ((3, 8), 0),
+                                        ((1, 1031), 257), ((257, 1), 3), ((64, 768), 3072)],
+                         ids=str)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_dense(check, rand, data, units, dtype):
+    check("nn.dense", {}, [rand(data, dtype), rand((units, data[-1]), dtype)], **GEMM_TOL)
+
+
+@pytest.mark.parametrize("dtype", INTS)
+@pytest.mark.parametrize("out_dtype", ["", "int32", "int64", "int8"])
+def test_dense_integers_wrap(check, rand, dtype, out_dtype):
+    check("nn.dense", {"out_dtype": out_dtype},
+          [rand((5, 9), dtype, -100, 100), rand((4, 9), dtype, -100, 100)])
+
+
+@pytest.mark.parametrize("ta", [False, True])
+@pytest.mark.parametrize("tb", [False, True])
+@pytest.mark.parametrize("m,k,n", [(1, 7, 5), (6, 7, 1), (5, 1, 3), (17, 31, 13), (0, 3, 4),
+                                   (3, 0, 4), (128, 96, 64)])
+def test_matmul_transposes(check, rand, ta, tb, m, k, n):
+    a = rand((k, m) if ta else (m, k))
+    b = rand((n, k) if tb else (k, n))
+    check("nn.matmul", {"transpose_a": ta, "transpose_b": tb}, [a, b], **GEMM_TOL)
+    check("nn.matmul", {"transpose_a": ta, "transpose_b": tb},
+          [a.astype(np.int32), b.astype(np.int32)])
+
+
+@pytest.mark.parametrize("ta", [False, True])
+@pytest.mark.parametrize("tb", [False, True])
+@pytest.mark.parametrize("ba,bb", [(1, 1), (4, 4), (1, 4), (4, 1), (0, 0), (0, 1)])
+@pytest.mark.parametrize("m,k,n", [(1, 5, 3), (7, 5, 1), (12, 64, 12)])
+def test_batch_matmul(check, rand, ta, tb, ba, bb, m, k, n):
+    a = rand((ba, k, m) if ta else (ba, m, k))
+    b = rand((bb, n, k) if tb else (bb, k, n))
+    check("nn.batch_matmul", {"transpose_a": ta, "transpose_b": tb}, [a, b], **GEMM_TOL)
+
+
+def test_gemm_rejects_wrong_inner_dims(c_kernel, rand):
+    kernel = c_kernel("nn.dense", {}, ["float32", "float32"], ["float32"])
+    with pytest.raises(ValueError, match="inner dims differ"):
+        kernel(rand((2, 3)), rand((4, 5)), np.empty((2, 4), np.float32))
+
+
+# --- conv2d -------------------------------------------------------------------------------------
+
+CONVS = [
+    # (data, weight, attrs)
+    ((1, 3, 8, 8), (4, 3, 3, 3), {}),
+    ((2, 3, 9, 9), (4, 3, 3, 3), {"padding": [1, 1]}),
+    ((2, 3, 9, 11), (5, 3, 3, 2), {"padding": [1, 2, 0, 1], "strides": [2, 3]}),
+    ((1, 4, 13, 13), (6, 4, 3, 3), {"dilation": [2, 2], "padding": [2, 2]}),
+    ((2, 6, 7, 7), (6, 2, 3, 3), {"groups": 3, "padding": [1, 1]}),
+    ((2, 8, 10, 10), (8, 1, 3, 3), {"groups": 8, "padding": [1, 1]}),  # depthwise
+    ((1, 8, 10, 10), (16, 1, 3, 3), {"groups": 8, "padding": [1, 1], "strides": [2, 2]}),
+    ((1, 5, 11, 11), (5, 1, 5, 5), {"groups": 5, "padding": [2, 2], "dilation": [2, 1]}),
+    ((3, 16, 7, 7), (32, 16, 1, 1), {}),  # pointwise: no im2col
+    ((2, 16, 7, 7), (32, 8, 1, 1), {"groups": 2}),
+    ((1, 3, 5, 5), (2, 3, 1, 1), {"padding": [1, 1]}),  # 1x1 with padding: not pointwise
+    ((1, 3, 5, 5), (2, 3, 5, 5), {}),  # one output pixel
+    ((1, 1, 1, 1), (1, 1, 1, 1), {}),
+    ((0, 3, 5, 5), (2, 3, 3, 3), {}),  # empty batch
+    ((1, 3, 6, 6), (0, 3, 3, 3), {}),  # no output channels
+    ((1, 2, 3, 3), (2, 2, 3, 3), {"padding": [4, 4], "strides": [3, 3]}),  # windows of pad only
+    ((2, 32, 28, 28), (64, 32, 3, 3), {"padding": [1, 1]}),
+]
+
+
+@pytest.mark.parametrize("data,weight,attrs", CONVS, ids=str)
+def test_conv2d(check, rand, data, weight, attrs):
+    check("nn.conv2d", attrs, [rand(data), rand(weight)], **GEMM_TOL)
+
+
+def test_conv2d_rejects_channel_mismatch(c_kernel, rand):
+    kernel = c_kernel("nn.conv2d", {}, ["float32", "float32"], ["float32"])
+    with pytest.raises(ValueError, match="input channels differ"):
+        kernel(rand((1, 3, 5, 5)), rand((2, 4, 3, 3)), np.empty((1, 2, 3, 3), np.float32))
+
+
+def test_conv2d_large_batch_threads(check, rand):
+    """Many planes: the depthwise loop and im2col run on every pool thread."""
+    check("nn.conv2d", {"groups": 24, "padding": [1, 1]}, [rand((4, 24, 30, 30)),
+                                                            rand((24, 1, 3, 3))], **GEMM_TOL)
+
+
+TRANSPOSED = [
+    ((1, 3, 4, 4), (3, 2, 3, 3), {}),
+    ((2, 4, 5, 5), (4, 3, 3, 3), {"strides": [2, 2], "padding": [1, 1]}),
+    ((2, 4, 5, 6), (4, 3, 4, 2), {"strides": [2, 3], "padding": [1, 0, 2, 1],
+                                  "output_padding": [1, 2]}),
+    ((1, 6, 5, 5), (6, 2, 3, 3), {"groups": 3, "dilation": [2, 2]}),
+    ((1, 4, 7, 7), (4, 1, 3, 3), {"groups": 4, "strides": [2, 2], "padding": [1, 1],
+                                  "output_padding": [1, 1]}),
+    ((1, 8, 1, 1), (8, 16, 4, 4), {}),
+    ((0, 3, 4, 4), (3, 2, 3, 3), {}),
+    ((1, 3, 0, 4), (3, 2, 3, 3), {}),
+    ((1, 2, 3, 3), (2, 2, 3, 3), {"padding": [2, 2]}),  # crops to a single pixel
+    ((2, 64, 16, 16), (64, 32, 4, 4), {"strides": [2, 2], "padding": [1, 1]}),
+]
+
+
+@pytest.mark.parametrize("data,weight,attrs", TRANSPOSED, ids=str)
+def test_conv2d_transpose(check, rand, data, weight, attrs):
+    check("nn.conv2d_transpose", attrs, [rand(data), rand(weight)], **GEMM_TOL)

@@ -1,0 +1,99 @@
+"""C pooling, softmax, layer_norm, batch_norm and dropout against the references."""
+
+import numpy as np
+import pytest
+
+POOLS = [
+    ((1, 1, 4, 4), {"pool_size": [2, 2], "strides": [2, 2]}),
+    ((2, 3, 9, 9), {"pool_size": [3, 3], "strides": [2, 2], "padding": [1, 1]}),
+    ((2, 3, 9, 9), {"pool_size": [3, 3], "strides": [2, 2], "padding": [1, 1],
+                    "ceil_mode": True}),
+    ((1, 2, 10, 7), {"pool_size": [3, 2], "strides": [3, 2], "ceil_mode": True}),
+    ((1, 2, 11, 11), {"pool_size": [3, 3], "strides": [2, 2], "dilation": [2, 2],
+                      "padding": [2, 1, 0, 2], "ceil_mode": True}),
+    ((1, 2, 5, 5), {"pool_size": [5, 5], "padding": [2, 2]}),
+    ((1, 1, 3, 3), {"pool_size": [2, 2], "strides": [4, 4], "padding": [1, 1],
+                    "ceil_mode": True}),
+    ((0, 3, 6, 6), {"pool_size": [2, 2]}),
+    ((2, 64, 56, 56), {"pool_size": [3, 3], "strides": [2, 2], "padding": [1, 1]}),
+]
+
+
+@pytest.mark.parametrize("shape,attrs", POOLS, ids=str)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_max_pool2d(check, rand, shape, attrs, dtype):
+    check("nn.max_pool2d", attrs, [rand(shape, dtype)])
+
+
+@pytest.mark.parametrize("shape,attrs", POOLS, ids=str)
+@pytest.mark.parametrize("include_pad", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_avg_pool2d(check, rand, shape, attrs, include_pad, dtype):
+    check("nn.avg_pool2d", dict(attrs, count_include_pad=include_pad), [rand(shape, dtype)])
+
+
+def test_max_pool_propagates_nan(check, rand):
+    x = rand((1, 1, 4, 4))
+    x[0, 0, 1, 1] = np.nan
+    check("nn.max_pool2d", {"pool_size": [2, 2], "strides": [2, 2]}, [x])
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 7, 7), (1, 1, 1, 1), (0, 3, 4, 4), (2, 3, 0, 4),
+                                   (1, 512, 7, 7)], ids=str)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_global_pools(check, rand, shape, dtype):
+    x = rand(shape, dtype)
+    check("nn.global_avg_pool2d", {}, [x])
+    if 0 not in shape[2:]:
+        check("nn.global_max_pool2d", {}, [x])
+
+
+def test_global_max_of_an_empty_image_is_an_error(c_kernel):
+    kernel = c_kernel("nn.global_max_pool2d", {}, ["float32"], ["float32"])
+    with pytest.raises(ValueError, match="empty image"):
+        kernel(np.empty((1, 2, 0, 3), np.float32), np.empty((1, 2, 1, 1), np.float32))
+
+
+SOFTMAX_CASES = [((7,), -1), ((3, 17), -1), ((3, 17), 0), ((2, 3, 5), 1), ((4, 1031), 1),
+                 ((2, 8, 4, 4), 1), ((5, 0), 1), ((0, 5), 1), ((64, 128, 3), 1)]
+
+
+@pytest.mark.parametrize("shape,axis", SOFTMAX_CASES, ids=str)
+@pytest.mark.parametrize("op", ["nn.softmax", "nn.log_softmax"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_softmax(check, rand, shape, axis, op, dtype):
+    check(op, {"axis": axis}, [rand(shape, dtype, -30, 30)])
+
+
+@pytest.mark.parametrize("op", ["nn.softmax", "nn.log_softmax"])
+def test_softmax_special_rows(check, op):
+    x = np.array([[0, 1, 2], [np.nan, 1, 2], [-np.inf, -np.inf, -np.inf], [np.inf, 1, 2],
+                  [-np.inf, 0, 1], [1e30, -1e30, 0]], np.float32)
+    check(op, {"axis": 1}, [x])
+    check(op, {"axis": 0}, [np.ascontiguousarray(x.T)])
+
+
+@pytest.mark.parametrize("shape,axis", [((7,), 0), ((3, 17), -1), ((3, 17), 0), ((2, 3, 5), 1),
+                                        ((16, 768), -1), ((2, 0), 1), ((0, 4), 1)], ids=str)
+@pytest.mark.parametrize("scale,center", [(True, True), (False, True), (True, False)])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_layer_norm(check, rand, shape, axis, scale, center, dtype):
+    n = shape[axis]
+    check("nn.layer_norm", {"axis": axis, "scale": scale, "center": center, "epsilon": 1e-3},
+          [rand(shape, dtype, -5, 10), rand((n,), dtype), rand((n,), dtype)], atol=1e-5)
+
+
+@pytest.mark.parametrize("shape,axis", [((2, 3, 5, 5), 1), ((4, 6), 1), ((4, 6), 0),
+                                        ((2, 5, 3), -1), ((1, 64, 1, 1), 1), ((0, 3), 1)], ids=str)
+@pytest.mark.parametrize("scale,center", [(True, True), (False, False)])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_batch_norm(check, rand, shape, axis, scale, center, dtype):
+    n = shape[axis]
+    params = [rand((n,), dtype), rand((n,), dtype), rand((n,), dtype), rand((n,), dtype, 0.1, 3)]
+    check("nn.batch_norm", {"axis": axis, "scale": scale, "center": center}, [rand(shape, dtype),
+                                                                              *params], atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_dropout_is_identity_with_a_mask_of_ones(check, rand, dtype):
+    check("nn.dropout", {"rate": 0.3}, [rand((3, 5), dtype)])

@@ -1,0 +1,56 @@
+"""The C nn.lstm and nn.gru against the references (ONNX semantics)."""
+
+import numpy as np
+import pytest
+
+TOL = dict(rtol=1e-4, atol=1e-5)
+
+
+def _inputs(rand, op, seq, batch, width, hidden, dirs, lens=None, broadcast_state=False):
+    g = 4 if op == "nn.lstm" else 3
+    ins = [rand((seq, batch, width)), rand((dirs, g * hidden, width), "float32", -0.5, 0.5),
+           rand((dirs, g * hidden, hidden), "float32", -0.5, 0.5),
+           rand((dirs, 2 * g * hidden), "float32", -0.5, 0.5),
+           np.array(lens if lens is not None else [], np.int32)]
+    sb = 1 if broadcast_state else batch
+    ins.append(rand((dirs, sb, hidden)))
+    if op == "nn.lstm":
+        ins += [rand((dirs, sb, hidden)), rand((dirs, 3 * hidden), "float32", -0.5, 0.5)]
+    return ins
+
+
+@pytest.mark.parametrize("op", ["nn.lstm", "nn.gru"])
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("seq,batch,width,hidden,lens", [
+    (5, 3, 4, 6, None), (1, 1, 1, 1, None), (7, 4, 3, 5, [7, 3, 0, 5]), (0, 2, 3, 4, None),
+    (6, 2, 8, 16, [2, 6])], ids=str)
+def test_recurrent(check, rand, op, direction, seq, batch, width, hidden, lens):
+    dirs = 2 if direction == "bidirectional" else 1
+    ins = _inputs(rand, op, seq, batch, width, hidden, dirs, lens)
+    check(op, {"hidden_size": hidden, "direction": direction}, ins, **TOL)
+
+
+@pytest.mark.parametrize("op", ["nn.lstm", "nn.gru"])
+def test_recurrent_options(check, rand, op):
+    ins = _inputs(rand, op, 4, 3, 5, 6, 2, broadcast_state=True)
+    acts = (["hardsigmoid", "softsign", "elu", "sigmoid", "scaledtanh", "affine"] if op == "nn.lstm"
+            else ["hardsigmoid", "softplus", "leakyrelu", "thresholdedrelu"])
+    attrs = {"hidden_size": 6, "direction": "bidirectional", "clip": 0.7, "activations": acts,
+             "activation_alpha": [0.3] * len(acts), "activation_beta": [0.4] * len(acts)}
+    attrs["input_forget" if op == "nn.lstm" else "linear_before_reset"] = True
+    check(op, attrs, ins, **TOL)
+    check(op, {"hidden_size": 6, "direction": "bidirectional", "activations": acts}, ins, **TOL)
+
+
+def test_gru_linear_before_reset_both_ways(check, rand):
+    ins = _inputs(rand, "nn.gru", 5, 2, 3, 4, 1)
+    for lbr in (False, True):
+        check("nn.gru", {"hidden_size": 4, "linear_before_reset": lbr}, ins, **TOL)
+
+
+def test_sequence_lens_out_of_range_is_an_error(c_kernel, rand):
+    ins = _inputs(rand, "nn.gru", 3, 2, 3, 4, 1, lens=[4, 1])
+    kernel = c_kernel("nn.gru", {"hidden_size": 4}, [a.dtype.name for a in ins],
+                      ["float32", "float32"])
+    with pytest.raises(ValueError, match="must lie in"):
+        kernel(*ins, np.empty((3, 1, 2, 4), np.float32), np.empty((1, 2, 4), np.float32))
