@@ -61,7 +61,7 @@ def parse(text: str, constants: Any = None, *, source_name: str | None = None):
     return _parse(text, constants=constants, source_name=source_name)
 
 
-def build(module, params=None, *, upper_bounds=None, backend: str = "numpy", fuse: bool = True):
+def build(module, params=None, *, upper_bounds=None, backend: str = "c", fuse: bool = True):
     """Compile a module into an Executable; see :func:`relvm.compiler.build`."""
     from .compiler import build as _build
 

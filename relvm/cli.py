@@ -428,7 +428,7 @@ def _parser() -> argparse.ArgumentParser:
                       help="batch sizes to run (default: 1 16 128)")
     demo.add_argument("--repeat", type=int, default=20, metavar="K",
                       help="runs per batch size for the median (default: 20)")
-    demo.add_argument("--backend", default="numpy", help="kernel backend (default: numpy)")
+    demo.add_argument("--backend", default="c", help="kernel backend: c or numpy (default: c)")
 
     check = add("check", _check)
     check.add_argument("file", help="a .relay text file")
@@ -440,7 +440,7 @@ def _parser() -> argparse.ArgumentParser:
                       "`relvm import` also its constants)")
     comp.add_argument("--upper-bound", action="append", metavar="NAME=N",
                       help="largest value of a named dim (plans one arena); repeatable")
-    comp.add_argument("--backend", default="numpy", help="kernel backend (default: numpy)")
+    comp.add_argument("--backend", default="c", help="kernel backend: c or numpy (default: c)")
     comp.add_argument("--no-fuse", action="store_true", help="one kernel per op")
 
     imp = add("import", _import)

@@ -18,6 +18,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..errors import RelvmFormatError
+
 MAX_OPERANDS = 16
 MAX_ROW_DIMS = 8
 
@@ -50,11 +52,18 @@ class FusedLibrary:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
             self.lib = self.ffi.dlopen(path)
+        except OSError as e:
+            raise RelvmFormatError(f"the kernel library does not load on this machine: {e}",
+                                   section="kernels") from None
         finally:
             os.unlink(path)
 
     def symbol(self, name: str):
-        return getattr(self.lib, name)
+        try:
+            return getattr(self.lib, name)
+        except AttributeError:
+            raise RelvmFormatError(f"the kernel library has no kernel {name}",
+                                   section="kernels") from None
 
 
 def _row_strides(view: tuple[int, ...], out_shape: tuple[int, ...], row_ndim: int) -> list[int]:

@@ -22,7 +22,7 @@ CODEGEN_BACKENDS = ("c",)
 
 
 def build(module: Module, params: Mapping[str, Any] | None = None, *,
-          upper_bounds: Mapping[str, int] | None = None, backend: str = "numpy",
+          upper_bounds: Mapping[str, int] | None = None, backend: str = "c",
           fuse: bool = True) -> Executable:
     """Compile a module into an :class:`Executable` that runs for every value of its dims.
 
@@ -37,7 +37,9 @@ def build(module: Module, params: Mapping[str, Any] | None = None, *,
         Largest value of named dims, e.g. ``{"n": 64}``: memory is then planned into one arena
         allocated once per VM, and an input over a bound is an error.
     backend : str
-        Where kernels come from: ``"numpy"`` (the op references).
+        Where kernels come from: ``"c"`` (compiled C kernels and OpenBLAS, the default; fused
+        kernels are generated as C and carried by the executable) or ``"numpy"`` (the ops'
+        NumPy references: every op and dtype, for testing).
     fuse : bool
         Fuse elementwise chains and epilogues into their producers (default). ``False`` keeps
         one kernel per op: results are the same, ``exe.bytecode`` shows every op.
@@ -60,6 +62,19 @@ def build(module: Module, params: Mapping[str, Any] | None = None, *,
         infer_module(module)
     bound = _bind_params(module, dict(params or {}))
     return run_with_deep_stack(lambda: _compile(module, bound, bounds, backend, fuse))
+
+
+def _check_backend_has_kernels(backend: str, program: Program) -> None:
+    """Refuse at build time a program the backend cannot run, naming every missing kernel."""
+    if backend != "c":
+        return
+    from ..backends import c
+
+    missing = sorted({f"{k.op if k.op != 'fused' else k.name}({', '.join(k.inputs)})"
+                      for k in program.kernels if not c.supports(k)})
+    if missing:
+        raise RelvmCompileError("the c backend has no kernel for " + "; ".join(missing)
+                                + ' (build with backend="numpy" to run them on NumPy)')
 
 
 def _check_bounds(upper_bounds: Mapping[str, int] | None) -> dict[str, int]:
@@ -129,6 +144,7 @@ def _compile(module: Module, bound: dict[int, np.ndarray], bounds: dict[str, int
     while program.pending:  # closures lifted while lowering (and closures inside them)
         name, fn, captured = program.pending.pop(0)
         lowered.append(FunctionLowering(program, name, fn, captured + list(fn.params)).run(bounds))
+    _check_backend_has_kernels(backend, program)
     order = sorted(lowered, key=lambda lo: program.function_index[lo.name])
     functions = [plan_and_assemble(lo, program, bounds) for lo in order]
     library, arch = None, ""

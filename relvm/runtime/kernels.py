@@ -37,7 +37,7 @@ def _plan(entry: KernelEntry) -> dict | None:
 
 def _generated_library(exe: Executable):
     """The executable's generated kernels, loaded once per Executable (shared by its VMs)."""
-    if not exe.kernel_library:
+    if not exe.kernel_library or not any(map(_plan, exe.kernels)):
         return None
     with _lock:
         library = getattr(exe, "_generated", None)

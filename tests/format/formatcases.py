@@ -27,7 +27,7 @@ Y = np.ones((3, 4), np.float32)
 
 
 def small_exe() -> relvm.Executable:
-    return relvm.build(relvm.parse(SMALL), params={"w": W, "b": B})
+    return relvm.build(relvm.parse(SMALL), params={"w": W, "b": B}, backend="numpy")
 
 
 def small_expected() -> np.ndarray:

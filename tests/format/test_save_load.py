@@ -335,3 +335,13 @@ def test_saving_over_a_loaded_file_is_safe(tmp_path) -> None:
     assert_identical(relvm.VirtualMachine(loaded).invoke("main", X, Y),
                      relvm.VirtualMachine(exe).invoke("main", X, Y))
     assert relvm.load(tmp_path / "m.rvm").functions == other.functions
+
+
+def test_a_carried_library_that_does_not_load_is_a_format_error() -> None:
+    exe = relvm.build(relvm.parse("""def @main(%x: Tensor[(n), float32]) {
+      nn.relu(exp(%x))
+    }"""), backend="c")
+    assert exe.kernel_library and any("plan" in k.attrs for k in exe.kernels)
+    exe.kernel_library = b"\x7fELF" + b"\x00" * 60  # an ELF header and nothing else
+    with pytest.raises(relvm.RelvmFormatError, match="kernels.*does not load"):
+        relvm.VirtualMachine(exe)

@@ -48,7 +48,7 @@ def test_vm_matches_numpy_and_reference(case: Case, fuse: bool) -> None:
         want = case.expect(*inputs, **(case.params or {}))
         got = vm.invoke(case.func, *inputs)
         _assert_same(got, want, case.rtol)
-        _assert_same(got, evaluate(mod, *inputs, params=case.params, func=case.func), 1e-6)
+        _assert_same(got, evaluate(mod, *inputs, params=case.params, func=case.func), case.rtol)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
