@@ -95,6 +95,7 @@ def main(argv=None) -> list[tuple]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backend", default="c" if "c" in _backends() else "numpy")
     p.add_argument("--threads", default="both", choices=["default", "1", "both"])
+    p.add_argument("--json", help="also write the results to this JSON file")
     args = p.parse_args(argv)
     settings = {"default": [None], "1": [1], "both": [None, 1]}[args.threads]
     all_rows = []
@@ -102,6 +103,13 @@ def main(argv=None) -> list[tuple]:
         rows = run(args.backend, threads)
         print(table(rows, args.backend, threads), flush=True)
         all_rows.append((threads, rows))
+    if args.json:
+        import json
+
+        with open(args.json, "w") as f:
+            json.dump({"backend": args.backend, "runs": [
+                {"threads": t or "default", "rows": [list(r) for r in rows]}
+                for t, rows in all_rows]}, f, indent=1)
     return all_rows
 
 

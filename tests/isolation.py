@@ -26,3 +26,17 @@ except ImportError:
 else:
     raise SystemExit("lark is still importable")
 '''
+
+
+def run_python(code: str, *args: str, env: dict | None = None, timeout: int = 300):
+    """Run ``code`` in a fresh interpreter that imports the *installed* relvm.
+
+    ``-I`` (isolated mode) keeps the working directory and PYTHONPATH off ``sys.path``, so the
+    source folder (which has no compiled kernels in a fresh clone) never shadows the install.
+    """
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-I", "-c", code, *args], capture_output=True,
+                          text=True, timeout=timeout, env=dict(os.environ, **(env or {})))

@@ -3,8 +3,6 @@ and the one thread pool shared with OpenBLAS."""
 
 import json
 import multiprocessing
-import os
-import subprocess
 import sys
 import threading
 
@@ -18,6 +16,7 @@ from relvm.errors import RelvmFormatError
 from relvm.ops import OPS
 from relvm.runtime import threads
 from relvm.runtime.executable import KernelEntry
+from isolation import run_python
 
 # Ops whose inputs are never float32: their dtype is bool.
 BOOL_ONLY = {"logical_not", "logical_and", "logical_or"}
@@ -163,9 +162,9 @@ def test_openblas_runs_on_relvms_pool():
 def test_omp_num_threads_is_honoured_at_start(env, want):
     code = ("from relvm.runtime import threads; from relvm.backends import native; "
             "_, lib = native.load(); print(threads.get_num_threads(), lib.relvm_threads_get())")
-    out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, **env),
-                         capture_output=True, text=True, check=True).stdout.split()
-    assert out == [str(want), str(want)]
+    proc = run_python(code, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [str(want), str(want)]
 
 
 @pytest.mark.parametrize("k", [1, 2, 4])

@@ -7,11 +7,11 @@ grew while it ran (from /proc/self/task), so idle threads do not count.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
+
+from isolation import run_python
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
 
@@ -50,8 +50,7 @@ SCRIPT = textwrap.dedent("""
 
 
 def busy_threads(arg: str, env: dict) -> int:
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, arg], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, **env})
+    proc = run_python(SCRIPT, arg, env=env)
     assert proc.returncode == 0, proc.stderr
     return int(proc.stdout.strip().splitlines()[-1])
 

@@ -6,11 +6,9 @@ give the same result. tests/format/ checks the same across processes: a saved fi
 lark cannot be imported and no C compiler is on PATH.
 """
 
-import subprocess
-import sys
 import textwrap
 
-from isolation import BLOCK_FRONT_END
+from isolation import BLOCK_FRONT_END, run_python
 
 SCRIPT = textwrap.dedent("""
     import sys
@@ -37,7 +35,6 @@ SCRIPT = textwrap.dedent("""
 
 
 def test_runtime_runs_without_lark_or_the_compiler() -> None:
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
-                          timeout=300)
+    proc = run_python(SCRIPT)
     assert proc.returncode == 0, proc.stderr
     assert "runtime-only ok" in proc.stdout
