@@ -139,14 +139,18 @@ def _compile(module: Module, bound: dict[int, np.ndarray], bounds: dict[str, int
     for i, name in enumerate(module.functions):
         program.function_index[name] = i
     lowered = []
+    # Upper bounds name @main's dims: other functions have their own symbols (which may share a
+    # name), so they keep dynamic pooled storage.
     for name, fn in module.functions.items():
-        lowered.append(FunctionLowering(program, name, fn, list(fn.params)).run(bounds))
+        lowered.append(FunctionLowering(program, name, fn, list(fn.params))
+                       .run(bounds if name == "main" else {}))
     while program.pending:  # closures lifted while lowering (and closures inside them)
         name, fn, captured = program.pending.pop(0)
-        lowered.append(FunctionLowering(program, name, fn, captured + list(fn.params)).run(bounds))
+        lowered.append(FunctionLowering(program, name, fn, captured + list(fn.params)).run({}))
     _check_backend_has_kernels(backend, program)
     order = sorted(lowered, key=lambda lo: program.function_index[lo.name])
-    functions = [plan_and_assemble(lo, program, bounds) for lo in order]
+    functions = [plan_and_assemble(lo, program, bounds if lo.name == "main" else {})
+                 for lo in order]
     library, arch = None, ""
     if program.fused_sources:
         from ..runtime.fileformat import machine_tag

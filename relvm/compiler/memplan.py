@@ -162,7 +162,12 @@ def _arena_layout(slots: list[D.Dim], upper_bounds: dict[str, int]):
         syms = D.free_symbols(s)
         if any(sym.anonymous or sym.name not in upper_bounds for sym in syms):
             return None
-        sizes.append(D.evaluate(s, {sym: upper_bounds[sym.name] for sym in syms}))
+        # The largest size over every value up to the bounds (a slice is not always longest
+        # at the bound; a run-time broadcast takes either side).
+        size = D.upper_bound(s, {sym: upper_bounds[sym.name] for sym in syms})
+        if size is None:
+            return None
+        sizes.append(max(size, 0))
     offsets, total = [], 0
     for size in sizes:
         offsets.append(total)
@@ -228,14 +233,49 @@ def _outputs(code: list[tuple], ret_pc: int, lo: Lowered, shapes: list) -> tuple
                   else [])
     if len(leaf_pcs) != len(leaf_types):
         leaf_pcs = [None] * len(leaf_types)
+    readers: dict[int, list[int]] = {}
+    for pc, ins in enumerate(code):
+        for r in reads(ins):
+            readers.setdefault(r, []).append(pc)
     claimed: set[int] = set()
     out = []
     for t, pcs, shape in zip(leaf_types, leaf_pcs, shapes):
+        if pcs and len(pcs) > 1:
+            # Producers on different branches share the caller's array. A tensor that is also
+            # used elsewhere (say, made before the if and returned by one branch) must keep its
+            # own buffer: the other branch's producer would overwrite it while still needed.
+            pcs = [p for p in pcs if _only_flows_to_result(code[p][1], code, readers)]
         # Two results that are one tensor: only the first is written in place.
         pcs = tuple(p for p in (pcs or []) if p not in claimed)
         claimed.update(pcs)
         out.append(OutputSig(t.dtype, shape, pcs, str(t)))
     return tuple(out)
+
+
+def _only_flows_to_result(reg: int, code: list[tuple], readers: dict[int, list[int]]) -> bool:
+    """True if the tensor in ``reg`` is only written by its kernel and passed on to the result
+    (through Move, ReshapeTensor, AllocADT and Ret)."""
+    pending, seen = [reg], set()
+    while pending:
+        r = pending.pop()
+        if r in seen:
+            continue
+        seen.add(r)
+        for pc in readers.get(r, []):
+            ins = code[pc]
+            op = ins[0]
+            if op == Opcode.InvokePacked:
+                n_out, args = ins[2], ins[3]
+                if r in args[len(args) - n_out:] and r not in args[:len(args) - n_out]:
+                    continue  # its producing kernel writes it
+                return False
+            if op == Opcode.Move:
+                pending.append(ins[2])
+            elif op in (Opcode.ReshapeTensor, Opcode.AllocADT):
+                pending.append(ins[1])
+            elif op != Opcode.Ret:
+                return False
+    return True
 
 
 def _merge(a: list, b: list) -> list:

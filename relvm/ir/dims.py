@@ -470,6 +470,51 @@ def _atom_nonnegative(a: Atom) -> bool:
     return prove_nonnegative(x) and prove_nonnegative(y)
 
 
+def upper_bound(x: Dim, bounds: Mapping[Sym, int]) -> int | None:
+    """The largest value ``x`` takes with each symbol in ``[0, bounds[symbol]]``, or None when
+    a symbol has no bound (interval arithmetic: never below the true maximum)."""
+    interval = _interval(x, bounds)
+    return None if interval is None else interval[1]
+
+
+def _interval(x: Dim, bounds: Mapping[Sym, int]) -> tuple[int, int] | None:
+    if isinstance(x, int):
+        return (x, x)
+    lo = hi = 0
+    for mono, c in x.terms:
+        term = (c, c)
+        for a in mono:
+            iv = _atom_interval(a, bounds)
+            if iv is None:
+                return None
+            products = [term[0] * iv[0], term[0] * iv[1], term[1] * iv[0], term[1] * iv[1]]
+            term = (min(products), max(products))
+        lo, hi = lo + term[0], hi + term[1]
+    return (lo, hi)
+
+
+def _atom_interval(a: Atom, bounds: Mapping[Sym, int]) -> tuple[int, int] | None:
+    if isinstance(a, Sym):
+        return (0, bounds[a]) if a in bounds else None
+    x, y = (_interval(ch, bounds) for ch in a.children())
+    if x is None or y is None:
+        return None
+    if isinstance(a, FloorDivAtom):
+        if y[0] <= 0:
+            return None
+        q = [x[0] // y[0], x[0] // y[1], x[1] // y[0], x[1] // y[1]]
+        return (min(q), max(q))
+    if isinstance(a, ModAtom):
+        if y[0] <= 0:
+            return None
+        return (0, min(y[1] - 1, x[1]) if x[0] >= 0 else y[1] - 1)
+    if isinstance(a, MaxAtom):
+        return (max(x[0], y[0]), max(x[1], y[1]))
+    if isinstance(a, MinAtom):
+        return (min(x[0], y[0]), min(x[1], y[1]))
+    return (min(x[0], y[0]), max(x[1], y[1]))  # broadcast: one side or the other
+
+
 def atoms(x: Dim) -> Iterable[Atom]:
     """Every atom in ``x``, recursively (atoms of atoms too)."""
     if isinstance(x, int):

@@ -19,8 +19,6 @@ from hypothesis import strategies as st
 import relvm
 from relvm.errors import RelvmCompileError
 from relvm.testing import strategies as rst
-from relvm.ir.types import type_symbols
-from relvm.testing._gen import Broadcastable
 from relvm.testing.reference import evaluate
 
 RUNS = 5  # assignments of the symbolic dims per program, on one build
@@ -133,41 +131,13 @@ def legs(mod, program: rst.GeneratedProgram) -> list[Leg]:
     out = [_invoke_leg("vm", exe), _invoke_leg("vm unfused", build(mod, fuse=False))]
     if exe.backend != "numpy":
         out.append(_invoke_leg("vm", relvm.build(mod, backend="numpy")))
-    if zero_copy_leg_applies(program):
-        out.append(_zero_copy_leg(exe))
-    if arena_leg_applies(mod, program):
-        out.append(_invoke_leg("vm with upper_bounds (arena)",
-                               build(mod, upper_bounds=program.upper_bounds)))
+    out.append(_zero_copy_leg(exe))
+    out.append(_invoke_leg("vm with upper_bounds (arena)",
+                           build(mod, upper_bounds=program.upper_bounds)))
     if save_load_available():
         out.append(_invoke_leg("vm after save_bytes -> load_bytes",
                                relvm.load_bytes(exe.save_bytes())))
     return out
-
-
-def zero_copy_leg_applies(program: rst.GeneratedProgram) -> bool:
-    """False for programs with an ``if``, while zero-copy outputs may clobber a tensor that
-    one branch returns (test_zero_copy_keeps_a_tensor_that_one_branch_returns, xfail)."""
-    return "if" not in program.forms
-
-
-def arena_leg_applies(mod, program: rst.GeneratedProgram) -> bool:
-    """False where open upper_bounds bugs would fail (xfail tests in test_differential.py)."""
-    if callee_symbols(mod) & set(program.upper_bounds):
-        return False  # test_upper_bounds_apply_to_callee_dims_of_the_same_name
-    if "strided_slice" in program.forms:
-        return False  # test_upper_bounds_arena_holds_a_slice_longest_below_the_bound
-    # test_upper_bounds_with_a_run_time_broadcast_build
-    return not any(isinstance(c, Broadcastable) for c in program.constraints)
-
-
-def callee_symbols(mod) -> set[str]:
-    """Names of the symbolic dims in the signatures of functions other than @main."""
-    names: set[str] = set()
-    for name, fn in mod.functions.items():
-        if name != "main":
-            for p in fn.params:
-                names |= {s.name for s in type_symbols(p.checked_type) if not s.anonymous}
-    return names
 
 
 # --- comparison ---------------------------------------------------------------------------------

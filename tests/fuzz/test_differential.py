@@ -6,7 +6,7 @@ cover the program (else on NumPy's), and the VM once more on NumPy's.
 
 The CI profile runs at least 200 programs; ``RELVM_HYPOTHESIS_PROFILE=long`` (or
 ``pytest --hypothesis-profile=long``) runs thousands. Each bug the fuzzer found is kept below:
-fixed ones as ``@example`` cases, open ones as strict xfail tests.
+each kept as an ``@example`` case or a regression test below.
 """
 
 from __future__ import annotations
@@ -72,9 +72,6 @@ def test_every_leg_matches_the_reference(case: FuzzCase) -> None:
     check_case(case)
 
 
-@pytest.mark.xfail(strict=True, reason="bug found by the fuzzer, not fixed yet: upper_bounds "
-                   "bound a callee's dims by name, so @f(n) fails for @main's n*2 > bound "
-                   "(relvm/compiler: bounds should apply to @main's signature)")
 def test_upper_bounds_apply_to_callee_dims_of_the_same_name() -> None:
     mod = relvm.parse("""
 def @f(%a: Tensor[(n), float32]) { add(%a, 1f) }
@@ -84,11 +81,6 @@ def @main(%x: Tensor[(n), float32]) { %0 = concatenate((%x, %x)); @f(%0) }""")
     np.testing.assert_array_equal(vm.invoke("main", x), np.concatenate([x, x]) + 1)
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason="bug found by the fuzzer, not "
-                   "fixed yet: with upper_bounds, a pooled tensor whose size holds a run-time "
-                   "broadcast (n vs m) is evaluated at the bounds, where 3 and 4 do not "
-                   "broadcast; build raises a raw ValueError (relvm/compiler/memplan.py, "
-                   "_arena_layout)")
 def test_upper_bounds_with_a_run_time_broadcast_build() -> None:
     mod = relvm.parse("""
 def @main(%x: Tensor[(n), float32], %y: Tensor[(m), float32]) {
@@ -100,10 +92,6 @@ def @main(%x: Tensor[(n), float32], %y: Tensor[(m), float32]) {
     np.testing.assert_allclose(vm.invoke("main", x, x), np.full(2, 0.5, "float32"))
 
 
-@pytest.mark.xfail(strict=True, reason="bug found by the fuzzer, not fixed yet: with outputs "
-                   "bound, %0's buffer is the caller's array for result 1 (it is that result "
-                   "when the else branch runs), so the then branch writes over %0 before "
-                   "multiply reads it (relvm/compiler: zero-copy output sites)")
 def test_zero_copy_keeps_a_tensor_that_one_branch_returns() -> None:
     mod = relvm.parse("""
 def @main(%c: bool, %x: Tensor[(n), float32]) {
@@ -121,10 +109,6 @@ def @main(%c: bool, %x: Tensor[(n), float32]) {
     np.testing.assert_array_equal(outs[2], -2 * x)
 
 
-@pytest.mark.xfail(strict=True, reason="bug found by the fuzzer, not fixed yet: the arena "
-                   "sizes each pooled tensor at the upper bounds, but a slice's length is not "
-                   "largest there (2 elements at n=2, none at n=8): the tensor does not fit "
-                   "(relvm/compiler/memplan.py, _arena_layout)")
 def test_upper_bounds_arena_holds_a_slice_longest_below_the_bound() -> None:
     mod = relvm.parse("""
 def @main(%x: Tensor[(n), float32]) {

@@ -72,3 +72,19 @@ def test_simplification_never_changes_the_value(a, b, k, c) -> None:
                     (D.dim_min(n + c, m * k), min(a + c, b * k)),
                     ((n + m) * k - n, (a + b) * k - a)]:
         assert D.evaluate(e, env) == want
+
+
+def test_upper_bound_is_the_maximum_over_the_box() -> None:
+    bounds = {n: 8, m: 4}
+    assert D.upper_bound(n * 3 + m, bounds) == 28
+    assert D.upper_bound(D.broadcast(n, m), bounds) == 8          # either side
+    assert D.upper_bound(D.dim_min(n, 2), bounds) == 2            # a slice is not longest at n=8
+    assert D.upper_bound((n + 1) // 2, bounds) == 4
+    assert D.upper_bound(n - m, bounds) == 8 and D.upper_bound(n, {}) is None
+
+
+@given(st.integers(0, 8), st.integers(0, 4))
+def test_upper_bound_is_never_below_a_value(a, b) -> None:
+    bounds = {n: 8, m: 4}
+    for e in [n * 3 - m, D.dim_min(n, m + 1), D.dim_max(n // 3, m % 3), (n * m + 2) // 3]:
+        assert D.evaluate(e, {n: a, m: b}) <= D.upper_bound(e, bounds)
