@@ -473,7 +473,7 @@ def _atom_nonnegative(a: Atom) -> bool:
 def upper_bound(x: Dim, bounds: Mapping[Sym, int]) -> int | None:
     """The largest value ``x`` takes with each symbol in ``[0, bounds[symbol]]``, or None when
     a symbol has no bound (interval arithmetic: never below the true maximum)."""
-    interval = _interval(x, bounds)
+    interval = _interval(_coerce(x), bounds)
     return None if interval is None else interval[1]
 
 
