@@ -110,15 +110,6 @@ def @main(%i: int64) { @is_even(%i) }""", None),
     ("global_used_before_definition", """
 def @main(%x: Tensor[(n), float32]) { @helper(%x, %x) }
 def @helper(%a: Tensor[(n), float32], %b: Tensor[(n), float32]) { minimum(%a, %b) }""", None),
-    ("if_else_with_bindings", """
-def @main(%c: bool, %x: Tensor[(n), float32]) {
-  if (%c) {
-    %0 = exp(%x);
-    add(%0, 1f)
-  } else {
-    negative(%x)
-  }
-}""", None),
     ("nested_if", """
 def @main(%a: bool, %b: bool, %x: Tensor[(n), float32]) {
   if (%a) {
