@@ -18,7 +18,7 @@ setup(
     install_requires=["numpy>=1.24", "cffi>=1.15", "lark>=1.1", "scipy-openblas32>=0.3.27"],
     extras_require={
         "test": ["pytest>=7", "hypothesis>=6.80"],
-        "bench": ["onnx>=1.15", "onnxruntime>=1.17"],
+        "bench": ["onnx>=1.15", "onnxruntime>=1.17", "matplotlib>=3.5"],
         "onnx": ["onnx>=1.15"],
     },
     setup_requires=["cffi>=1.15", "scipy-openblas32>=0.3.27"],
