@@ -31,7 +31,13 @@ class EntryPoint:
         self.out_shapes = tuple(shape_reader(o.shape) if o.shape is not None else None
                                 for o in fn.outputs)
         self.out_pcs = tuple(o.alloc_pcs for o in fn.outputs)
+        #: Output shapes known without any dims (all literal), checked without a reader.
+        self.static_out_shapes = tuple(
+            o.shape if o.shape is not None and all(d >= 0 for d in o.shape) else None
+            for o in fn.outputs)
         self.copies = 0  # inputs copied because they were not C-contiguous
+        self._last_outs: tuple = ()
+        self._last_map: dict[int, np.ndarray] = {}
 
     # --- inputs --------------------------------------------------------------------------------
     def arrange(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
@@ -128,13 +134,26 @@ class EntryPoint:
         return tuple(checked)
 
     def bound_map(self, outs: tuple) -> dict[int, np.ndarray]:
-        """AllocTensor pc -> the caller's array it hands out instead of allocating."""
-        return {pc: out for pcs, out in zip(self.out_pcs, outs) for pc in pcs}
+        """AllocTensor pc -> the caller's array it hands out instead of allocating.
+
+        The same arrays passed again (the usual serving loop) reuse the previous map.
+        """
+        last = self._last_outs
+        if len(last) == len(outs) and all(a is b for a, b in zip(last, outs)):
+            return self._last_map
+        self._last_outs = outs
+        self._last_map = {pc: out for pcs, out in zip(self.out_pcs, outs) for pc in pcs}
+        return self._last_map
 
     def check_output_shapes(self, dims: list, outs: tuple) -> None:
         """Once the entry dims are known, each output array must have the result's shape."""
-        for i, (read, out) in enumerate(zip(self.out_shapes, outs)):
-            if read is not None:
+        for i, (read, static, out) in enumerate(zip(self.out_shapes, self.static_out_shapes,
+                                                    outs)):
+            if static is not None:
+                if out.shape != static:
+                    raise RelvmInputError(f"@{self.fn.name} output {i}: expected shape {static} "
+                                          f"({self.fn.outputs[i].type_text}), got {out.shape}")
+            elif read is not None:
                 shape = read(dims)
                 if out.shape != shape:
                     raise RelvmInputError(f"@{self.fn.name} output {i}: expected shape {shape} "

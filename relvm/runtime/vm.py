@@ -318,7 +318,8 @@ class VirtualMachine:
 
     # --- the run loop --------------------------------------------------------------------------
     def _run(self, frame: Frame, ep: EntryPoint, outs: tuple | None = None) -> Any:
-        self._run_prologue(frame)
+        if frame.func.prologue:
+            self._run_prologue(frame)
         if outs is not None:
             # Bound output shapes are checked once the entry dims are known, before any kernel.
             ep.check_output_shapes(frame.dims, outs)
