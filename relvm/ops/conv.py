@@ -142,6 +142,11 @@ def _check_conv_weight(attrs, data: TensorType, weight: TensorType) -> None:
     if attrs.channels is not None and differ(attrs.channels, out_c):
         raise OpTypeError(f"channels={attrs.channels} but weight {fmt_shape(weight.shape)} "
                           f"has {D.dim_str(out_c)}")
+    check_kernel_size(attrs, weight, kh, kw)
+
+
+def check_kernel_size(attrs, weight: TensorType, kh: Dim, kw: Dim) -> None:
+    """The optional ``kernel_size`` attribute must agree with the weight's window."""
     if attrs.kernel_size is not None:
         ks = _pair(attrs.kernel_size, "kernel_size", 1)
         if differ(ks[0], kh) or differ(ks[1], kw):

@@ -15,7 +15,7 @@ from ..ir import dims as D
 from ..ir.types import TensorType
 from .common import (FLOATS, acc_dtype, check_dtype, check_rank, differ, fmt_shape, np_dtype,
                      out_dtype, require, same_dtype, tensor_arg)
-from .conv import _pads, _pair
+from .conv import _pads, _pair, check_kernel_size
 from .registry import (DTYPE_OR_EMPTY, INT, INT_OR_INTS, OPT_INT, OPT_INT_OR_INTS, OUT_FUSABLE,
                        OpTypeError, attr, choice, register)
 
@@ -51,11 +51,7 @@ def _conv2d_transpose_type(attrs, d, w):
     if attrs.channels is not None and differ(attrs.channels, out_c):
         raise OpTypeError(f"channels={attrs.channels} but weight {fmt_shape(weight.shape)} with "
                           f"groups={g} gives {D.dim_str(out_c)}")
-    if attrs.kernel_size is not None:
-        ks = _pair(attrs.kernel_size, "kernel_size", 1)
-        if differ(ks[0], kh) or differ(ks[1], kw):
-            raise OpTypeError(f"kernel_size={list(ks)} but weight {fmt_shape(weight.shape)} "
-                              f"has ({D.dim_str(kh)}, {D.dim_str(kw)})")
+    check_kernel_size(attrs, weight, kh, kw)
     strides, dilation, out_pad, pads = _geometry(attrs)
     out = []
     for size, k, s, dl, o, p in zip(data.shape[2:], (kh, kw), strides, dilation, out_pad, pads):
