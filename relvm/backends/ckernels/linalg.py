@@ -126,21 +126,26 @@ def _conv_dtypes_ok(entry) -> bool:
     return entry.outputs[0] == entry.inputs[0]
 
 
-@kernel("nn.conv2d", dtypes=("float32",), accepts=_conv_dtypes_ok)
-def make_conv2d(entry):
+def _planned_conv(entry, c_function: str, make_plan):
+    """A conv kernel: a shape plan per (data, weight, output) shape, then one C call."""
     ffi, lib = library()
     attrs, dt = attrs_of(entry), CODE[entry.inputs[0]]
-    conv, ptr, name, plans = lib.relvm_conv2d, ffi.from_buffer, entry.name, {}
+    conv, ptr, name, plans = getattr(lib, c_function), ffi.from_buffer, entry.name, {}
 
     def run(x, w, out):
         key = (x.shape, w.shape, out.shape)
         plan = plans.get(key)
         if plan is None:
-            plan = remember(plans, key, _conv_plan(ffi, attrs, *key))
+            plan = remember(plans, key, make_plan(ffi, attrs, *key))
         status = conv(dt, plan, ptr(x), ptr(w), ptr(out))
         if status:
             check(status, f"{name} {key}")
     return run
+
+
+@kernel("nn.conv2d", dtypes=("float32",), accepts=_conv_dtypes_ok)
+def make_conv2d(entry):
+    return _planned_conv(entry, "relvm_conv2d", _conv_plan)
 
 
 # --- conv2d_transpose -----------------------------------------------------------------------------
@@ -168,16 +173,4 @@ def _conv_transpose_plan(ffi, attrs, x, w, out):
 
 @kernel("nn.conv2d_transpose", dtypes=("float32",), accepts=_conv_dtypes_ok)
 def make_conv2d_transpose(entry):
-    ffi, lib = library()
-    attrs, dt = attrs_of(entry), CODE[entry.inputs[0]]
-    conv, ptr, name, plans = lib.relvm_conv2d_transpose, ffi.from_buffer, entry.name, {}
-
-    def run(x, w, out):
-        key = (x.shape, w.shape, out.shape)
-        plan = plans.get(key)
-        if plan is None:
-            plan = remember(plans, key, _conv_transpose_plan(ffi, attrs, *key))
-        status = conv(dt, plan, ptr(x), ptr(w), ptr(out))
-        if status:
-            check(status, f"{name} {key}")
-    return run
+    return _planned_conv(entry, "relvm_conv2d_transpose", _conv_transpose_plan)
