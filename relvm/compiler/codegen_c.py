@@ -23,12 +23,15 @@ AVX-512/AVX2 with a portable fallback) into one shared library, cached on disk b
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from ..errors import RelvmCompileError
 from ..ir import dims as D
@@ -106,10 +109,6 @@ def _unary(op: str, attrs: dict, x: str, dtype: str, out_dtype: str) -> str:
     if op == "clip":
         lo, hi = float(attrs["a_min"]), float(attrs["a_max"])
         if not is_float:
-            import math
-
-            import numpy as np
-
             info = np.iinfo(dtype)
             lo, hi = max(math.ceil(lo), info.min), min(math.floor(hi), info.max)
             return f"({x} < {lo} ? {lo} : ({x} > {hi} ? {hi} : {x}))"
