@@ -1,52 +1,18 @@
-/* conv2d. The GEMM path follows the usual CPU recipe (ONNX Runtime's MLAS does the same for
- * NCHW): each image's windows are unrolled into a (c/g * kh * kw) x (oh * ow) matrix and one
- * sgemm per group multiplies the weights by it. Depthwise convs have too little reuse for a
- * GEMM, so they run a direct loop that vectorizes along output rows. */
-#include <pthread.h>
+/* conv2d. The GEMM path unrolls each image's windows (im2col) into a (c/g * kh * kw) x (oh * ow)
+ * matrix, but never whole: 32 output pixels at a time are written straight into a packed panel
+ * of relvm's GEMM (pgemm.c), which stays in L1 while every output channel is computed from it,
+ * with the bias and relu applied in registers. Depthwise convs have too little reuse for a GEMM,
+ * so they run a direct loop that vectorizes along output rows. conv2d_transpose uses OpenBLAS
+ * (W^T x), then col2im. */
 #include <stdatomic.h>
-#include <stdlib.h>
 #include <string.h>
 #include "relvm_config.h"
 #include "blas.h"
 #include "conv.h"
+#include "internal/pgemm_panel.h"
+#include "internal/scratch.h"
 #include "internal/types.h"
 #include "threads.h"
-
-/* --- a per-thread scratch buffer, kept between calls (im2col matrices are large) ---------- */
-
-struct scratch {
-    float *data;
-    size_t cap;
-};
-
-static pthread_key_t scratch_key;
-static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-
-static void scratch_free(void *p) {
-    struct scratch *s = p;
-    free(s->data);
-    free(s);
-}
-
-static void scratch_init(void) { pthread_key_create(&scratch_key, scratch_free); }
-
-static float *scratch_floats(size_t count) {
-    pthread_once(&scratch_once, scratch_init);
-    struct scratch *s = pthread_getspecific(scratch_key);
-    if (!s) {
-        s = calloc(1, sizeof *s);
-        if (!s || pthread_setspecific(scratch_key, s)) {
-            free(s);
-            return NULL;
-        }
-    }
-    if (s->cap < count) {
-        free(s->data);
-        s->data = malloc(count * sizeof(float));
-        s->cap = s->data ? count : 0;
-    }
-    return s->data;
-}
 
 /* --- window bounds -------------------------------------------------------------------------- */
 
@@ -62,76 +28,104 @@ static inline void inside_range(int64_t offset, int64_t stride, int64_t size, in
     *hi = end;
 }
 
-/* --- im2col + sgemm ---------------------------------------------------------------------- */
+/* --- im2col panel by panel, straight into relvm's GEMM ------------------------------------ */
 
-struct im2col {
-    const struct relvm_conv2d_shape *s;
-    const float *x; /* the group's first input channel */
-    float *col;     /* (channels * kh * kw) x (oh * ow) */
+/* The output pixels of one 32-pixel panel, as runs along output rows. */
+struct pixel_runs {
+    int64_t count;
+    int64_t oy[PG_PANEL], ox[PG_PANEL], len[PG_PANEL], at[PG_PANEL];
 };
 
-static void im2col_rows(void *ctx, int64_t begin, int64_t end) {
-    const struct im2col *j = ctx;
+static void panel_runs(const struct relvm_conv2d_shape *s, int64_t p0, int64_t npix,
+                       struct pixel_runs *r) {
+    r->count = 0;
+    for (int64_t q = 0; q < npix;) {
+        const int64_t p = p0 + q, oy = p / s->ow, ox = p % s->ow;
+        const int64_t len = relvm_min64(s->ow - ox, npix - q);
+        r->oy[r->count] = oy;
+        r->ox[r->count] = ox;
+        r->len[r->count] = len;
+        r->at[r->count] = q;
+        ++r->count;
+        q += len;
+    }
+}
+
+/* Row (ci, i, j) of the unrolled input for the panel's pixels, into `dst` (PG_PANEL floats;
+ * zeros where a tap reads padding, and past the last pixel). */
+static void unroll_row(const struct relvm_conv2d_shape *s, const float *xc, int64_t i,
+                       int64_t j, const struct pixel_runs *r, float *dst) {
+    const int64_t offset = j * s->dw - s->pl;
+    int64_t lo, hi; /* the output columns whose tap j lands inside the input row */
+    inside_range(offset, s->sw, s->w, s->ow, &lo, &hi);
+    int64_t filled = 0;
+    for (int64_t k = 0; k < r->count; ++k) {
+        float *out = dst + r->at[k];
+        const int64_t first = r->ox[k], len = r->len[k];
+        const int64_t iy = r->oy[k] * s->sh + i * s->dh - s->pt;
+        /* Run positions [a, b) read the input; the rest read padding. */
+        int64_t a = relvm_max64(lo, first) - first, b = relvm_min64(hi, first + len) - first;
+        if (iy < 0 || iy >= s->h || a >= b) a = b = len;
+        for (int64_t q = 0; q < a; ++q) out[q] = 0.0f;
+        const float *src = xc + iy * s->w + offset + first * s->sw;
+        if (s->sw == 1) {
+            if (b > a) memcpy(out + a, src + a, (size_t)(b - a) * sizeof(float));
+        } else {
+            for (int64_t q = a; q < b; ++q) out[q] = src[q * s->sw];
+        }
+        for (int64_t q = b; q < len; ++q) out[q] = 0.0f;
+        filled = r->at[k] + len;
+    }
+    for (int64_t q = filled; q < PG_PANEL; ++q) dst[q] = 0.0f;
+}
+
+struct conv_pgemm {
+    const struct relvm_conv2d_shape *s;
+    const float *x, *w;
+    float *y;
+    struct pg_epilogue e;
+    pg_panel_fn *fn;
+    int64_t panels, k;
+    _Atomic int failed; /* a thread could not get its scratch panel */
+};
+
+/* Task t: image t / (groups * panels), group and panel within it. */
+static void conv_pgemm_tasks(void *ctx, int64_t begin, int64_t end) {
+    struct conv_pgemm *j = ctx;
     const struct relvm_conv2d_shape *s = j->s;
-    const int64_t plane = s->oh * s->ow;
-    for (int64_t row = begin; row < end; ++row) {
-        const int64_t ci = row / (s->kh * s->kw), i = row / s->kw % s->kh, jj = row % s->kw;
-        const float *xc = j->x + ci * s->h * s->w;
-        const int64_t offset = jj * s->dw - s->pl;
-        int64_t lo, hi;
-        inside_range(offset, s->sw, s->w, s->ow, &lo, &hi);
-        for (int64_t oy = 0; oy < s->oh; ++oy) {
-            float *dst = j->col + row * plane + oy * s->ow;
-            const int64_t iy = oy * s->sh + i * s->dh - s->pt;
-            if (iy < 0 || iy >= s->h || lo == hi) {
-                memset(dst, 0, (size_t)s->ow * sizeof(float));
-                continue;
-            }
-            const float *src = xc + iy * s->w + offset;
-            memset(dst, 0, (size_t)lo * sizeof(float));
-            if (s->sw == 1) {
-                memcpy(dst + lo, src + lo, (size_t)(hi - lo) * sizeof(float));
-            } else {
-                for (int64_t ox = lo; ox < hi; ++ox) dst[ox] = src[ox * s->sw];
-            }
-            memset(dst + hi, 0, (size_t)(s->ow - hi) * sizeof(float));
-        }
+    const int64_t icg = s->c / s->groups, ocg = s->oc / s->groups, plane = s->oh * s->ow;
+    float *panel = relvm_scratch_floats((size_t)(j->k * PG_PANEL));
+    if (!panel) {
+        j->failed = 1;
+        return;
+    }
+    for (int64_t t = begin; t < end; ++t) {
+        const int64_t q = t % j->panels, g = t / j->panels % s->groups;
+        const int64_t n = t / j->panels / s->groups;
+        const int64_t p0 = q * PG_PANEL, npix = relvm_min64(PG_PANEL, plane - p0);
+        struct pixel_runs runs;
+        panel_runs(s, p0, npix, &runs);
+        const float *x = j->x + (n * s->c + g * icg) * s->h * s->w;
+        float *row = panel;
+        for (int64_t ci = 0; ci < icg; ++ci)
+            for (int64_t i = 0; i < s->kh; ++i)
+                for (int64_t jj = 0; jj < s->kw; ++jj, row += PG_PANEL)
+                    unroll_row(s, x + ci * s->h * s->w, i, jj, &runs, row);
+        j->fn(ocg, j->k, j->w + g * ocg * j->k, j->k, panel,
+              j->y + (n * s->oc + g * ocg) * plane + p0, plane, npix, &j->e, g * ocg, 0);
     }
 }
 
-static int is_pointwise(const struct relvm_conv2d_shape *s) {
-    return s->kh == 1 && s->kw == 1 && s->sh == 1 && s->sw == 1 && s->pt == 0 && s->pl == 0 &&
-           s->oh == s->h && s->ow == s->w;
-}
-
-static int conv_gemm_f32(const struct relvm_conv2d_shape *s, const float *x, const float *w,
-                         float *y) {
-    const int64_t icg = s->c / s->groups, ocg = s->oc / s->groups;
-    const int64_t k = icg * s->kh * s->kw, plane = s->oh * s->ow;
-    if (is_pointwise(s)) {
-        if (s->groups == 1) { /* one batched call: OpenBLAS spreads the images over threads */
-            relvm_sgemm_batch(0, 0, s->n, s->oc, plane, s->c, w, 0, x, s->c * plane, y);
-            return RELVM_OK;
-        }
-        for (int64_t n = 0; n < s->n; ++n)
-            for (int64_t g = 0; g < s->groups; ++g)
-                relvm_sgemm_batch(0, 0, 1, ocg, plane, icg, w + g * ocg * k,
-                                  0, x + (n * s->c + g * icg) * plane, 0,
-                                  y + (n * s->oc + g * ocg) * plane);
-        return RELVM_OK;
-    }
-    float *col = scratch_floats((size_t)(k * plane));
-    if (!col) return RELVM_NO_MEMORY;
-    for (int64_t n = 0; n < s->n; ++n) {
-        for (int64_t g = 0; g < s->groups; ++g) {
-            struct im2col j = {s, x + (n * s->c + g * icg) * s->h * s->w, col};
-            relvm_parallel_for(k, relvm_max64(1, RELVM_GRAIN / relvm_max64(1, plane)),
-                               im2col_rows, &j);
-            relvm_sgemm_batch(0, 0, 1, ocg, plane, k, w + g * ocg * k, 0, col, 0,
-                              y + (n * s->oc + g * ocg) * plane);
-        }
-    }
-    return RELVM_OK;
+static int conv_pgemm(const struct relvm_conv2d_shape *s, const float *x, const float *w,
+                      float *y, const float *bias, int relu) {
+    const int64_t plane = s->oh * s->ow, ocg = s->oc / s->groups;
+    struct conv_pgemm j = {s, x, w, y, {bias, NULL, relu}, relvm_pgemm_panel_kernel(),
+                           (plane + PG_PANEL - 1) / PG_PANEL, s->c / s->groups * s->kh * s->kw,
+                           0};
+    const int64_t fmas = relvm_max64(1, ocg * PG_PANEL * relvm_max64(1, j.k));
+    relvm_parallel_for(s->n * s->groups * j.panels, relvm_max64(1, (1 << 15) / fmas),
+                       conv_pgemm_tasks, &j);
+    return j.failed ? RELVM_NO_MEMORY : RELVM_OK;
 }
 
 /* --- depthwise: one input channel per group ---------------------------------------------- */
@@ -212,7 +206,7 @@ static void depthwise_planes(void *ctx, int64_t begin, int64_t end) {
     struct depthwise *j = ctx;
     const struct relvm_conv2d_shape *s = j->s;
     const int64_t mult = s->oc / s->groups;
-    float *buf = scratch_floats((size_t)(j->ph * j->pw));
+    float *buf = relvm_scratch_floats((size_t)(j->ph * j->pw));
     if (!buf) {
         j->failed = 1;
         return;
@@ -270,7 +264,7 @@ static int conv_transpose_f32(const struct relvm_conv2d_shape *s, const float *x
                               const float *w, float *y) {
     const int64_t icg = s->c / s->groups, ocg = s->oc / s->groups;
     const int64_t rows = ocg * s->kh * s->kw, plane = s->h * s->w;
-    float *col = scratch_floats((size_t)(rows * plane));
+    float *col = relvm_scratch_floats((size_t)(rows * plane));
     if (!col) return RELVM_NO_MEMORY;
     for (int64_t n = 0; n < s->n; ++n) {
         for (int64_t g = 0; g < s->groups; ++g) {
@@ -303,20 +297,37 @@ static int valid_shape(const struct relvm_conv2d_shape *s) {
            s->oc % s->groups == 0;
 }
 
+/* The epilogue over a finished output, for the paths that do not apply it per tile. */
+static void epilogue_planes(const struct relvm_conv2d_shape *s, float *y, const float *bias,
+                            int relu) {
+    if (!bias && !relu) return;
+    const int64_t plane = s->oh * s->ow;
+    for (int64_t q = 0; q < s->n * s->oc; ++q) {
+        const float b = bias ? bias[q % s->oc] : 0.0f;
+        float *p = y + q * plane;
+        for (int64_t i = 0; i < plane; ++i) {
+            const float v = p[i] + b;
+            p[i] = relu && v < 0 ? 0.0f : v;
+        }
+    }
+}
+
 RELVM_EXPORT int relvm_conv2d(int dtype, const struct relvm_conv2d_shape *s, const void *x,
-                              const void *w, void *y) {
+                              const void *w, void *y, const void *bias, int relu) {
     if (dtype != RELVM_FLOAT32 || !valid_shape(s)) return RELVM_UNSUPPORTED;
     const int64_t total = s->n * s->oc * s->oh * s->ow;
     if (total == 0) return RELVM_OK;
     if (s->c == 0) { /* no input channels: every output sums nothing */
         memset(y, 0, (size_t)total * sizeof(float));
+        epilogue_planes(s, y, bias, relu);
         return RELVM_OK;
     }
-    if (s->c == s->groups) return depthwise_conv(s, x, w, y);
-    if (!relvm_blas_ready()) return RELVM_NO_BLAS;
-    const int64_t k = s->c / s->groups * s->kh * s->kw;
-    if (k > INT32_MAX || s->oh * s->ow > INT32_MAX || s->oc > INT32_MAX) return RELVM_TOO_LARGE;
-    return conv_gemm_f32(s, x, w, y);
+    if (s->c == s->groups) {
+        const int status = depthwise_conv(s, x, w, y);
+        if (status == RELVM_OK) epilogue_planes(s, y, bias, relu);
+        return status;
+    }
+    return conv_pgemm(s, x, w, y, bias, relu);
 }
 
 RELVM_EXPORT int relvm_conv2d_transpose(int dtype, const struct relvm_conv2d_shape *s,

@@ -10,10 +10,12 @@ struct relvm_conv2d_shape {
     int64_t n, c, h, w, oc, kh, kw, oh, ow, sh, sw, pt, pl, dh, dw, groups;
 };
 
-/* y = conv2d(x, w) for float32: direct for depthwise (one input channel per group), else
- * im2col + sgemm per image and group (no im2col for a 1x1 stride-1 unpadded kernel). */
+/* y = conv2d(x, w) for float32, then + bias (one float per output channel; NULL: none) and,
+ * with relu, max(., 0). Depthwise convs (one input channel per group) run a direct loop; the
+ * rest run relvm's GEMM (pgemm.h) over the unrolled input (im2col), packed panel by panel into
+ * cache, with the bias and relu applied in registers. */
 int relvm_conv2d(int dtype, const struct relvm_conv2d_shape *s, const void *x, const void *w,
-                 void *y);
+                 void *y, const void *bias, int relu);
 
 /* y = conv2d_transpose(x, w) for float32, with w in IOHW layout (c, oc / groups, kh, kw) and
  * the same geometry struct: c/h/w describe the data, oc/oh/ow the output, pt/pl the crop at the

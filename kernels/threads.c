@@ -1,7 +1,13 @@
 /* The thread pool. Workers spin briefly after a region (kernels come in quick succession),
  * then sleep on a condition variable, so an idle pool costs nothing while BLAS or Python runs.
  * One region runs at a time: BLAS jobs and relvm's loops never share the threads, which keeps
- * the process at k busy threads whatever the mix. */
+ * the process at k busy threads whatever the mix.
+ *
+ * A parallel loop hands out its chunks to whoever comes: the caller takes them too, and when it
+ * has run out it closes the region's gate, so a worker that has not started by then (its core
+ * busy with another process) never joins, and the caller waits only for workers already inside.
+ * A loop therefore never waits for a scheduler time slice. OpenBLAS's jobs wait on each other,
+ * so a BLAS region instead waits for every job. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -17,18 +23,39 @@ static struct {
     pthread_mutex_t region; /* held by the thread running a region: one at a time */
     pthread_mutex_t lock;   /* with `wake`, the sleep/wake handshake */
     pthread_cond_t wake;
-    /* A region's generation (high bits) and participant count (low 16 bits), published in one
-     * store so a worker never pairs one region's count with another's generation. */
+    /* A region's generation (bits 17 and up), whether it is gated (bit 16) and its participant
+     * count (bits 0-15), published in one store so a worker never pairs one region's count or
+     * kind with another's generation. */
     _Atomic uint64_t state;
-    _Atomic int pending; /* workers still running the current region */
+    _Atomic int pending; /* BLAS regions: workers still running the current region */
+    /* Loop regions: the generation's low 31 bits (bits 32-62), the gate's open bit (31) and
+     * the number of workers inside (bits 0-30), in one word so joining is atomic. */
+    _Atomic uint64_t gate;
     job_fn job;          /* stable while the region runs: it cannot end before its workers */
     void *arg;
     int nthreads;
     int nworkers;
 } pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
-          0, 0, NULL, NULL, 1, 0};
+          0, 0, 0, NULL, NULL, 1, 0};
+
+#define GATE_OPEN ((uint64_t)1 << 31)
+#define GATE_INSIDE(g) ((g) & (GATE_OPEN - 1))
+#define GATE_GEN(gen) (((gen) & 0x7fffffff) << 32)
+
+/* Enter generation `gen`'s loop region if its gate is still open. */
+static int gate_enter(uint64_t gen) {
+    uint64_t g = atomic_load_explicit(&pool.gate, memory_order_acquire);
+    while ((g & ~(GATE_OPEN - 1)) == (GATE_GEN(gen) | GATE_OPEN)) {
+        if (atomic_compare_exchange_weak_explicit(&pool.gate, &g, g + 1, memory_order_acq_rel,
+                                                  memory_order_acquire))
+            return 1;
+    }
+    return 0;
+}
 
 #define PARTICIPANTS(state) ((int)((state) & 0xffff))
+#define GATED(state) ((int)((state) >> 16 & 1))
+#define GENERATION(state) ((state) >> 17)
 
 /* Set in workers and in a thread running a region: nested loops run inline. */
 static _Thread_local int in_region;
@@ -65,7 +92,12 @@ static void *worker_main(void *p) {
     in_region = 1;
     for (;;) {
         seen = wait_for_region(seen);
-        if (index < PARTICIPANTS(seen)) {
+        if (index >= PARTICIPANTS(seen)) continue;
+        if (GATED(seen)) { /* job and arg are read inside the gate: the region cannot end */
+            if (!gate_enter(GENERATION(seen))) continue;
+            pool.job(pool.arg, index);
+            atomic_fetch_sub_explicit(&pool.gate, 1, memory_order_release);
+        } else {
             pool.job(pool.arg, index);
             atomic_fetch_sub_explicit(&pool.pending, 1, memory_order_release);
         }
@@ -90,23 +122,35 @@ static void ensure_workers(int count) {
     }
 }
 
-/* Run job(arg, i) for i in [0, participants) at once: i = 0 on the caller, others on workers. */
-static void run_region(job_fn job, void *arg, int participants) {
+/* Run job(arg, i) for i in [0, participants): i = 0 on the caller, others on workers. With
+ * `gated`, job is a loop that any subset of threads can finish: workers that have not joined
+ * when the caller's job returns never run it. Otherwise every job runs, all at once. */
+static void run_region(job_fn job, void *arg, int participants, int gated) {
     pthread_mutex_lock(&pool.region);
     ensure_workers(participants - 1);
     if (participants > pool.nworkers + 1) participants = pool.nworkers + 1;
     pool.job = job;
     pool.arg = arg;
-    atomic_store_explicit(&pool.pending, participants - 1, memory_order_relaxed);
-    const uint64_t generation = (atomic_load(&pool.state) >> 16) + 1;
+    atomic_store_explicit(&pool.pending, gated ? 0 : participants - 1, memory_order_relaxed);
+    const uint64_t generation = GENERATION(atomic_load(&pool.state)) + 1;
+    atomic_store_explicit(&pool.gate, GATE_GEN(generation) | GATE_OPEN, memory_order_relaxed);
     pthread_mutex_lock(&pool.lock);
-    atomic_store_explicit(&pool.state, generation << 16 | (uint64_t)participants,
+    atomic_store_explicit(&pool.state,
+                          generation << 17 | (uint64_t)(gated != 0) << 16 | (uint64_t)participants,
                           memory_order_release);
     pthread_cond_broadcast(&pool.wake);
     pthread_mutex_unlock(&pool.lock);
     in_region = 1;
     job(arg, 0);
     in_region = 0;
+    if (gated) { /* close the gate, then wait for those inside (they are running) */
+        atomic_fetch_and_explicit(&pool.gate, ~GATE_OPEN, memory_order_acq_rel);
+        for (int spin = 0; GATE_INSIDE(atomic_load_explicit(&pool.gate, memory_order_acquire));
+             ++spin) {
+            if (spin < SPIN_ROUNDS) cpu_relax();
+            else sched_yield();
+        }
+    }
     for (int spin = 0; atomic_load_explicit(&pool.pending, memory_order_acquire) > 0; ++spin) {
         if (spin < SPIN_ROUNDS) cpu_relax();
         else sched_yield();
@@ -168,7 +212,7 @@ RELVM_EXPORT void relvm_parallel_for(int64_t n, int64_t grain, relvm_range_fn fn
     int64_t chunk = (n + 4 * participants - 1) / (4 * participants);
     if (chunk < grain) chunk = grain;
     struct loop l = {fn, ctx, n, chunk, 0};
-    run_region(loop_job, &l, participants);
+    run_region(loop_job, &l, participants, 1);
 }
 
 struct blas_jobs {
@@ -191,5 +235,5 @@ void relvm_blas_threads(int sync, void (*dojob)(int, void *, int), int numjobs, 
         blas_job(&b, 0);
         return;
     }
-    run_region(blas_job, &b, numjobs);
+    run_region(blas_job, &b, numjobs, 0);
 }

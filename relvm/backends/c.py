@@ -23,7 +23,7 @@ from typing import Callable
 
 from ..errors import RelvmFormatError
 from ..runtime.executable import KernelEntry
-from .ckernels import BUILDERS
+from .ckernels import BUILDERS, packed
 from .ckernels.chain import make_chain
 
 #: (op, dtype) pairs with a C kernel; the dtype is the op's data dtype (the first input's, or
@@ -49,8 +49,11 @@ def supports(entry: KernelEntry) -> bool:
     return builder.accepts is None or builder.accepts(entry)
 
 
-def make_kernel(entry: KernelEntry) -> Callable[..., None]:
+def make_kernel(entry: KernelEntry, constants=None) -> Callable[..., None]:
     """The C kernel for ``entry``: call it as ``kernel(*inputs, *outputs)``.
+
+    ``constants`` (a :class:`~relvm.runtime.kernels.Constants`) tells which arrays are the VM's
+    constants, so weights can be prepared once (dense weights are packed for relvm's GEMM).
 
     Raises
     ------
@@ -59,7 +62,9 @@ def make_kernel(entry: KernelEntry) -> Callable[..., None]:
         when relvm was installed without its compiled kernels.
     """
     if entry.op == "fused":
-        kernel = make_chain(entry, make_kernel)
+        def chain() -> Callable[..., None]:
+            return make_chain(entry, lambda step: make_kernel(step, constants))
+        kernel = fused_kernel(entry, constants, chain) or chain()
         kernel.__name__ = entry.name
         return kernel
     if not supports(entry):
@@ -67,8 +72,25 @@ def make_kernel(entry: KernelEntry) -> Callable[..., None]:
         raise RelvmFormatError(f"kernel {entry.name!r}: the c backend has no kernel for op "
                                f"{entry.op!r} on {dtypes} -> {', '.join(entry.outputs)}",
                                section="kernels")
+    builder = BUILDERS[entry.op]
     try:
-        kernel = BUILDERS[entry.op].make(entry)
+        kernel = builder.make(entry, constants) if builder.with_constants else builder.make(entry)
+    except ImportError as e:
+        raise RelvmFormatError(f"kernel {entry.name!r}: the c backend is unavailable: {e}",
+                               section="kernels") from None
+    kernel.__name__ = entry.name
+    return kernel
+
+
+def fused_kernel(entry: KernelEntry, constants, fallback: Callable[[], Callable]
+                 ) -> Callable[..., None] | None:
+    """One C call for a fused ``dense|conv2d -> [bias_add] -> [relu]`` entry (the epilogue
+    applied in registers by relvm's GEMM), or None for any other fused entry; ``fallback()``
+    makes the generic kernel, for shapes the epilogue does not cover."""
+    if not packed.supports(entry):
+        return None
+    try:
+        kernel = packed.make_fused(entry, constants, fallback)
     except ImportError as e:
         raise RelvmFormatError(f"kernel {entry.name!r}: the c backend is unavailable: {e}",
                                section="kernels") from None

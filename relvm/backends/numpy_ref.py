@@ -18,7 +18,8 @@ from ..ops.fused import run_steps, steps_from_json
 from ..ops.registry import OPS, AttrError
 
 
-def make_kernel(entry) -> Callable[..., None]:
+def make_kernel(entry, constants=None) -> Callable[..., None]:
+    """The reference kernel for ``entry`` (``constants`` is unused: nothing to prepare)."""
     if entry.op == "fused":
         try:
             steps = steps_from_json(entry.attrs["steps"])

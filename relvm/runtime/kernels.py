@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import importlib
 import threading
-from typing import Callable
+from typing import Callable, Sequence
+
+import numpy as np
 
 from ..errors import RelvmFormatError
 from .executable import Executable, KernelEntry
@@ -20,15 +22,39 @@ _lock = threading.Lock()
 BACKENDS = {"numpy": "relvm.backends.numpy_ref", "c": "relvm.backends.c"}
 
 
-def resolve_kernels(exe: Executable) -> list[Callable]:
+class Constants:
+    """The arrays a VM loads with LoadConst, as its kernels may ask: "is this array one of them?"
+
+    A constant never changes while the VM lives, so a kernel may prepare it once (the C
+    backend packs dense weights for its GEMM) and reuse the result whenever the same array
+    comes back. Only the VM's own (read-only) array objects count, not copies or views.
+    """
+
+    def __init__(self, arrays: Sequence[np.ndarray] = ()):
+        self._ids = {id(a): a for a in arrays}
+
+    def holds(self, array: np.ndarray) -> bool:
+        return self._ids.get(id(array)) is array
+
+
+def resolve_kernels(exe: Executable, constants: Constants | None = None
+                    ) -> list[Callable]:
     module_name = BACKENDS.get(exe.backend)
     if module_name is None:
         raise RelvmFormatError(f"unknown kernel backend {exe.backend!r}; this relvm knows "
                                + ", ".join(BACKENDS), section="kernels")
     backend = importlib.import_module(module_name)
     library = _generated_library(exe)
-    return [_generated_kernel(entry, library, backend) if library and _plan(entry)
-            else backend.make_kernel(entry) for entry in exe.kernels]
+    direct = getattr(backend, "fused_kernel", None)
+    kernels = []
+    for entry in exe.kernels:
+        def generic(entry=entry) -> Callable:
+            if library and _plan(entry):
+                return _generated_kernel(entry, library, backend, constants)
+            return backend.make_kernel(entry, constants)
+        kernel = direct(entry, constants, generic) if direct and entry.op == "fused" else None
+        kernels.append(kernel or generic())
+    return kernels
 
 
 def _plan(entry: KernelEntry) -> dict | None:
@@ -50,7 +76,7 @@ def _generated_library(exe: Executable):
     return library
 
 
-def _generated_kernel(entry: KernelEntry, library, backend) -> Callable:
+def _generated_kernel(entry: KernelEntry, library, backend, constants) -> Callable:
     """A fused kernel: the backend computes the anchor (dense, conv, ...), then the generated
     loop applies the rest in one pass over the output, on relvm's thread pool."""
     from ..backends.fused import make_fused_kernel
@@ -64,7 +90,7 @@ def _generated_kernel(entry: KernelEntry, library, backend) -> Callable:
         anchor_args = [i for _, i in first["args"]]
         anchor = backend.make_kernel(KernelEntry(
             first["op"], first["op"], first["attrs"],
-            tuple(entry.inputs[i] for i in anchor_args), (anchor_dtype,)))
+            tuple(entry.inputs[i] for i in anchor_args), (anchor_dtype,)), constants)
     thread_pool = getattr(backend, "thread_pool", None)
     pool = thread_pool() if thread_pool is not None else None
     kernel = make_fused_kernel(plan, library, len(entry.inputs), anchor, anchor_args or (),

@@ -20,7 +20,7 @@ from .bytecode import format_instruction
 from .dimprog import DimError, compile_program
 from .executable import Executable, OutputSig, VMFunction
 from .handlers import ALIGNMENT, CALL, HANDLERS, RET
-from .kernels import resolve_kernels
+from .kernels import Constants, resolve_kernels
 from .signature import EntryPoint
 
 MAX_FRAMES = 1_000_000
@@ -111,13 +111,13 @@ class VirtualMachine:
 
     def __init__(self, exe: Executable):
         self.exe = exe
-        self._kernels = resolve_kernels(exe)
-        self._programs = [compile_program(p) for p in exe.dim_programs]
         self._constants: list[np.ndarray] = []
         for c in exe.constants:
             c = np.asarray(c, order="C")
             c.flags.writeable = False
             self._constants.append(c)
+        self._kernels = resolve_kernels(exe, Constants(self._constants))
+        self._programs = [compile_program(p) for p in exe.dim_programs]
         self._steps: dict[int, list] = {}
         self._active = [0] * len(exe.functions)
         self._cache: dict[tuple, np.ndarray] = {}

@@ -24,6 +24,9 @@ class Builder:
     dtype_of: Callable[[KernelEntry], str]
     #: Further conditions on an entry (an out_dtype, an index dtype), or None.
     accepts: Callable[[KernelEntry], bool] | None = None
+    #: ``make(entry, constants)``: the builder is told which arrays are the VM's constants
+    #: (a :class:`~relvm.runtime.kernels.Constants`, or None), e.g. to pack weights once.
+    with_constants: bool = False
 
 
 BUILDERS: dict[str, Builder] = {}
@@ -37,15 +40,16 @@ def first_output(entry: KernelEntry) -> str:
     return entry.outputs[0]
 
 
-def kernel(*ops: str, dtypes: Iterable[str], dtype_of=first_input, accepts=None):
+def kernel(*ops: str, dtypes: Iterable[str], dtype_of=first_input, accepts=None,
+           with_constants=False):
     """Register the decorated builder for ``ops`` on ``dtypes``."""
     def register(make):
         for op in ops:
             assert op not in BUILDERS, f"two C kernels for {op}"
-            BUILDERS[op] = Builder(make, frozenset(dtypes), dtype_of, accepts)
+            BUILDERS[op] = Builder(make, frozenset(dtypes), dtype_of, accepts, with_constants)
         return make
     return register
 
 
-from . import (dynamic, elementwise, image, linalg, nn, recurrent, reduce,  # noqa: E402,F401
-               transform)
+from . import (dynamic, elementwise, image, linalg, nn, packed,  # noqa: E402,F401
+               recurrent, reduce, transform)

@@ -1,6 +1,7 @@
-"""C kernels for the products: nn.dense, nn.matmul, nn.batch_matmul (OpenBLAS GEMM),
-nn.conv2d (im2col + sgemm, or a direct depthwise loop) and nn.conv2d_transpose (sgemm +
-col2im)."""
+"""C kernels for the products: nn.dense (float32 on relvm's own GEMM, see ``packed.py``; other
+dtypes on OpenBLAS or the integer loop), nn.matmul and nn.batch_matmul (OpenBLAS GEMM),
+nn.conv2d (relvm's GEMM over im2col panels, or a direct depthwise loop) and
+nn.conv2d_transpose (sgemm + col2im)."""
 
 from __future__ import annotations
 
@@ -74,8 +75,12 @@ def _make_gemm(entry, plan_of, trans_a: bool, trans_b: bool):
     return run
 
 
-@kernel("nn.dense", dtypes=NUMBERS, accepts=_gemm_dtypes_ok)
-def make_dense(entry):
+@kernel("nn.dense", dtypes=NUMBERS, accepts=_gemm_dtypes_ok, with_constants=True)
+def make_dense(entry, constants):
+    if entry.inputs[0] == "float32":  # relvm's own GEMM, the weights packed once
+        from .packed import make_dense as make_packed
+
+        return make_packed(entry, constants)
     return _make_gemm(entry, _dense_plan, False, True)
 
 
@@ -126,8 +131,9 @@ def _conv_dtypes_ok(entry) -> bool:
     return entry.outputs[0] == entry.inputs[0]
 
 
-def _planned_conv(entry, c_function: str, make_plan):
-    """A conv kernel: a shape plan per (data, weight, output) shape, then one C call."""
+def _planned_conv(entry, c_function: str, make_plan, *extra):
+    """A conv kernel: a shape plan per (data, weight, output) shape, then one C call (with
+    ``extra`` C arguments after the arrays)."""
     ffi, lib = library()
     attrs, dt = attrs_of(entry), CODE[entry.inputs[0]]
     conv, ptr, name, plans = getattr(lib, c_function), ffi.from_buffer, entry.name, {}
@@ -137,7 +143,7 @@ def _planned_conv(entry, c_function: str, make_plan):
         plan = plans.get(key)
         if plan is None:
             plan = remember(plans, key, make_plan(ffi, attrs, *key))
-        status = conv(dt, plan, ptr(x), ptr(w), ptr(out))
+        status = conv(dt, plan, ptr(x), ptr(w), ptr(out), *extra)
         if status:
             check(status, f"{name} {key}")
     return run
@@ -145,7 +151,7 @@ def _planned_conv(entry, c_function: str, make_plan):
 
 @kernel("nn.conv2d", dtypes=("float32",), accepts=_conv_dtypes_ok)
 def make_conv2d(entry):
-    return _planned_conv(entry, "relvm_conv2d", _conv_plan)
+    return _planned_conv(entry, "relvm_conv2d", _conv_plan, library()[0].NULL, 0)
 
 
 # --- conv2d_transpose -----------------------------------------------------------------------------

@@ -1,0 +1,25 @@
+/* What pgemm.c shares with the other kernel sources (conv.c): the packed-panel width, the
+ * epilogue as the inner kernel reads it, and the inner kernel for this CPU. Internal: not cdef. */
+#ifndef RELVM_INTERNAL_PGEMM_PANEL_H
+#define RELVM_INTERNAL_PGEMM_PANEL_H
+#include <stdint.h>
+
+/* Columns per packed panel of B: a multiple of every ISA's tile width. */
+#define PG_PANEL 32
+
+struct pg_epilogue {
+    const float *row_bias; /* one per row of C (indexed by absolute row), or NULL */
+    const float *col_bias; /* one per column of C, or NULL; never both */
+    int relu;
+};
+
+/* C rows [0, m) x `cols` (<= PG_PANEL) columns = epilogue(A x panel), where the panel is k x
+ * PG_PANEL packed floats (64-byte aligned) and C's top-left corner is at (row0, col0) of the
+ * whole product (for indexing the biases). */
+typedef void pg_panel_fn(int64_t m, int64_t k, const float *a, int64_t lda, const float *panel,
+                         float *c, int64_t ldc, int64_t cols, const struct pg_epilogue *e,
+                         int64_t row0, int64_t col0);
+
+/* The inner kernel for the best instruction set this CPU has. */
+pg_panel_fn *relvm_pgemm_panel_kernel(void);
+#endif

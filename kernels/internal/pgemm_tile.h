@@ -1,0 +1,125 @@
+/* The inner kernel of pgemm.c, written once and compiled once per instruction set: pgemm.c
+ * includes this file under `#pragma GCC target(...)` with
+ *   PG_SUFFIX  a name suffix (avx512, avx2, sse2),
+ *   PG_VW      floats per vector register (16, 8, 4),
+ *   PG_MR      rows per tile (as many as the registers hold: 2 * PG_MR accumulators).
+ * A tile is PG_MR rows x (2 * PG_VW) columns of C, kept in registers over the whole k loop;
+ * a 32-column panel of packed B is covered by 32 / (2 * PG_VW) tiles side by side.
+ * Internal: not part of the cdef. */
+
+#define PG_CAT2(a, b) a##_##b
+#define PG_CAT(a, b) PG_CAT2(a, b)
+#define PG_NAME(x) PG_CAT(x, PG_SUFFIX)
+#define PG_TW (2 * PG_VW) /* tile width in columns */
+
+typedef float PG_NAME(vec) __attribute__((vector_size(PG_VW * 4)));
+typedef float PG_NAME(uvec) __attribute__((vector_size(PG_VW * 4), aligned(4)));
+typedef int32_t PG_NAME(mask) __attribute__((vector_size(PG_VW * 4)));
+
+/* x in every lane (one vbroadcastss; a lane-by-lane loop or `(vec){0} + x` compiles worse). */
+static inline __attribute__((always_inline)) PG_NAME(vec) PG_NAME(splat)(float x) {
+    return __builtin_shuffle((PG_NAME(vec)){x}, (PG_NAME(mask)){0});
+}
+
+/* rows x PG_TW tile at column `col` of the panel: C[r][col + j] for r < rows, j < cols. */
+static inline __attribute__((always_inline)) void PG_NAME(tile)(
+    const int rows, int64_t k, const float *a, int64_t lda, const float *panel, int64_t col,
+    float *c, int64_t ldc, int64_t cols, const struct pg_epilogue *e, int64_t row0,
+    int64_t col0) {
+    typedef PG_NAME(vec) vec;
+    typedef PG_NAME(uvec) uvec;
+    typedef PG_NAME(mask) mask;
+    vec acc[PG_MR][2];
+#pragma GCC unroll 16
+    for (int r = 0; r < rows; ++r) acc[r][0] = acc[r][1] = (vec){0};
+    const float *b = panel + col;
+    for (int64_t p = 0; p < k; ++p, b += PG_PANEL) {
+        const vec b0 = *(const vec *)b, b1 = *(const vec *)(b + PG_VW);
+#pragma GCC unroll 16
+        for (int r = 0; r < rows; ++r) {
+            const vec ar = PG_NAME(splat)(a[r * lda + p]);
+            acc[r][0] += ar * b0;
+            acc[r][1] += ar * b1;
+        }
+    }
+    if (e->row_bias) {
+#pragma GCC unroll 16
+        for (int r = 0; r < rows; ++r) {
+            const vec br = PG_NAME(splat)(e->row_bias[row0 + r]);
+            acc[r][0] += br;
+            acc[r][1] += br;
+        }
+    } else if (e->col_bias) {
+        const float *cb = e->col_bias + col0 + col;
+        float pad[PG_TW];
+        if (cols < PG_TW) { /* the ragged edge: read no further than the bias goes */
+            for (int64_t j = 0; j < PG_TW; ++j) pad[j] = j < cols ? cb[j] : 0.0f;
+            cb = pad;
+        }
+        const vec b0 = *(const uvec *)cb, b1 = *(const uvec *)(cb + PG_VW);
+#pragma GCC unroll 16
+        for (int r = 0; r < rows; ++r) {
+            acc[r][0] += b0;
+            acc[r][1] += b1;
+        }
+    }
+    if (e->relu) { /* keep what is not below 0: NaN stays NaN, as in the reference */
+#pragma GCC unroll 16
+        for (int r = 0; r < rows; ++r) {
+            acc[r][0] = (vec)((mask)acc[r][0] & ~(acc[r][0] < 0));
+            acc[r][1] = (vec)((mask)acc[r][1] & ~(acc[r][1] < 0));
+        }
+    }
+    if (cols >= PG_TW) {
+#pragma GCC unroll 16
+        for (int r = 0; r < rows; ++r) {
+            *(uvec *)(c + r * ldc + col) = acc[r][0];
+            *(uvec *)(c + r * ldc + col + PG_VW) = acc[r][1];
+        }
+        return;
+    }
+    for (int r = 0; r < rows; ++r) { /* the last panel's ragged edge */
+        float tmp[PG_TW];
+        *(uvec *)tmp = acc[r][0];
+        *(uvec *)(tmp + PG_VW) = acc[r][1];
+        for (int64_t j = 0; j < cols; ++j) c[r * ldc + col + j] = tmp[j];
+    }
+}
+
+/* Rows [0, m) of C against one panel: `cols` (<= 32) columns at C's column col0. Row blocks
+ * are balanced (m = 16 runs as 8 + 8, not 12 + 4) so no tile runs nearly empty. */
+static void PG_NAME(panel)(int64_t m, int64_t k, const float *a, int64_t lda,
+                           const float *panel, float *c, int64_t ldc, int64_t cols,
+                           const struct pg_epilogue *e, int64_t row0, int64_t col0) {
+    const int64_t blocks = (m + PG_MR - 1) / PG_MR;
+    int64_t r = 0;
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+        const int rows = (int)((m - r + (blocks - blk) - 1) / (blocks - blk));
+        const float *ab = a + r * lda;
+        float *cb = c + r * ldc;
+        for (int64_t col = 0; col < cols; col += PG_TW) {
+            const int64_t left = cols - col;
+            switch (rows) {
+#define PG_CASE(R)                                                                            \
+    case R:                                                                                   \
+        PG_NAME(tile)(R, k, ab, lda, panel, col, cb, ldc, left, e, row0 + r, col0);           \
+        break;
+                PG_CASE(1) PG_CASE(2) PG_CASE(3) PG_CASE(4)
+#if PG_MR > 4
+                PG_CASE(5) PG_CASE(6)
+#endif
+#if PG_MR > 6
+                PG_CASE(7) PG_CASE(8) PG_CASE(9) PG_CASE(10) PG_CASE(11) PG_CASE(12)
+#endif
+#undef PG_CASE
+            default: break;
+            }
+        }
+        r += rows;
+    }
+}
+
+#undef PG_TW
+#undef PG_NAME
+#undef PG_CAT
+#undef PG_CAT2

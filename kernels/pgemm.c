@@ -1,0 +1,145 @@
+/* relvm's float32 GEMM for inference: B (the weights) packed once into 32-column panels, an
+ * inner kernel that keeps a whole tile of C in registers across k, and the epilogue (bias,
+ * relu) applied before the tile is stored, so a fused dense layer touches its output once.
+ * The inner kernel is one source (internal/pgemm_tile.h) compiled for AVX-512, AVX2+FMA and
+ * SSE2; the CPU picks at run time, so the library runs on any x86-64. */
+#include <stdlib.h>
+#include <string.h>
+#include "relvm_config.h"
+#include "pgemm.h"
+#include "internal/pgemm_panel.h"
+#include "internal/types.h"
+#include "threads.h"
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define PG_MULTI_ISA 1
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx2,fma")
+#define PG_SUFFIX avx512
+#define PG_VW 16
+#define PG_MR 12
+#include "internal/pgemm_tile.h"
+#undef PG_SUFFIX
+#undef PG_VW
+#undef PG_MR
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#define PG_SUFFIX avx2
+#define PG_VW 8
+#define PG_MR 6
+#include "internal/pgemm_tile.h"
+#undef PG_SUFFIX
+#undef PG_VW
+#undef PG_MR
+#pragma GCC pop_options
+#endif
+
+/* The portable kernel: SSE2 on any x86-64 (whatever the target's baseline elsewhere). */
+#define PG_SUFFIX base
+#define PG_VW 4
+#define PG_MR 4
+#include "internal/pgemm_tile.h"
+#undef PG_SUFFIX
+#undef PG_VW
+#undef PG_MR
+
+static pg_panel_fn *chosen;
+static const char *chosen_isa = "sse2";
+
+/* The best kernel this CPU runs; RELVM_PGEMM_ISA=avx2|sse2 asks for a lesser one (tests run
+ * every kernel on one machine that way). */
+pg_panel_fn *relvm_pgemm_panel_kernel(void) {
+    pg_panel_fn *fn = chosen;
+    if (fn) return fn;
+    fn = panel_base;
+#ifdef PG_MULTI_ISA
+    const char *cap = getenv("RELVM_PGEMM_ISA");
+    const int upto = !cap ? 2 : strcmp(cap, "avx2") == 0 ? 1 : strcmp(cap, "sse2") == 0 ? 0 : 2;
+    __builtin_cpu_init();
+    if (upto >= 2 && __builtin_cpu_supports("avx512f")) {
+        fn = panel_avx512;
+        chosen_isa = "avx512f";
+    } else if (upto >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        fn = panel_avx2;
+        chosen_isa = "avx2";
+    }
+#endif
+    chosen = fn; /* every thread computes the same value: a benign race */
+    return fn;
+}
+
+RELVM_EXPORT const char *relvm_pgemm_isa(void) {
+    relvm_pgemm_panel_kernel();
+    return chosen_isa;
+}
+
+RELVM_EXPORT int64_t relvm_pgemm_packed_size(int64_t k, int64_t n) {
+    return (n + PG_PANEL - 1) / PG_PANEL * PG_PANEL * k;
+}
+
+RELVM_EXPORT void relvm_pgemm_pack(int trans_b, int64_t k, int64_t n, const void *b_,
+                                   void *packed_) {
+    const float *b = b_;
+    float *packed = packed_;
+    for (int64_t q = 0; q * PG_PANEL < n; ++q) {
+        float *panel = packed + q * k * PG_PANEL;
+        for (int64_t j = 0; j < PG_PANEL; ++j) {
+            const int64_t col = q * PG_PANEL + j;
+            if (col >= n) {
+                for (int64_t p = 0; p < k; ++p) panel[p * PG_PANEL + j] = 0.0f;
+            } else if (trans_b) { /* b is n x k: column `col` of op(b) is row `col` of b */
+                const float *src = b + col * k;
+                for (int64_t p = 0; p < k; ++p) panel[p * PG_PANEL + j] = src[p];
+            } else {
+                for (int64_t p = 0; p < k; ++p) panel[p * PG_PANEL + j] = b[p * n + col];
+            }
+        }
+    }
+}
+
+/* Task t is panel t / row_chunks, rows of chunk t % row_chunks. */
+struct pg_job {
+    pg_panel_fn *fn;
+    int64_t m, n, k, lda, ldc, row_chunks, chunk_rows;
+    const float *a, *packed;
+    float *c;
+    struct pg_epilogue e;
+};
+
+static void pg_tasks(void *ctx, int64_t begin, int64_t end) {
+    const struct pg_job *j = ctx;
+    for (int64_t t = begin; t < end; ++t) {
+        const int64_t q = t / j->row_chunks, r0 = t % j->row_chunks * j->chunk_rows;
+        const int64_t rows = relvm_min64(j->chunk_rows, j->m - r0);
+        const int64_t col0 = q * PG_PANEL, cols = relvm_min64(PG_PANEL, j->n - col0);
+        j->fn(rows, j->k, j->a + r0 * j->lda, j->lda, j->packed + q * j->k * PG_PANEL,
+              j->c + r0 * j->ldc + col0, j->ldc, cols, &j->e, r0, col0);
+    }
+}
+
+/* Multiply-adds below which another thread costs more than it saves. */
+#define PG_GRAIN_FMAS (1 << 15)
+
+RELVM_EXPORT int relvm_pgemm(int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                             const void *packed, void *c, int64_t ldc, const void *bias,
+                             int bias_per_row, int relu) {
+    if (m < 0 || n < 0 || k < 0 || lda < 0 || ldc < 0) return RELVM_UNSUPPORTED;
+    if (m == 0 || n == 0) return RELVM_OK;
+    struct pg_job j = {relvm_pgemm_panel_kernel(), m, n, k, lda, ldc, 1, m, a, packed, c,
+                       {bias_per_row ? bias : NULL, bias_per_row ? NULL : bias, relu}};
+    /* Panels are the natural tasks (each streams its slice of B once); with fewer panels than
+     * two per thread, rows are split too, in chunks of whole tiles. */
+    const int64_t panels = (n + PG_PANEL - 1) / PG_PANEL, threads = relvm_threads_get();
+    if (panels < 2 * threads && m > 12) {
+        const int64_t want = (2 * threads + panels - 1) / panels;
+        j.row_chunks = relvm_min64(want, (m + 11) / 12);
+        j.chunk_rows = (m + j.row_chunks - 1) / j.row_chunks;
+        j.row_chunks = (m + j.chunk_rows - 1) / j.chunk_rows;
+    }
+    const int64_t fmas = relvm_max64(1, j.chunk_rows * PG_PANEL * relvm_max64(k, 1));
+    relvm_parallel_for(panels * j.row_chunks, relvm_max64(1, PG_GRAIN_FMAS / fmas), pg_tasks,
+                       &j);
+    return RELVM_OK;
+}

@@ -1,0 +1,223 @@
+"""relvm's own GEMM (kernels/pgemm.c) and the one-call fused dense/conv kernels built on it.
+
+The inner kernel exists once per instruction set; RELVM_PGEMM_ISA makes this machine run the
+AVX2 and SSE2 ones too (in a subprocess, since the choice is made once per process).
+"""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import relvm
+from relvm.backends import c
+from relvm.backends.ckernels import packed
+from relvm.backends.native import load
+from relvm.ops.fused import run_steps, steps_from_json
+from relvm.ir.types import TensorType
+from relvm.ops import OPS
+from relvm.runtime.executable import KernelEntry
+from relvm.runtime.kernels import Constants
+
+def _listed(v):
+    return [_listed(x) for x in v] if isinstance(v, tuple) else v
+
+
+def _attrs(op: str, attrs: dict) -> dict:
+    """Attributes as an executable stores them: normalized by the op, lists not tuples."""
+    return {k: _listed(v) for k, v in OPS[op].make_attrs(attrs).items()}
+
+
+SHAPES = [(1, 1, 1), (1, 512, 784), (3, 10, 512), (12, 32, 7), (13, 33, 300), (25, 100, 3),
+          (130, 17, 64), (7, 15, 0), (5, 16, 1), (2, 31, 9), (0, 5, 3), (4, 0, 3)]
+
+
+def _pgemm(a, w, bias=None, per_row=False, relu=False, trans_b=True):
+    """Run relvm_pgemm on (a, op(w)); w is n x k when trans_b (dense weights) else k x n."""
+    ffi, lib = load()
+    m, k = a.shape
+    n = w.shape[0] if trans_b else w.shape[1]
+    pk = packed._aligned(int(lib.relvm_pgemm_packed_size(k, n)))
+    lib.relvm_pgemm_pack(int(trans_b), k, n, ffi.from_buffer(w), ffi.from_buffer(pk))
+    out = np.full((m, n), np.nan, np.float32)
+    status = lib.relvm_pgemm(m, n, k, ffi.from_buffer(a), k, ffi.from_buffer(pk),
+                             ffi.from_buffer(out), n,
+                             ffi.NULL if bias is None else ffi.from_buffer(bias),
+                             int(per_row), int(relu))
+    assert status == 0
+    return out
+
+
+def _expect(a, w, bias=None, per_row=False, relu=False, trans_b=True):
+    y = a.astype(np.float64) @ (w.T if trans_b else w).astype(np.float64)
+    if bias is not None:
+        y = y + (bias[:, None] if per_row else bias[None, :])
+    return np.where(y < 0, 0, y) if relu else y
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES, ids=str)
+@pytest.mark.parametrize("epilogue", ["none", "col_bias_relu", "row_bias", "relu"])
+def test_pgemm_matches_float64(m, n, k, epilogue):
+    rng = np.random.default_rng(m * 1000 + n * 10 + k)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    per_row = epilogue == "row_bias"
+    bias = (rng.standard_normal(m if per_row else n).astype(np.float32)
+            if "bias" in epilogue else None)
+    relu = "relu" in epilogue
+    got = _pgemm(a, w, bias, per_row, relu)
+    np.testing.assert_allclose(got, _expect(a, w, bias, per_row, relu), rtol=1e-4,
+                               atol=1e-4 * max(1, k) ** 0.5)
+
+
+def test_pgemm_non_transposed_b_and_nan():
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((9, 20)).astype(np.float32)
+    b = rng.standard_normal((20, 45)).astype(np.float32)
+    a[2, 3] = np.nan  # row 2 becomes NaN, and relu must keep it NaN, as the reference does
+    got = _pgemm(a, b, relu=True, trans_b=False)
+    want = _expect(a, b, relu=True, trans_b=False)
+    assert np.isnan(got[2]).all()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_pgemm_rejects_negative_sizes():
+    ffi, lib = load()
+    assert lib.relvm_pgemm(-1, 2, 2, ffi.NULL, 2, ffi.NULL, ffi.NULL, 2, ffi.NULL, 0, 0) == -1
+
+
+# --- fused entries: one C call --------------------------------------------------------------
+
+def _fused_entry(anchor: str, anchor_attrs: dict, bias_axis: int | None, relu: bool,
+                 n_in: int):
+    steps = [{"op": anchor, "attrs": _attrs(anchor, anchor_attrs),
+              "args": [["in", 0], ["in", 1]]}]
+    if bias_axis is not None:
+        steps.append({"op": "nn.bias_add", "attrs": {"axis": bias_axis},
+                      "args": [["step", 0], ["in", 2]]})
+    if relu:
+        steps.append({"op": "nn.relu", "attrs": {}, "args": [["step", len(steps) - 1]]})
+    return KernelEntry("fused_test", "fused", {"steps": steps}, ("float32",) * n_in,
+                       ("float32",))
+
+
+def _run_fused(entry, arrays, out_shape, constants=None):
+    kernel = c.make_kernel(entry, constants)
+    out = np.full(out_shape, np.nan, np.float32)
+    kernel(*arrays, out)
+    want = run_steps(steps_from_json(entry.attrs["steps"]), arrays)
+    return out, want
+
+
+@pytest.mark.parametrize("data,units", [((1, 784), 512), ((16, 33), 40), ((2, 3, 17), 5),
+                                        ((0, 8), 4)], ids=str)
+@pytest.mark.parametrize("relu", [False, True])
+def test_fused_dense_bias_relu_is_one_call(data, units, relu):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(data).astype(np.float32)
+    w = rng.standard_normal((units, data[-1])).astype(np.float32)
+    b = rng.standard_normal(units).astype(np.float32)
+    entry = _fused_entry("nn.dense", {"units": units}, -1, relu, 3)
+    assert packed.supports(entry)
+    out, want = _run_fused(entry, [x, w, b], data[:-1] + (units,))
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
+def test_fused_dense_bias_on_another_axis_uses_the_generic_kernel():
+    """A bias along a dim that is not the units dim is legal; the epilogue cannot do it, so the
+    kernel hands those shapes to the generic fused kernel."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 5, 7)).astype(np.float32)
+    w = rng.standard_normal((5, 7)).astype(np.float32)
+    b = rng.standard_normal(5).astype(np.float32)
+    entry = _fused_entry("nn.dense", {"units": 5}, 1, True, 3)
+    out, want = _run_fused(entry, [x, w, b], (2, 5, 5))
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("data,weight,attrs", [
+    ((1, 3, 32, 32), (16, 3, 3, 3), {"padding": [1, 1]}),
+    ((2, 16, 32, 32), (32, 16, 3, 3), {"padding": [1, 1], "strides": [2, 2]}),
+    ((2, 6, 9, 11), (6, 2, 3, 2), {"groups": 3, "padding": [1, 2, 0, 1], "strides": [2, 3]}),
+    ((1, 4, 13, 13), (6, 4, 3, 3), {"dilation": [2, 2], "padding": [2, 2]}),
+    ((2, 8, 10, 10), (8, 1, 3, 3), {"groups": 8, "padding": [1, 1]}),  # depthwise
+    ((1, 0, 5, 5), (3, 0, 3, 3), {}),  # no input channels: bias and relu only
+], ids=str)
+@pytest.mark.parametrize("relu", [False, True])
+def test_fused_conv_bias_relu_is_one_call(data, weight, attrs, relu):
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(data).astype(np.float32)
+    w = rng.standard_normal(weight).astype(np.float32)
+    b = rng.standard_normal(weight[0]).astype(np.float32)
+    entry = _fused_entry("nn.conv2d", dict(attrs, channels=weight[0],
+                                           kernel_size=list(weight[2:])), 1, relu, 3)
+    assert packed.supports(entry)
+    op = OPS["nn.conv2d"]
+    out_t = op.infer(op.make_attrs(dict(attrs, channels=weight[0],
+                                        kernel_size=list(weight[2:]))),
+                     TensorType(data, "float32"), TensorType(weight, "float32"))
+    out, want = _run_fused(entry, [x, w, b], tuple(out_t.shape))
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
+# --- packed weights: kept for constants only ---------------------------------------------------
+
+def test_weights_packed_once_for_constants_and_every_call_otherwise():
+    entry = KernelEntry("nn.dense", "nn.dense", _attrs("nn.dense", {"units": 6}),
+                        ("float32", "float32"), ("float32",))
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    w = rng.standard_normal((6, 4)).astype(np.float32)
+    w.flags.writeable = False
+    out = np.empty((3, 6), np.float32)
+    constant = packed.make_dense(entry, Constants([w]))
+    constant(x, w, out)
+    np.testing.assert_allclose(out, x @ w.T, rtol=1e-5, atol=1e-5)
+
+    mutable = rng.standard_normal((6, 4)).astype(np.float32)
+    kernel = packed.make_dense(entry, Constants([w]))
+    kernel(x, mutable, out)
+    mutable *= -2  # the same array with new values: must not reuse a stale packing
+    kernel(x, mutable, out)
+    np.testing.assert_allclose(out, x @ mutable.T, rtol=1e-5, atol=1e-5)
+
+
+def test_vm_with_weights_as_inputs_sees_new_values_each_call():
+    text = """def @main(%x: Tensor[(n, 8), float32], %w: Tensor[(4, 8), float32],
+                        %b: Tensor[(4), float32]) {
+      nn.relu(nn.bias_add(nn.dense(%x, %w, units=4), %b))
+    }"""
+    vm = relvm.VirtualMachine(relvm.build(relvm.parse(text)))
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((5, 8)).astype(np.float32)
+    w = rng.standard_normal((4, 8)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    for _ in range(3):
+        got = vm.invoke("main", x, w, b)
+        np.testing.assert_allclose(got, np.maximum(x @ w.T + b, 0), rtol=1e-5, atol=1e-5)
+        w *= -1.5  # in place: same object, new values
+        b += 1
+
+
+@pytest.mark.parametrize("isa", ["avx2", "sse2"])
+def test_lesser_instruction_sets_give_the_same_results(isa):
+    """The AVX2 and SSE2 kernels, run on this machine by asking for them."""
+    ffi, lib = load()
+    if isa == "avx2" and ffi.string(lib.relvm_pgemm_isa()).decode() == "sse2":
+        pytest.skip("this CPU has no AVX2")
+    script = (
+        "import sys; sys.argv = ['pytest']\n"
+        "import pytest\n"
+        f"sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', {__file__!r}, "
+        "'-k', 'matches_float64 or non_transposed or fused_conv or fused_dense']))\n")
+    env = dict(os.environ, RELVM_PGEMM_ISA=isa)
+    check = ("from relvm.backends.native import load; f, l = load(); "
+             "print(f.string(l.relvm_pgemm_isa()).decode())")
+    used = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True,
+                          text=True, check=True).stdout.strip()
+    assert used == isa
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, cwd=os.path.dirname(__file__))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
