@@ -5,6 +5,7 @@
  * so they run a direct loop that vectorizes along output rows. conv2d_transpose uses OpenBLAS
  * (W^T x), then col2im. */
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include "relvm_config.h"
 #include "blas.h"
@@ -51,32 +52,40 @@ static void panel_runs(const struct relvm_conv2d_shape *s, int64_t p0, int64_t n
     }
 }
 
-/* Row (ci, i, j) of the unrolled input for the panel's pixels, into `dst` (PG_PANEL floats;
- * zeros where a tap reads padding, and past the last pixel). */
-static void unroll_row(const struct relvm_conv2d_shape *s, const float *xc, int64_t i,
-                       int64_t j, const struct pixel_runs *r, float *dst) {
-    const int64_t offset = j * s->dw - s->pl;
-    int64_t lo, hi; /* the output columns whose tap j lands inside the input row */
-    inside_range(offset, s->sw, s->w, s->ow, &lo, &hi);
-    int64_t filled = 0;
-    for (int64_t k = 0; k < r->count; ++k) {
-        float *out = dst + r->at[k];
-        const int64_t first = r->ox[k], len = r->len[k];
-        const int64_t iy = r->oy[k] * s->sh + i * s->dh - s->pt;
-        /* Run positions [a, b) read the input; the rest read padding. */
-        int64_t a = relvm_max64(lo, first) - first, b = relvm_min64(hi, first + len) - first;
-        if (iy < 0 || iy >= s->h || a >= b) a = b = len;
-        for (int64_t q = 0; q < a; ++q) out[q] = 0.0f;
-        const float *src = xc + iy * s->w + offset + first * s->sw;
-        if (s->sw == 1) {
-            if (b > a) memcpy(out + a, src + a, (size_t)(b - a) * sizeof(float));
-        } else {
-            for (int64_t q = a; q < b; ++q) out[q] = src[q * s->sw];
+/* One panel of the unrolled input: row (ci, i, j) holds, for each of the panel's pixels, the
+ * input value tap (i, j) of channel ci reads (0 where it reads padding), and zeros past the
+ * last pixel. lo/hi[j]: the output columns whose tap j lands inside an input row. */
+static RELVM_VECTORIZE void pack_panel(const struct relvm_conv2d_shape *s, const float *x,
+                                       int64_t channels, const struct pixel_runs *r,
+                                       const int64_t *lo, const int64_t *hi, float *panel) {
+    const int64_t npix = r->at[r->count - 1] + r->len[r->count - 1];
+    float *dst = panel;
+    for (int64_t ci = 0; ci < channels; ++ci) {
+        const float *xc = x + ci * s->h * s->w;
+        for (int64_t i = 0; i < s->kh; ++i) {
+            for (int64_t j = 0; j < s->kw; ++j, dst += PG_PANEL) {
+                const int64_t offset = j * s->dw - s->pl;
+                for (int64_t k = 0; k < r->count; ++k) {
+                    float *out = dst + r->at[k];
+                    const int64_t first = r->ox[k], len = r->len[k];
+                    const int64_t iy = r->oy[k] * s->sh + i * s->dh - s->pt;
+                    /* Run positions [a, b) read the input; the rest read padding. */
+                    int64_t a = relvm_max64(lo[j], first) - first;
+                    int64_t b = relvm_min64(hi[j], first + len) - first;
+                    if (iy < 0 || iy >= s->h || a >= b) a = b = len;
+                    const float *src = xc + iy * s->w + offset + first * s->sw;
+                    for (int64_t q = 0; q < a; ++q) out[q] = 0.0f;
+                    if (s->sw == 1) {
+                        for (int64_t q = a; q < b; ++q) out[q] = src[q];
+                    } else {
+                        for (int64_t q = a; q < b; ++q) out[q] = src[q * s->sw];
+                    }
+                    for (int64_t q = b; q < len; ++q) out[q] = 0.0f;
+                }
+                for (int64_t q = npix; q < PG_PANEL; ++q) dst[q] = 0.0f;
+            }
         }
-        for (int64_t q = b; q < len; ++q) out[q] = 0.0f;
-        filled = r->at[k] + len;
     }
-    for (int64_t q = filled; q < PG_PANEL; ++q) dst[q] = 0.0f;
 }
 
 struct conv_pgemm {
@@ -99,21 +108,24 @@ static void conv_pgemm_tasks(void *ctx, int64_t begin, int64_t end) {
         j->failed = 1;
         return;
     }
+    int64_t *lo = malloc((size_t)s->kw * 2 * sizeof(int64_t)), *hi = lo + s->kw;
+    if (!lo) {
+        j->failed = 1;
+        return;
+    }
+    for (int64_t jj = 0; jj < s->kw; ++jj)
+        inside_range(jj * s->dw - s->pl, s->sw, s->w, s->ow, &lo[jj], &hi[jj]);
     for (int64_t t = begin; t < end; ++t) {
         const int64_t q = t % j->panels, g = t / j->panels % s->groups;
         const int64_t n = t / j->panels / s->groups;
         const int64_t p0 = q * PG_PANEL, npix = relvm_min64(PG_PANEL, plane - p0);
         struct pixel_runs runs;
         panel_runs(s, p0, npix, &runs);
-        const float *x = j->x + (n * s->c + g * icg) * s->h * s->w;
-        float *row = panel;
-        for (int64_t ci = 0; ci < icg; ++ci)
-            for (int64_t i = 0; i < s->kh; ++i)
-                for (int64_t jj = 0; jj < s->kw; ++jj, row += PG_PANEL)
-                    unroll_row(s, x + ci * s->h * s->w, i, jj, &runs, row);
+        pack_panel(s, j->x + (n * s->c + g * icg) * s->h * s->w, icg, &runs, lo, hi, panel);
         j->fn(ocg, j->k, j->w + g * ocg * j->k, j->k, panel,
               j->y + (n * s->oc + g * ocg) * plane + p0, plane, npix, &j->e, g * ocg, 0);
     }
+    free(lo);
 }
 
 static int conv_pgemm(const struct relvm_conv2d_shape *s, const float *x, const float *w,
