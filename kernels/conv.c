@@ -52,35 +52,45 @@ static void panel_runs(const struct relvm_conv2d_shape *s, int64_t p0, int64_t n
     }
 }
 
+/* The image (its group's channels) copied once into a zero-bordered buffer, so unrolling reads
+ * every tap without a bounds check: a run of output pixels reads a run of the padded row. */
+struct padded_image {
+    float *data;
+    int64_t ph, pw; /* padded plane height and width */
+};
+
+static void pad_image(const struct relvm_conv2d_shape *s, const float *x, int64_t channels,
+                      struct padded_image p) {
+    memset(p.data, 0, (size_t)(channels * p.ph * p.pw) * sizeof(float));
+    for (int64_t ci = 0; ci < channels; ++ci)
+        for (int64_t iy = 0; iy < s->h; ++iy)
+            memcpy(p.data + (ci * p.ph + iy + s->pt) * p.pw + s->pl, x + (ci * s->h + iy) * s->w,
+                   (size_t)s->w * sizeof(float));
+}
+
 /* One panel of the unrolled input: row (ci, i, j) holds, for each of the panel's pixels, the
- * input value tap (i, j) of channel ci reads (0 where it reads padding), and zeros past the
- * last pixel. lo/hi[j]: the output columns whose tap j lands inside an input row. */
-static RELVM_VECTORIZE void pack_panel(const struct relvm_conv2d_shape *s, const float *x,
+ * value tap (i, j) of channel ci reads, and zeros past the last pixel. */
+static RELVM_VECTORIZE void pack_panel(const struct relvm_conv2d_shape *s, struct padded_image p,
                                        int64_t channels, const struct pixel_runs *r,
-                                       const int64_t *lo, const int64_t *hi, float *panel) {
+                                       float *panel) {
     const int64_t npix = r->at[r->count - 1] + r->len[r->count - 1];
     float *dst = panel;
     for (int64_t ci = 0; ci < channels; ++ci) {
-        const float *xc = x + ci * s->h * s->w;
         for (int64_t i = 0; i < s->kh; ++i) {
             for (int64_t j = 0; j < s->kw; ++j, dst += PG_PANEL) {
-                const int64_t offset = j * s->dw - s->pl;
                 for (int64_t k = 0; k < r->count; ++k) {
+                    const float *src = p.data + (ci * p.ph + r->oy[k] * s->sh + i * s->dh) * p.pw +
+                                       r->ox[k] * s->sw + j * s->dw;
                     float *out = dst + r->at[k];
-                    const int64_t first = r->ox[k], len = r->len[k];
-                    const int64_t iy = r->oy[k] * s->sh + i * s->dh - s->pt;
-                    /* Run positions [a, b) read the input; the rest read padding. */
-                    int64_t a = relvm_max64(lo[j], first) - first;
-                    int64_t b = relvm_min64(hi[j], first + len) - first;
-                    if (iy < 0 || iy >= s->h || a >= b) a = b = len;
-                    const float *src = xc + iy * s->w + offset + first * s->sw;
-                    for (int64_t q = 0; q < a; ++q) out[q] = 0.0f;
+                    const int64_t len = r->len[k];
                     if (s->sw == 1) {
-                        for (int64_t q = a; q < b; ++q) out[q] = src[q];
+                        if (len == PG_PANEL) memcpy(out, src, PG_PANEL * sizeof(float));
+                        else for (int64_t q = 0; q < len; ++q) out[q] = src[q];
+                    } else if (s->sw == 2) { /* a constant stride vectorizes */
+                        for (int64_t q = 0; q < len; ++q) out[q] = src[2 * q];
                     } else {
-                        for (int64_t q = a; q < b; ++q) out[q] = src[q * s->sw];
+                        for (int64_t q = 0; q < len; ++q) out[q] = src[q * s->sw];
                     }
-                    for (int64_t q = b; q < len; ++q) out[q] = 0.0f;
                 }
                 for (int64_t q = npix; q < PG_PANEL; ++q) dst[q] = 0.0f;
             }
@@ -94,38 +104,50 @@ struct conv_pgemm {
     float *y;
     struct pg_epilogue e;
     pg_panel_fn *fn;
-    int64_t panels, k;
-    _Atomic int failed; /* a thread could not get its scratch panel */
+    int64_t panels, k, ph, pw;
+    uint64_t call; /* tells this call's padded images from an earlier call's */
+    _Atomic int failed; /* a thread could not get its scratch */
 };
+
+/* Which padded image this thread's scratch holds (threads pad the images they work on). */
+static _Thread_local struct {
+    uint64_t call;
+    int64_t image; /* n * groups + g */
+    float *scratch;
+} padded_for;
+
+static _Atomic uint64_t conv_calls;
 
 /* Task t: image t / (groups * panels), group and panel within it. */
 static void conv_pgemm_tasks(void *ctx, int64_t begin, int64_t end) {
     struct conv_pgemm *j = ctx;
     const struct relvm_conv2d_shape *s = j->s;
     const int64_t icg = s->c / s->groups, ocg = s->oc / s->groups, plane = s->oh * s->ow;
-    float *panel = relvm_scratch_floats((size_t)(j->k * PG_PANEL));
-    if (!panel) {
+    const int64_t panel_floats = j->k * PG_PANEL;
+    float *scratch = relvm_scratch_floats((size_t)(panel_floats + icg * j->ph * j->pw));
+    if (!scratch) {
         j->failed = 1;
         return;
     }
-    int64_t *lo = malloc((size_t)s->kw * 2 * sizeof(int64_t)), *hi = lo + s->kw;
-    if (!lo) {
-        j->failed = 1;
-        return;
-    }
-    for (int64_t jj = 0; jj < s->kw; ++jj)
-        inside_range(jj * s->dw - s->pl, s->sw, s->w, s->ow, &lo[jj], &hi[jj]);
+    float *panel = scratch;
+    const struct padded_image padded = {scratch + panel_floats, j->ph, j->pw};
     for (int64_t t = begin; t < end; ++t) {
-        const int64_t q = t % j->panels, g = t / j->panels % s->groups;
-        const int64_t n = t / j->panels / s->groups;
+        const int64_t q = t % j->panels, image = t / j->panels, g = image % s->groups;
+        const int64_t n = image / s->groups;
+        if (padded_for.call != j->call || padded_for.image != image ||
+            padded_for.scratch != scratch) {
+            pad_image(s, j->x + (n * s->c + g * icg) * s->h * s->w, icg, padded);
+            padded_for.call = j->call;
+            padded_for.image = image;
+            padded_for.scratch = scratch;
+        }
         const int64_t p0 = q * PG_PANEL, npix = relvm_min64(PG_PANEL, plane - p0);
         struct pixel_runs runs;
         panel_runs(s, p0, npix, &runs);
-        pack_panel(s, j->x + (n * s->c + g * icg) * s->h * s->w, icg, &runs, lo, hi, panel);
+        pack_panel(s, padded, icg, &runs, panel);
         j->fn(ocg, j->k, j->w + g * ocg * j->k, j->k, panel,
               j->y + (n * s->oc + g * ocg) * plane + p0, plane, npix, &j->e, g * ocg, 0);
     }
-    free(lo);
 }
 
 static int conv_pgemm(const struct relvm_conv2d_shape *s, const float *x, const float *w,
@@ -133,7 +155,10 @@ static int conv_pgemm(const struct relvm_conv2d_shape *s, const float *x, const 
     const int64_t plane = s->oh * s->ow, ocg = s->oc / s->groups;
     struct conv_pgemm j = {s, x, w, y, {bias, NULL, relu}, relvm_pgemm_panel_kernel(),
                            (plane + PG_PANEL - 1) / PG_PANEL, s->c / s->groups * s->kh * s->kw,
-                           0};
+                           /* rows and columns the windows reach, past the top/left padding */
+                           relvm_max64(s->pt + s->h, (s->oh - 1) * s->sh + (s->kh - 1) * s->dh + 1),
+                           relvm_max64(s->pl + s->w, (s->ow - 1) * s->sw + (s->kw - 1) * s->dw + 1),
+                           atomic_fetch_add(&conv_calls, 1) + 1, 0};
     const int64_t fmas = relvm_max64(1, ocg * PG_PANEL * relvm_max64(1, j.k));
     relvm_parallel_for(s->n * s->groups * j.panels, relvm_max64(1, (1 << 15) / fmas),
                        conv_pgemm_tasks, &j);
