@@ -1,37 +1,41 @@
 """VM overhead: a tiny model through invoke_with_outputs, and per-instruction cost.
 
-Run: ``python benchmarks/bench_vm_overhead.py`` (ONNX Runtime, if installed, is measured in the
-same run: ``pip install ".[bench]"``). Prints medians and relvm/ORT ratios.
+Run: ``python benchmarks/bench_vm_overhead.py [--rounds 7]`` (ONNX Runtime, if installed, is
+measured in the same run: ``pip install ".[bench]"``). relvm and ORT take turns in rounds (each
+round a median of many calls); the report is each one's median of its round medians, and the
+ratios of relvm to ORT's ``sess.run`` and to its IOBinding run.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import median_us, optional  # noqa: E402
+from common import interleaved_us, optional  # noqa: E402
 
 import relvm  # noqa: E402
 
 CHAIN = 200
 
 
-def relvm_add_one(backend: str) -> float:
+def relvm_add_one(backend: str) -> Callable[[], object]:
     exe = relvm.build(relvm.parse("def @main(%x: Tensor[(1, 4), float32]) { add(%x, 1f) }"),
                       backend=backend)
     vm = relvm.VirtualMachine(exe)
     x = np.zeros((1, 4), np.float32)
     out = np.empty((1, 4), np.float32)
-    t = median_us(lambda: vm.invoke_with_outputs("main", [x], [out]))
+    vm.invoke_with_outputs("main", [x], [out])
     assert np.array_equal(out, x + 1)
-    return t
+    return lambda: vm.invoke_with_outputs("main", [x], [out])
 
 
-def relvm_chain(backend: str) -> tuple[float, float, int]:
-    """(us per invoke, us of VM overhead per instruction, instructions) for a 200-op chain."""
+def relvm_chain(backend: str) -> tuple[Callable[[], object], Callable[[], object], int]:
+    """(one invoke, the same kernels called directly as a floor, instructions): a 200-op chain."""
     body = "".join(f"  %{i + 1} = add(%{i}, 1f);\n" for i in range(CHAIN))
     text = "def @main(%0: Tensor[(1, 4), float32]) {\n" + body + f"  %{CHAIN}\n}}"
     # Unfused, so there is one instruction per op: this measures the VM, not fusion.
@@ -39,9 +43,8 @@ def relvm_chain(backend: str) -> tuple[float, float, int]:
     vm = relvm.VirtualMachine(exe)
     x = np.zeros((1, 4), np.float32)
     out = np.empty((1, 4), np.float32)
-    total = median_us(lambda: vm.invoke_with_outputs("main", [x], [out]), repeat=9)
+    vm.invoke_with_outputs("main", [x], [out])
     assert np.array_equal(out, x + CHAIN)
-    # The kernels alone, called directly with the same arrays, as a floor.
     kernel = vm.kernel(0)
     one = np.ones((), np.float32)
     tmp = np.empty((1, 4), np.float32)
@@ -49,12 +52,12 @@ def relvm_chain(backend: str) -> tuple[float, float, int]:
     def kernels_only():
         for _ in range(CHAIN):
             kernel(x, one, tmp)
-    floor = median_us(kernels_only, repeat=9)
-    count = len(exe.function("main").instructions)
-    return total, (total - floor) / count, count
+    return (lambda: vm.invoke_with_outputs("main", [x], [out]), kernels_only,
+            len(exe.function("main").instructions))
 
 
-def ort_add_one() -> tuple[float, float] | None:
+def ort_add_one() -> tuple[Callable[[], object], Callable[[], object]] | None:
+    """(sess.run, run_with_iobinding) of x + 1 in ONNX Runtime, or None without it."""
     onnx, ort = optional("onnx"), optional("onnxruntime")
     if onnx is None or ort is None:
         return None
@@ -71,32 +74,40 @@ def ort_add_one() -> tuple[float, float] | None:
     sess = ort.InferenceSession(model.SerializeToString(), opts,
                                 providers=["CPUExecutionProvider"])
     x = np.zeros((1, 4), np.float32)
-    run = median_us(lambda: sess.run(None, {"x": x}))
     out = np.empty((1, 4), np.float32)
     binding = sess.io_binding()
     binding.bind_cpu_input("x", x)
     binding.bind_output("y", "cpu", 0, np.float32, [1, 4], out.ctypes.data)
-    bound = median_us(lambda: sess.run_with_iobinding(binding))
+    sess.run_with_iobinding(binding)
     assert np.array_equal(out, x + 1)
-    return run, bound
+    return (lambda: sess.run(None, {"x": x}), lambda: sess.run_with_iobinding(binding))
 
 
 def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
+    args = p.parse_args()
     backends = [b for b in ("c", "numpy") if b in relvm.compiler.BACKENDS]
-    print("relvm VM overhead (medians, microseconds)")
+    fns = {f"relvm[{b}]": relvm_add_one(b) for b in backends}
     ort = ort_add_one()
     if ort:
-        print(f"  ORT  x+1 [1,4] sess.run                 {ort[0]:8.2f}")
-        print(f"  ORT  x+1 [1,4] run_with_iobinding       {ort[1]:8.2f}")
+        fns["ort run"], fns["ort iobinding"] = ort
+    t = interleaved_us(fns, rounds=args.rounds)
+    print(f"relvm VM overhead (microseconds; median of {args.rounds} interleaved rounds)")
+    if ort:
+        print(f"  ORT  x+1 [1,4] sess.run                 {t['ort run']:8.2f}")
+        print(f"  ORT  x+1 [1,4] run_with_iobinding       {t['ort iobinding']:8.2f}")
     for b in backends:
-        t = relvm_add_one(b)
-        ratio = f"   relvm/ORT sess.run = {t / ort[0]:.2f}, /IOBinding = {t / ort[1]:.2f}" \
-            if ort else ""
-        print(f"  relvm[{b}] x+1 invoke_with_outputs    {t:8.2f}{ratio}")
+        us = t[f"relvm[{b}]"]
+        ratio = (f"   relvm/ORT sess.run = {us / t['ort run']:.2f}, "
+                 f"/IOBinding = {us / t['ort iobinding']:.2f}") if ort else ""
+        print(f"  relvm[{b}] x+1 invoke_with_outputs    {us:8.2f}{ratio}")
     for b in backends:
-        total, per, count = relvm_chain(b)
-        print(f"  relvm[{b}] {CHAIN}-op chain: {total:8.1f} per invoke, {count} instructions, "
-              f"VM overhead {per:.3f} per instruction")
+        invoke, floor, count = relvm_chain(b)
+        c = interleaved_us({"invoke": invoke, "floor": floor}, rounds=args.rounds, repeat=3)
+        per = (c["invoke"] - c["floor"]) / count
+        print(f"  relvm[{b}] {CHAIN}-op chain: {c['invoke']:8.1f} per invoke, {count} "
+              f"instructions, VM overhead {per:.3f} per instruction")
 
 
 if __name__ == "__main__":

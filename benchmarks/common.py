@@ -26,6 +26,23 @@ def median_us(fn: Callable[[], object], repeat: int = 15, number: int | None = N
     return statistics.median(runs)
 
 
+def interleaved_us(fns: dict[str, Callable[[], object]], rounds: int = 7, repeat: int = 5,
+                   number: int | None = None) -> dict[str, float]:
+    """Median over ``rounds`` of each function's ``median_us``, the functions taking turns.
+
+    Each round measures every function once, in an order rotated from round to round, so a
+    burst of noise from the machine lands on all of them alike; the median of the round
+    medians then drops the rounds it spoiled. Comparisons between the results are fair.
+    """
+    names = list(fns)
+    per_round: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
+            per_round[name].append(median_us(fns[name], repeat=repeat, number=number))
+    return {name: statistics.median(times) for name, times in per_round.items()}
+
+
 def optional(module: str):
     """Import a peer's module, or None when it is not installed (peers are optional extras)."""
     try:

@@ -160,20 +160,24 @@ struct flat_job {
     binary_fn fn;
     const char *a, *b;
     char *out;
-    int64_t size, osize;
+    int64_t sa, sb, size, osize;
 };
 
 static void flat_range(void *ctx, int64_t begin, int64_t end) {
     const struct flat_job *j = ctx;
-    j->fn(j->a + begin * j->size, 1, j->b + begin * j->size, 1, j->out + begin * j->osize,
-          end - begin);
+    j->fn(j->a + begin * j->sa * j->size, j->sa, j->b + begin * j->sb * j->size, j->sb,
+          j->out + begin * j->osize, end - begin);
 }
 
-RELVM_EXPORT int relvm_binary_flat(int op, int dtype, const void *a, const void *b, void *out,
-                                   int64_t n) {
-    if (!relvm_binary_supported(op, dtype) || n < 0) return RELVM_UNSUPPORTED;
+static int unit_or_zero(int64_t s) { return s == 0 || s == 1; }
+
+RELVM_EXPORT int relvm_binary_flat(int op, int dtype, const void *a, int64_t sa, const void *b,
+                                   int64_t sb, void *out, int64_t n) {
+    if (!relvm_binary_supported(op, dtype) || n < 0 || !unit_or_zero(sa) || !unit_or_zero(sb))
+        return RELVM_UNSUPPORTED;
     const int64_t size = relvm_itemsize[dtype];
-    struct flat_job j = {binary_table[op][dtype], a, b, out, size, is_comparison(op) ? 1 : size};
+    struct flat_job j = {binary_table[op][dtype], a, b, out, sa, sb, size,
+                         is_comparison(op) ? 1 : size};
     relvm_parallel_for(n, op == RELVM_POWER ? RELVM_GRAIN_HEAVY : RELVM_GRAIN, flat_range, &j);
     return RELVM_OK;
 }

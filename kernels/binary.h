@@ -18,9 +18,11 @@ int relvm_binary_supported(int op, int dtype);
 int relvm_binary(int op, int dtype, int ndim, const int64_t *shape, const void *a,
                  const int64_t *a_strides, const void *b, const int64_t *b_strides, void *out);
 
-/* out = a op b over n contiguous elements of equal shape: relvm_binary without a loop nest,
- * for the common case (a residual add), which then skips all shape planning. */
-int relvm_binary_flat(int op, int dtype, const void *a, const void *b, void *out, int64_t n);
+/* out = a op b over n contiguous output elements, each input stepping by sa / sb elements: 1
+ * (contiguous, the output's shape) or 0 (one value, a 0-d tensor). relvm_binary without a loop
+ * nest, for the common cases (a residual add, x + 1), which then skip all shape planning. */
+int relvm_binary_flat(int op, int dtype, const void *a, int64_t sa, const void *b, int64_t sb,
+                      void *out, int64_t n);
 
 /* out = cond ? x : y over a loop nest as relvm_binary's; cond is bool, x, y and out have
  * `itemsize` bytes (1, 2, 4 or 8) per element: where moves elements, whatever their dtype. */

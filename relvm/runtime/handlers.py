@@ -388,37 +388,72 @@ def _view(storage: np.ndarray, offset: int, shape: tuple, dtype: np.dtype) -> np
     return np.ndarray(shape, dtype, buffer=storage, offset=offset)
 
 
-def _alloc_step(vm, fn, pc, dst, storage, offset, read_shape, dtype) -> Step:
-    """Shared by AllocTensor and AllocTensorReg: view a storage, or allocate, or bind."""
+def _alloc_step(vm, fn, pc, dst, storage, offset, shape_of, dtype) -> Step:
+    """Shared by AllocTensor and AllocTensorReg: view a storage, or allocate, or bind.
+
+    ``shape_of`` is the shape when it is static, else a function of the frame returning it.
+    """
     dt = dtypes.to_numpy(dtype)
-    off = dim_reader(offset)
+    make = _fresh(vm, dt) if storage < 0 else _viewer(vm, pc, storage, dim_reader(offset), dt)
+    static = isinstance(shape_of, tuple)
     nxt = pc + 1
-    bound_pc = any(pc in o.alloc_pcs for o in fn.outputs)
 
-    def make(f, shape):
-        if storage < 0:
-            vm.count_allocation(shape, dt)
-            return np.empty(shape, dt)
-        o = off if isinstance(off, int) else off(f.dims)
-        return _view(f.regs[storage], o, shape, dt)
-
-    if not bound_pc:
-        def step(f):
-            f.regs[dst] = make(f, read_shape(f))
-            return nxt
+    if not any(pc in o.alloc_pcs for o in fn.outputs):
+        if static:
+            def step(f):
+                f.regs[dst] = make(f, shape_of)
+                return nxt
+        else:
+            def step(f):
+                f.regs[dst] = make(f, shape_of(f))
+                return nxt
         return step
 
     def step_bound(f):
-        shape = read_shape(f)
+        shape = shape_of if static else shape_of(f)
         out = f.bound.get(pc) if f.bound is not None else None
-        f.regs[dst] = make(f, shape) if out is None else vm.bind_view(fn, out, shape, dt)
+        if out is None:
+            f.regs[dst] = make(f, shape)
+        else:
+            f.regs[dst] = out if out.shape == shape else vm.bind_view(fn, out, shape, dt)
         return nxt
     return step_bound
+
+
+def _fresh(vm, dt: np.dtype) -> Callable:
+    def make(f, shape):
+        vm.count_allocation(shape, dt)
+        return np.empty(shape, dt)
+    return make
+
+
+def _viewer(vm, pc: int, storage: int, off, dt: np.dtype) -> Callable:
+    """A view of the storage in register ``storage``. A view of one of the VM's pooled buffers
+    is made once and handed out again while the buffer, offset and shape stay the same: the
+    buffer lives as long as its entry in ``vm.pooled_views``, so its id names it."""
+    views = vm.pooled_views
+    static_off = isinstance(off, int)
+
+    def make(f, shape):
+        buf = f.regs[storage]
+        o = off if static_off else off(f.dims)
+        mine = views.get(id(buf))
+        if mine is None:  # storage that is not pooled: fresh each invoke
+            return _view(buf, o, shape, dt)
+        hit = mine.get(pc)
+        if hit is not None and hit[0] == o and hit[1] == shape:
+            return hit[2]
+        view = _view(buf, o, shape, dt)
+        mine[pc] = (o, shape, view)
+        return view
+    return make
 
 
 @handler("AllocTensor")
 def alloc_tensor(vm, fn, pc, ins) -> Step:
     _, dst, storage, offset, shape, dtype = ins
+    if all(d >= 0 for d in shape):
+        return _alloc_step(vm, fn, pc, dst, storage, offset, tuple(shape), dtype)
     read = shape_reader(shape)
     return _alloc_step(vm, fn, pc, dst, storage, offset, lambda f: read(f.dims), dtype)
 

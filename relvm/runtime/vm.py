@@ -21,9 +21,12 @@ from .dimprog import DimError, compile_program
 from .executable import Executable, OutputSig, VMFunction
 from .handlers import ALIGNMENT, CALL, HANDLERS, RET
 from .kernels import Constants, resolve_kernels
+from .opcodes import Opcode
 from .signature import EntryPoint
 
 MAX_FRAMES = 1_000_000
+#: Opcodes that push a frame; a function without them runs in the simpler _loop_leaf.
+_CALLS = (Opcode.Invoke, Opcode.InvokeClosure)
 
 
 class Frame:
@@ -32,16 +35,16 @@ class Frame:
     __slots__ = ("func", "index", "regs", "dims", "pc", "ret_reg", "steps", "bound",
                  "owns_cache")
 
-    def __init__(self, func: VMFunction, index: int, steps: list, ret_reg: int,
-                 owns_cache: bool):
+    def __init__(self, func: VMFunction, index: int, steps: list, regs: list, ret_reg: int,
+                 owns_cache: bool, bound: dict[int, np.ndarray] | None = None):
         self.func = func
         self.index = index
-        self.regs: list[Any] = [None] * func.num_regs
+        self.regs = regs  # the arguments, then None up to func.num_regs
         self.dims: list[int] = [0] * func.num_dims
         self.pc = 0
         self.ret_reg = ret_reg
         self.steps = steps
-        self.bound: dict[int, np.ndarray] | None = None
+        self.bound = bound  # AllocTensor pc -> the caller's output array it hands out
         self.owns_cache = owns_cache
 
 
@@ -55,17 +58,17 @@ class InvokeStats:
     counts inputs copied because they were not C-contiguous.
     """
 
-    __slots__ = ("allocations", "allocated_bytes", "peak_bytes", "output_copies", "input_copies")
-
-    def __init__(self, input_copies: int = 0):
-        self.allocations = 0
-        self.allocated_bytes = 0
-        self.peak_bytes = 0
-        self.output_copies = 0
-        self.input_copies = input_copies
+    # Class-level zeros, no __init__: one is made per invoke, and an invoke that allocates and
+    # copies nothing (the serving loop) then writes only peak_bytes.
+    FIELDS = ("allocations", "allocated_bytes", "peak_bytes", "output_copies", "input_copies")
+    allocations = 0
+    allocated_bytes = 0
+    peak_bytes = 0
+    output_copies = 0
+    input_copies = 0
 
     def __repr__(self) -> str:
-        return "InvokeStats(" + ", ".join(f"{k}={getattr(self, k)}" for k in self.__slots__) + ")"
+        return "InvokeStats(" + ", ".join(f"{k}={getattr(self, k)}" for k in self.FIELDS) + ")"
 
 
 @dataclass
@@ -121,6 +124,8 @@ class VirtualMachine:
         self._steps: dict[int, list] = {}
         self._active = [0] * len(exe.functions)
         self._cache: dict[tuple, np.ndarray] = {}
+        #: id(pooled buffer) -> {AllocTensor pc: (offset, shape, view)}: views made once.
+        self.pooled_views: dict[int, dict[int, tuple]] = {}
         self._pooled = 0
         self._inputs: dict[str, list] = {}
         self._entries: dict[str, EntryPoint] = {}
@@ -154,11 +159,10 @@ class VirtualMachine:
             self._steps[index] = steps
         return steps
 
-    def new_frame(self, index: int, args: Sequence[Any], ret_reg: int) -> Frame:
+    def new_frame(self, index: int, args: list, ret_reg: int) -> Frame:
         fn = self.exe.functions[index]
-        frame = Frame(fn, index, self.steps(index), ret_reg, self._active[index] == 0)
-        frame.regs[:len(args)] = args
-        return frame
+        regs = args + [None] * (fn.num_regs - len(args))
+        return Frame(fn, index, self.steps(index), regs, ret_reg, self._active[index] == 0)
 
     def count_allocation(self, shape: tuple, dtype: np.dtype) -> None:
         n = dtype.itemsize
@@ -179,7 +183,10 @@ class VirtualMachine:
         if key is not None:
             old = self._cache.get(key)
             self._pooled += nbytes - (old.nbytes if old is not None else 0)
+            if old is not None:
+                del self.pooled_views[id(old)]
             self._cache[key] = buf
+            self.pooled_views[id(buf)] = {}
         return buf
 
     @property
@@ -205,6 +212,8 @@ class VirtualMachine:
         if ep is None:
             fn = self.exe.function(func)
             ep = self._entries[func] = EntryPoint(fn, self.exe.function_index[func])
+            ep.steps = self.steps(ep.index)
+            ep.leaf = not any(ins[0] in _CALLS for ins in fn.instructions)
         return ep
 
     # --- inputs --------------------------------------------------------------------------------
@@ -254,7 +263,12 @@ class VirtualMachine:
             self.set_input(func, *args, **kwargs)
         ep = self._entry(func)
         outs = self._next_outputs.pop(func, None) or self._bound_outputs.get(func)
-        return self._invoke(ep, outs)
+        inputs = self._inputs.get(func)
+        if inputs is None and not ep.names:
+            inputs = []  # a function without parameters needs no set_input
+        if inputs is None:
+            raise RelvmInputError(f"@{func}: inputs are not set; call set_input or pass them")
+        return self._invoke(ep, inputs, outs)
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
         """``invoke("main", ...)``."""
@@ -280,30 +294,34 @@ class VirtualMachine:
             values = ep.arrange((), input_args)
         else:
             values = ep.arrange(input_args, {})
-        self._inputs[func] = ep.convert(values)
-        return self._invoke(ep, ep.check_outputs(output_args))
+        self._inputs[func] = inputs = ep.convert(values)
+        return self._invoke(ep, inputs, ep.check_outputs(output_args))
 
-    def _invoke(self, ep: EntryPoint, outs: tuple | None) -> Any:
-        inputs = self._inputs.get(ep.fn.name)
-        if inputs is None and not ep.names:
-            inputs = []  # a function without parameters needs no set_input
-        if inputs is None:
-            raise RelvmInputError(f"@{ep.fn.name}: inputs are not set; call set_input or pass "
-                                  f"them")
-        self.stats = stats = InvokeStats(input_copies=ep.copies)
-        ep.copies = 0
-        frame = self.new_frame(ep.index, inputs, -1)
+    def _invoke(self, ep: EntryPoint, inputs: list, outs: tuple | None) -> Any:
+        self.stats = stats = InvokeStats()
+        if ep.copies:
+            stats.input_copies = ep.copies
+            ep.copies = 0
+        index = ep.index
+        frame = Frame(ep.fn, index, ep.steps, inputs + ep.spare_regs, -1,
+                      self._active[index] == 0, None if outs is None else ep.bound_map(outs))
+        if ep.fn.prologue:
+            self._run_prologue(frame)
         if outs is not None:
-            frame.bound = ep.bound_map(outs)
-        result = self._run(frame, ep, outs)
-        if outs is not None:
+            # Bound output shapes are checked once the entry dims are known, before any kernel.
+            ep.check_output_shapes(frame.dims, outs)
+        if self.trace:
+            result = self._loop_observed(frame, self._trace_step)
+        elif ep.leaf:
+            result = self._loop_leaf(frame)
+        else:
+            result = self._loop(frame)
+        if outs is not None and (len(outs) != 1 or result is not outs[0]):
             result = self._finish_outputs(ep.fn, result, outs)
         stats.peak_bytes = self._pooled + stats.allocated_bytes
         return result
 
     def _finish_outputs(self, fn: VMFunction, result: Any, outs: tuple) -> Any:
-        if len(outs) == 1 and result is outs[0]:
-            return result
         leaves = list(_leaves(result))
         for i, (r, out) in enumerate(zip(leaves, outs)):
             if r is out or _same_memory(r, out):
@@ -317,15 +335,18 @@ class VirtualMachine:
         return _rebuild(result, iter(outs))
 
     # --- the run loop --------------------------------------------------------------------------
-    def _run(self, frame: Frame, ep: EntryPoint, outs: tuple | None = None) -> Any:
-        if frame.func.prologue:
-            self._run_prologue(frame)
-        if outs is not None:
-            # Bound output shapes are checked once the entry dims are known, before any kernel.
-            ep.check_output_shapes(frame.dims, outs)
-        if self.trace:
-            return self._loop_observed(frame, self._trace_step)
-        return self._loop(frame)
+    def _loop_leaf(self, f: Frame) -> Any:
+        """The run loop for a function that calls no other: one frame, no stack to keep."""
+        steps = f.steps
+        pc = f.pc
+        try:
+            while pc >= 0:
+                pc = steps[pc](f)
+        except (RelvmInputError, RelvmFormatError):
+            raise
+        except Exception as e:
+            raise self._runtime_error(f, pc, e) from None
+        return self.ret_value
 
     def _loop(self, frame: Frame) -> Any:
         stack = [frame]

@@ -142,9 +142,17 @@ def make_binary(entry):
                                       entry.name, {})
 
     def run(a, b, out):
+        # Equal shapes, or one 0-d operand (x + 1): a flat loop, no broadcast plan.
         shape = out.shape
-        if a.shape == shape and b.shape == shape:  # no broadcasting: no plan either
-            flat(op, dt, ptr(a), ptr(b), ptr(out), out.size)
+        if a.shape == shape:
+            if b.shape == shape:
+                flat(op, dt, ptr(a), 1, ptr(b), 1, ptr(out), out.size)
+                return
+            if not b.shape:
+                flat(op, dt, ptr(a), 1, ptr(b), 0, ptr(out), out.size)
+                return
+        elif not a.shape and b.shape == shape:
+            flat(op, dt, ptr(a), 0, ptr(b), 1, ptr(out), out.size)
             return
         key = (a.shape, b.shape, shape)
         plan = plans.get(key)
