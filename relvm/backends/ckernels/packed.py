@@ -95,60 +95,13 @@ class PackedWeights:
         return ptr
 
 
-def make_dense(entry, constants, epilogue: Epilogue | None = None,
-               fallback: Callable[[], Callable] | None = None) -> Callable:
-    """``kernel(x, w, [bias], out)``: nn.dense (plus ``epilogue``) on relvm's GEMM."""
-    ffi, lib = library()
-    gemm, ptr, null, name = lib.relvm_pgemm, ffi.from_buffer, ffi.NULL, entry.name
-    weights = PackedWeights(constants)
-    bias_at = epilogue.bias if epilogue else None
-    relu = int(bool(epilogue and epilogue.relu))
-    plans: dict[tuple, tuple] = {}
-    slow: list[Callable] = []
-
-    def plan_for(x, w, out, b):
-        _, m, n, k, _, _ = linalg._dense_plan(x, w, out)
-        if b is not None and (b != (n,) or epilogue.axis % len(out) != len(out) - 1):
-            return None  # a bias along another axis: the generic kernel's business
-        return m, n, k
-
-    def run(*args: np.ndarray) -> None:
-        x, w, out = args[0], args[1], args[-1]
-        b = args[bias_at] if bias_at is not None else None
-        key = (x.shape, w.shape, out.shape, None if b is None else b.shape)
-        plan = plans.get(key)
-        if plan is None:
-            plan = remember(plans, key, plan_for(*key) or ())
-        if not plan:
-            if not slow:
-                slow.append(fallback())
-            slow[0](*args)
-            return
-        m, n, k = plan
-        status = gemm(m, n, k, ptr(x), k, weights.get(w, k, n), ptr(out), n,
-                      null if b is None else ptr(b), 0, relu)
-        if status:
-            check(status, f"{name} {key}")
-    return run
-
-
-def make_conv2d(entry, epilogue: Epilogue | None = None,
-                fallback: Callable[[], Callable] | None = None) -> Callable:
-    """``kernel(x, w, [bias], out)``: nn.conv2d (plus ``epilogue``) in one C call."""
-    ffi, lib = library()
-    attrs = attrs_of(entry)
-    conv, ptr, null, name = lib.relvm_conv2d, ffi.from_buffer, ffi.NULL, entry.name
-    dt = 0  # float32: the only dtype this path takes (see `supports`)
-    bias_at = epilogue.bias if epilogue else None
-    relu = int(bool(epilogue and epilogue.relu))
+def _kernel(name: str, bias_at: int | None, plan_for: Callable, call: Callable,
+            fallback: Callable[[], Callable] | None) -> Callable:
+    """``kernel(x, w, [bias], out)``: a plan per shapes (``plan_for(x, w, out, bias)`` shapes,
+    falsy where the epilogue does not apply: those calls go to ``fallback()``), then
+    ``call(plan, x, w, out, bias)``, the C call, whose status is checked."""
     plans: dict[tuple, Any] = {}
     slow: list[Callable] = []
-
-    def plan_for(x, w, out, b):
-        plan = linalg._conv_plan(ffi, attrs, x, w, out)
-        if b is not None and (b != (out[1],) or epilogue.axis % 4 != 1):
-            return None
-        return plan
 
     def run(*args: np.ndarray) -> None:
         x, w, out = args[0], args[1], args[-1]
@@ -162,10 +115,50 @@ def make_conv2d(entry, epilogue: Epilogue | None = None,
                 slow.append(fallback())
             slow[0](*args)
             return
-        status = conv(dt, plan, ptr(x), ptr(w), ptr(out), null if b is None else ptr(b), relu)
+        status = call(plan, x, w, out, b)
         if status:
             check(status, f"{name} {key}")
     return run
+
+
+def make_dense(entry, constants, epilogue: Epilogue | None = None,
+               fallback: Callable[[], Callable] | None = None) -> Callable:
+    """``kernel(x, w, [bias], out)``: nn.dense (plus ``epilogue``) on relvm's GEMM."""
+    ffi, lib = library()
+    gemm, ptr, null = lib.relvm_pgemm, ffi.from_buffer, ffi.NULL
+    weights = PackedWeights(constants)
+    relu = int(bool(epilogue and epilogue.relu))
+
+    def plan_for(x, w, out, b):
+        _, m, n, k, _, _ = linalg._dense_plan(x, w, out)
+        if b is not None and (b != (n,) or epilogue.axis % len(out) != len(out) - 1):
+            return None  # a bias along another axis: the generic kernel's business
+        return m, n, k
+
+    def call(plan, x, w, out, b):
+        m, n, k = plan
+        return gemm(m, n, k, ptr(x), k, weights.get(w, k, n), ptr(out), n,
+                    null if b is None else ptr(b), 0, relu)
+    return _kernel(entry.name, epilogue.bias if epilogue else None, plan_for, call, fallback)
+
+
+def make_conv2d(entry, epilogue: Epilogue | None = None,
+                fallback: Callable[[], Callable] | None = None) -> Callable:
+    """``kernel(x, w, [bias], out)``: nn.conv2d (plus ``epilogue``) in one C call."""
+    ffi, lib = library()
+    attrs = attrs_of(entry)
+    conv, ptr, null = lib.relvm_conv2d, ffi.from_buffer, ffi.NULL
+    relu = int(bool(epilogue and epilogue.relu))
+
+    def plan_for(x, w, out, b):
+        plan = linalg._conv_plan(ffi, attrs, x, w, out)
+        if b is not None and (b != (out[1],) or epilogue.axis % 4 != 1):
+            return None
+        return plan
+
+    def call(plan, x, w, out, b):  # dtype 0: float32, the only one this path takes
+        return conv(0, plan, ptr(x), ptr(w), ptr(out), null if b is None else ptr(b), relu)
+    return _kernel(entry.name, epilogue.bias if epilogue else None, plan_for, call, fallback)
 
 
 def supports(entry) -> bool:
