@@ -10,6 +10,11 @@ AVX2 at load time where the CPU has them.
 OpenBLAS (the ``scipy-openblas32`` wheel) is needed here only for its ``cblas.h``: the library
 itself is opened at run time (``kernels/blas.c``), so the extension has no link-time dependency
 on a path that exists only in pip's build environment.
+
+``RELVM_SANITIZE=address`` (at build time) builds the library with AddressSanitizer and
+UBSan instead, for the memory-safety run ``tests/kernels/run_sanitized.sh``; the same variable
+makes ``relvm/compiler/codegen_c.py`` build the generated fused kernels the same way. Such a
+library runs only in a process that has the ASan runtime preloaded (see that script).
 """
 
 from __future__ import annotations
@@ -30,6 +35,23 @@ SOURCES = sorted(HERE.glob("*.c"))
 CFLAGS = ["-O3", "-std=c11", "-Wall", "-Wextra", "-Werror", "-fno-strict-aliasing",
           "-fvisibility=hidden", "-Wno-unused-parameter", "-fno-math-errno",
           "-fno-trapping-math", "-ffp-contract=fast", "-pthread"]
+
+# The sanitizer build (RELVM_SANITIZE=address): ASan + UBSan (plus float-to-int casts out of
+# range, which GCC's "undefined" leaves out), -O1 with frame pointers so the reports have whole
+# stacks. Kept equal to SANITIZE_FLAGS in relvm/compiler/codegen_c.py.
+SANITIZE_FLAGS = ["-fsanitize=address,undefined,float-cast-overflow", "-fno-omit-frame-pointer",
+                  "-g", "-O1"]
+
+
+def sanitize_flags() -> list[str]:
+    """Extra compile and link flags asked for by $RELVM_SANITIZE ("address" or unset)."""
+    value = os.environ.get("RELVM_SANITIZE", "").strip().lower()
+    if value in ("", "0", "none"):
+        return []
+    if value == "address":
+        return SANITIZE_FLAGS
+    raise SystemExit(f"RELVM_SANITIZE={value!r}: the supported value is 'address' "
+                     "(AddressSanitizer + UBSan)")
 
 
 def blas_include_dir() -> str:
@@ -56,8 +78,8 @@ ffibuilder.set_source(
     "\n".join(f'#include "{h.name}"' for h in HEADERS),
     sources=[os.path.relpath(s) for s in SOURCES],
     include_dirs=[os.path.relpath(HERE), blas_include_dir()],
-    extra_compile_args=CFLAGS,
-    extra_link_args=["-pthread"],
+    extra_compile_args=CFLAGS + sanitize_flags(),
+    extra_link_args=["-pthread"] + sanitize_flags(),
     libraries=["m", "dl"],
 )
 

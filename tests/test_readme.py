@@ -26,3 +26,9 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert test_command.strip() in ci.splitlines()
     main_command = next(b for b in blocks if "relvm demo" in b)
     assert main_command.strip() == "pip install . && relvm demo"
+
+
+def test_ci_runs_the_memory_safety_script_after_the_tests() -> None:
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert "tests/kernels/run_sanitized.sh" in README.read_text()
+    assert ci.index("tests/kernels/run_sanitized.sh") > ci.index('pip install ".[test]" && pytest')

@@ -18,6 +18,10 @@ thread pool's parallel loop.
 Sources are compiled with the system C compiler (warnings as errors, ``target_clones`` for
 AVX-512/AVX2 with a portable fallback) into one shared library, cached on disk by a hash of
 (source, flags, compiler version); the library's bytes are carried by the Executable.
+``RELVM_SANITIZE=address`` adds AddressSanitizer and UBSan, as it does for the kernel library
+(``kernels/build.py``); the flags are part of the cache key, so the two builds never mix. It is
+for testing (``tests/kernels/run_sanitized.sh``): such a library loads only where the ASan
+runtime is preloaded, so do not save executables built with it.
 """
 
 from __future__ import annotations
@@ -48,6 +52,13 @@ CFLAGS = ["-O3", "-std=gnu11", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror"
 INT_RANGES = {"int64": ("-9223372036854775808.0", "9223372036854775808.0"),
               "int32": ("-2147483648.0", "2147483648.0"), "int8": ("-128.0", "128.0"),
               "uint8": ("0.0", "256.0")}
+#: Where C's signed overflow is undefined, add/subtract/multiply/negate compute in the unsigned
+#: type of the same width, which wraps as the references do (kernels/binary.c does the same).
+#: Narrower integers are promoted to int, where these operations cannot overflow.
+UNSIGNED = {"int64": "uint64_t", "int32": "uint32_t"}
+#: Added by RELVM_SANITIZE=address; kept equal to SANITIZE_FLAGS in kernels/build.py.
+SANITIZE_FLAGS = ["-fsanitize=address,undefined,float-cast-overflow", "-fno-omit-frame-pointer",
+                  "-g", "-O1"]
 
 
 @dataclass(frozen=True)
@@ -90,10 +101,12 @@ def _unary(op: str, attrs: dict, x: str, dtype: str, out_dtype: str) -> str:
     is_float = dtype.startswith("float")
     if op == "nn.relu":
         return f"({x} < 0 ? 0 : {x})"
+    negated = (f"(({CTYPES[dtype]})(0 - ({UNSIGNED[dtype]}){x}))" if dtype in UNSIGNED
+               else f"(-{x})")
     if op == "negative":
-        return f"(-{x})"
+        return negated
     if op == "abs":
-        return f"fabs{f}({x})" if is_float else f"({x} < 0 ? -{x} : {x})"
+        return f"fabs{f}({x})" if is_float else f"({x} < 0 ? {negated} : {x})"
     if op == "sign":
         return f"({x} != {x} ? {x} : ({x} > 0) - ({x} < 0))"
     if op == "logical_not":
@@ -131,6 +144,10 @@ def _cast(x: str, src: str, dst: str) -> str:
 
 def _binary(op: str, a: str, b: str, dtype: str) -> str:
     is_float = dtype.startswith("float")
+    wrapping = {"add": "+", "nn.bias_add": "+", "subtract": "-", "multiply": "*"}
+    if op in wrapping and dtype in UNSIGNED:
+        u = UNSIGNED[dtype]
+        return f"(({CTYPES[dtype]})(({u}){a} {wrapping[op]} ({u}){b}))"
     if op in ("add", "nn.bias_add"):
         return f"({a} + {b})"
     if op == "subtract":
@@ -322,6 +339,17 @@ def compiler() -> str:
     return cc
 
 
+def compile_flags() -> list[str]:
+    """CFLAGS, plus the sanitizer flags when $RELVM_SANITIZE asks for them (read per compile)."""
+    value = os.environ.get("RELVM_SANITIZE", "").strip().lower()
+    if value in ("", "0", "none"):
+        return CFLAGS
+    if value == "address":
+        return CFLAGS + SANITIZE_FLAGS
+    raise RelvmCompileError(f"RELVM_SANITIZE={value!r}: the supported value is 'address' "
+                            "(AddressSanitizer + UBSan)")
+
+
 def _compiler_version(cc: str) -> str:
     try:
         return subprocess.run([cc, "--version"], capture_output=True, text=True,
@@ -339,7 +367,8 @@ def cache_dir() -> Path:
 def compile_library(source: str) -> bytes:
     """Compile ``source`` into a shared library; cached by hash(source, flags, compiler)."""
     cc = compiler()
-    key = hashlib.sha256("\0".join([source, " ".join(CFLAGS), cc, _compiler_version(cc)])
+    flags = compile_flags()
+    key = hashlib.sha256("\0".join([source, " ".join(flags), cc, _compiler_version(cc)])
                          .encode()).hexdigest()[:32]
     cached = cache_dir() / f"{key}.so"
     if cached.exists():
@@ -348,7 +377,7 @@ def compile_library(source: str) -> bytes:
         src = Path(tmp) / "fused.c"
         lib = Path(tmp) / "fused.so"
         src.write_text(source)
-        proc = subprocess.run([cc, *CFLAGS, str(src), "-o", str(lib), "-lm"],
+        proc = subprocess.run([cc, *flags, str(src), "-o", str(lib), "-lm"],
                               capture_output=True, text=True, timeout=600)
         if proc.returncode != 0:
             raise RelvmCompileError("the C compiler rejected relvm's generated kernels "

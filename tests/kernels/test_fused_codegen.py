@@ -6,13 +6,16 @@ same steps run by the ops' NumPy references. Needs a C compiler on PATH.
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 
 import numpy as np
 import pytest
 
 from relvm.backends.fused import FusedLibrary, make_fused_kernel
 from relvm.compiler import codegen_c as G
+from relvm.errors import RelvmCompileError
 from relvm.ir.dims import Sym
 from relvm.ir.types import TensorType
 from relvm.ops.fused import run_steps, steps_from_json
@@ -96,6 +99,20 @@ def test_integer_divide_by_zero_and_negative_truncation() -> None:
                                                          b.astype(np.int32)])
 
 
+@pytest.mark.parametrize("dtype", ["int64", "int32", "int8"])
+def test_integer_overflow_wraps(dtype) -> None:
+    # C's signed overflow is undefined (UBSan flags it: tests/kernels/run_sanitized.sh); the
+    # generated code must wrap as the references do.
+    lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
+    a = np.array([[hi, lo, hi, lo, 3]], dtype)
+    b = np.array([[hi, hi, 2, -1, -4]], dtype)
+    with np.errstate(over="ignore"):
+        for op in ("add", "subtract", "multiply"):
+            run_case([step(op, [("in", 0), ("in", 1)])], [a, b])
+        for op in ("negative", "abs"):
+            run_case([step(op, [("in", 0)]), step("add", [("step", 0), ("in", 1)])], [a, b])
+
+
 @pytest.mark.parametrize("shapes", [((3, 4), (4,)), ((3, 1), (1, 4)), ((2, 3, 4), (3, 1)),
                                     ((1,), (5, 6)), ((2, 1, 4), (3, 1)), ((4,), ())])
 def test_broadcasting_layouts(shapes) -> None:
@@ -134,3 +151,27 @@ def test_generated_library_is_cached(tmp_path, monkeypatch) -> None:
     cached = list((tmp_path / "kernels").glob("*.so"))
     assert len(cached) == 1 and cached[0].read_bytes() == first
     assert G.compile_library(source) == first
+
+
+def test_sanitized_builds_have_their_own_cache_entries(tmp_path, monkeypatch) -> None:
+    # RELVM_SANITIZE=address (tests/kernels/run_sanitized.sh) adds ASan + UBSan to the flags,
+    # which are part of the cache key: the sanitized library is never handed to a normal build.
+    monkeypatch.setenv("RELVM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("RELVM_SANITIZE", "thread")
+    with pytest.raises(RelvmCompileError, match="RELVM_SANITIZE"):
+        G.compile_flags()
+    monkeypatch.setenv("RELVM_SANITIZE", "address")
+    assert G.compile_flags() == G.CFLAGS + G.SANITIZE_FLAGS
+    monkeypatch.delenv("RELVM_SANITIZE")
+    assert G.compile_flags() == G.CFLAGS
+    libasan = subprocess.run([G.compiler(), "-print-file-name=libasan.so"], capture_output=True,
+                             text=True).stdout.strip()
+    if not os.path.isabs(libasan):
+        pytest.skip("the C compiler has no AddressSanitizer runtime")
+    source = G.PRELUDE + "void relvm_cache_probe(void) {}\n"
+    normal = G.compile_library(source)
+    monkeypatch.setenv("RELVM_SANITIZE", "address")
+    sanitized = G.compile_library(source)   # compiled and cached, never loaded here
+    assert sanitized != normal and len(list((tmp_path / "kernels").glob("*.so"))) == 2
+    monkeypatch.delenv("RELVM_SANITIZE")
+    assert G.compile_library(source) == normal
