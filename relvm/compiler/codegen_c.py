@@ -124,7 +124,12 @@ def _unary(op: str, attrs: dict, x: str, dtype: str, out_dtype: str) -> str:
         if not is_float:
             info = np.iinfo(dtype)
             lo, hi = max(math.ceil(lo), info.min), min(math.floor(hi), info.max)
-            return f"({x} < {lo} ? {lo} : ({x} > {hi} ? {hi} : {x}))"
+            # A test the type's range decides is left out: C compilers reject an always-true
+            # or always-false comparison (-Werror=type-limits).
+            inner = x if hi >= info.max else str(hi) if hi < info.min else (
+                f"({x} > {hi} ? {hi} : {x})")
+            return inner if lo <= info.min else str(lo) if lo > info.max else (
+                f"({x} < {lo} ? {lo} : {inner})")
         return (f"({x} != {x} ? {x} : ({x} < ({_ctype(dtype)}){lo!r} ? ({_ctype(dtype)}){lo!r} : "
                 f"({x} > ({_ctype(dtype)}){hi!r} ? ({_ctype(dtype)}){hi!r} : {x})))")
     if op == "cast":

@@ -175,3 +175,19 @@ def test_sanitized_builds_have_their_own_cache_entries(tmp_path, monkeypatch) ->
     assert sanitized != normal and len(list((tmp_path / "kernels").glob("*.so"))) == 2
     monkeypatch.delenv("RELVM_SANITIZE")
     assert G.compile_library(source) == normal
+
+
+@pytest.mark.parametrize("dtype,lo,hi", [("uint8", 0, 6), ("uint8", -3, 300), ("int8", -200, 5),
+                                         ("int32", -5, 5)])
+def test_integer_clip_with_bounds_at_the_type_limits_compiles(dtype, lo, hi) -> None:
+    """A clip bound at or past the type's range makes its comparison constant: the generated
+    code leaves it out (C compilers reject it under -Werror=type-limits)."""
+    import relvm
+
+    text = (f"def @main(%x: Tensor[(n, 4), {dtype}]) {{ "
+            f"add(clip(%x, a_min={lo}f, a_max={hi}f), %x) }}")
+    vm = relvm.VirtualMachine(relvm.build(relvm.parse(text)))
+    x = np.array([[0, 3, 7, 100]], dtype)
+    info = np.iinfo(dtype)
+    clipped = np.clip(x.astype(np.int64), max(lo, info.min), min(hi, info.max))
+    np.testing.assert_array_equal(vm.invoke("main", x), (clipped + x).astype(dtype))
