@@ -215,9 +215,10 @@ def test_lesser_instruction_sets_give_the_same_results(isa):
     env = dict(os.environ, RELVM_PGEMM_ISA=isa)
     check = ("from relvm.backends.native import load; f, l = load(); "
              "print(f.string(l.relvm_pgemm_isa()).decode())")
+    here = os.path.dirname(__file__)  # not the checkout's root: import the installed relvm
     used = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True,
-                          text=True, check=True).stdout.strip()
+                          text=True, check=True, cwd=here).stdout.strip()
     assert used == isa
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                          text=True, cwd=os.path.dirname(__file__))
+                          text=True, cwd=here)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
