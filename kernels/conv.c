@@ -52,49 +52,87 @@ static void panel_runs(const struct relvm_conv2d_shape *s, int64_t p0, int64_t n
     }
 }
 
-/* The image (its group's channels) copied once into a zero-bordered buffer, so unrolling reads
- * every tap without a bounds check: a run of output pixels reads a run of the padded row. */
+/* The image (its group's channels) copied once into a zero-bordered buffer, each padded row
+ * split into sw phases (columns c with c % sw == 0, then 1, ...), so the pixels of an output row
+ * read consecutive floats for every tap, whatever the stride: tap (i, j) of output column ox
+ * reads padded column ox * sw + j * dw, which is phase (j * dw) % sw, index ox + (j * dw) / sw. */
 struct padded_image {
     float *data;
-    int64_t ph, pw; /* padded plane height and width */
+    int64_t ph;    /* rows: every row the windows reach, past the top padding */
+    int64_t pws;   /* floats per phase of a row */
+    int64_t rs;    /* floats per row: sw * pws */
+    int64_t plane; /* floats per channel: ph * rs */
 };
 
-static void pad_image(const struct relvm_conv2d_shape *s, const float *x, int64_t channels,
-                      struct padded_image p) {
-    memset(p.data, 0, (size_t)(channels * p.ph * p.pw) * sizeof(float));
-    for (int64_t ci = 0; ci < channels; ++ci)
-        for (int64_t iy = 0; iy < s->h; ++iy)
-            memcpy(p.data + (ci * p.ph + iy + s->pt) * p.pw + s->pl, x + (ci * s->h + iy) * s->w,
-                   (size_t)s->w * sizeof(float));
+static struct padded_image padded_geometry(const struct relvm_conv2d_shape *s) {
+    struct padded_image p;
+    p.data = NULL;
+    p.ph = relvm_max64(s->pt + s->h, (s->oh - 1) * s->sh + (s->kh - 1) * s->dh + 1);
+    const int64_t pw = relvm_max64(s->pl + s->w, (s->ow - 1) * s->sw + (s->kw - 1) * s->dw + 1);
+    p.pws = (pw + s->sw - 1) / s->sw;
+    p.rs = p.pws * s->sw;
+    p.plane = p.ph * p.rs;
+    return p;
 }
 
-/* One panel of the unrolled input: row (ci, i, j) holds, for each of the panel's pixels, the
- * value tap (i, j) of channel ci reads, and zeros past the last pixel. */
-static RELVM_VECTORIZE void pack_panel(const struct relvm_conv2d_shape *s, struct padded_image p,
-                                       int64_t channels, const struct pixel_runs *r,
+static RELVM_VECTORIZE void pad_image(const struct relvm_conv2d_shape *s, const float *x,
+                                      int64_t channels, struct padded_image p) {
+    memset(p.data, 0, (size_t)(channels * p.plane) * sizeof(float));
+    if (s->sw == 1) {
+        for (int64_t ci = 0; ci < channels; ++ci)
+            for (int64_t iy = 0; iy < s->h; ++iy)
+                memcpy(p.data + ci * p.plane + (iy + s->pt) * p.rs + s->pl,
+                       x + (ci * s->h + iy) * s->w, (size_t)s->w * sizeof(float));
+        return;
+    }
+    /* Phase by phase: the input columns ix with (ix + pl) % sw == phase. */
+    for (int64_t phase = 0; phase < s->sw; ++phase) {
+        const int64_t first = ((phase - s->pl) % s->sw + s->sw) % s->sw;
+        const int64_t count = first < s->w ? (s->w - first + s->sw - 1) / s->sw : 0;
+        const int64_t at = phase * p.pws + (first + s->pl) / s->sw;
+        for (int64_t ci = 0; ci < channels; ++ci)
+            for (int64_t iy = 0; iy < s->h; ++iy) {
+                float *dst = p.data + ci * p.plane + (iy + s->pt) * p.rs + at;
+                const float *from = x + (ci * s->h + iy) * s->w + first;
+                if (s->sw == 2) { /* a constant stride vectorizes */
+                    for (int64_t t = 0; t < count; ++t) dst[t] = from[2 * t];
+                } else {
+                    for (int64_t t = 0; t < count; ++t) dst[t] = from[t * s->sw];
+                }
+            }
+    }
+}
+
+/* Where row k = (ci, i, j) of the unrolled input starts, relative to an output pixel's base
+ * (oy * sh * rs + ox): one entry per row, the same for every image and panel. */
+static void unrolled_offsets(const struct relvm_conv2d_shape *s, struct padded_image p,
+                             int64_t channels, int64_t *off) {
+    for (int64_t ci = 0; ci < channels; ++ci)
+        for (int64_t i = 0; i < s->kh; ++i)
+            for (int64_t j = 0; j < s->kw; ++j)
+                *off++ = ci * p.plane + i * s->dh * p.rs + j * s->dw % s->sw * p.pws +
+                         j * s->dw / s->sw;
+}
+
+/* One panel of the unrolled input, packed: row k holds, for each of the panel's pixels, the
+ * value its tap reads (runs of consecutive floats of the padded image), zeros past the last
+ * pixel. For output rows too short or ragged for whole vectors (see conv_pgemm_tasks). */
+static RELVM_VECTORIZE void pack_panel(const float *image, int64_t k, const int64_t *off,
+                                       const int64_t *run_base, const struct pixel_runs *r,
                                        float *panel) {
     const int64_t npix = r->at[r->count - 1] + r->len[r->count - 1];
-    float *dst = panel;
-    for (int64_t ci = 0; ci < channels; ++ci) {
-        for (int64_t i = 0; i < s->kh; ++i) {
-            for (int64_t j = 0; j < s->kw; ++j, dst += PG_PANEL) {
-                for (int64_t k = 0; k < r->count; ++k) {
-                    const float *src = p.data + (ci * p.ph + r->oy[k] * s->sh + i * s->dh) * p.pw +
-                                       r->ox[k] * s->sw + j * s->dw;
-                    float *out = dst + r->at[k];
-                    const int64_t len = r->len[k];
-                    if (s->sw == 1) {
-                        if (len == PG_PANEL) memcpy(out, src, PG_PANEL * sizeof(float));
-                        else for (int64_t q = 0; q < len; ++q) out[q] = src[q];
-                    } else if (s->sw == 2) { /* a constant stride vectorizes */
-                        for (int64_t q = 0; q < len; ++q) out[q] = src[2 * q];
-                    } else {
-                        for (int64_t q = 0; q < len; ++q) out[q] = src[q * s->sw];
-                    }
-                }
-                for (int64_t q = npix; q < PG_PANEL; ++q) dst[q] = 0.0f;
-            }
+    for (int64_t row = 0; row < k; ++row) {
+        float *dst = panel + row * PG_PANEL;
+        for (int64_t q = 0; q < r->count; ++q) {
+            const float *src = image + run_base[q] + off[row];
+            float *out = dst + r->at[q];
+            /* Whole and half panel rows (output rows of 32 or 16 pixels) are fixed-size
+             * copies: a vector or two. */
+            if (r->len[q] == PG_PANEL) memcpy(out, src, PG_PANEL * sizeof(float));
+            else if (r->len[q] == PG_PANEL / 2) memcpy(out, src, PG_PANEL / 2 * sizeof(float));
+            else for (int64_t t = 0; t < r->len[q]; ++t) out[t] = src[t];
         }
+        for (int64_t q = npix; q < PG_PANEL; ++q) dst[q] = 0.0f;
     }
 }
 
@@ -104,7 +142,11 @@ struct conv_pgemm {
     float *y;
     struct pg_epilogue e;
     pg_panel_fn *fn;
-    int64_t panels, k, ph, pw;
+    pg_ipanel_fn *ifn; /* NULL: output rows are not whole vectors, so panels are packed */
+    int width;         /* floats per vector of ifn */
+    const int64_t *off;
+    struct padded_image padded; /* geometry only */
+    int64_t panels, k;
     uint64_t call; /* tells this call's padded images from an earlier call's */
     _Atomic int failed; /* a thread could not get its scratch */
 };
@@ -123,14 +165,15 @@ static void conv_pgemm_tasks(void *ctx, int64_t begin, int64_t end) {
     struct conv_pgemm *j = ctx;
     const struct relvm_conv2d_shape *s = j->s;
     const int64_t icg = s->c / s->groups, ocg = s->oc / s->groups, plane = s->oh * s->ow;
-    const int64_t panel_floats = j->k * PG_PANEL;
-    float *scratch = relvm_scratch_floats((size_t)(panel_floats + icg * j->ph * j->pw));
+    const int64_t panel_floats = j->ifn ? 0 : j->k * PG_PANEL;
+    float *scratch = relvm_scratch_floats((size_t)(panel_floats + icg * j->padded.plane));
     if (!scratch) {
         j->failed = 1;
         return;
     }
     float *panel = scratch;
-    const struct padded_image padded = {scratch + panel_floats, j->ph, j->pw};
+    struct padded_image padded = j->padded;
+    padded.data = scratch + panel_floats;
     for (int64_t t = begin; t < end; ++t) {
         const int64_t q = t % j->panels, image = t / j->panels, g = image % s->groups;
         const int64_t n = image / s->groups;
@@ -142,26 +185,45 @@ static void conv_pgemm_tasks(void *ctx, int64_t begin, int64_t end) {
             padded_for.scratch = scratch;
         }
         const int64_t p0 = q * PG_PANEL, npix = relvm_min64(PG_PANEL, plane - p0);
+        const float *wg = j->w + g * ocg * j->k;
+        float *yg = j->y + (n * s->oc + g * ocg) * plane + p0;
+        if (j->ifn) { /* whole vectors along output rows: read the padded image in place */
+            const float *bases[PG_PANEL];
+            for (int64_t v = 0; v * j->width < PG_PANEL; ++v) {
+                const int64_t p = p0 + relvm_min64(v * j->width, npix - j->width);
+                bases[v] = padded.data + p / s->ow * s->sh * padded.rs + p % s->ow;
+            }
+            j->ifn(ocg, j->k, wg, j->k, bases, j->off, yg, plane, npix, &j->e, g * ocg, 0);
+            continue;
+        }
         struct pixel_runs runs;
+        int64_t run_base[PG_PANEL];
         panel_runs(s, p0, npix, &runs);
-        pack_panel(s, padded, icg, &runs, panel);
-        j->fn(ocg, j->k, j->w + g * ocg * j->k, j->k, panel,
-              j->y + (n * s->oc + g * ocg) * plane + p0, plane, npix, &j->e, g * ocg, 0);
+        for (int64_t r = 0; r < runs.count; ++r)
+            run_base[r] = runs.oy[r] * s->sh * padded.rs + runs.ox[r];
+        pack_panel(padded.data, j->k, j->off, run_base, &runs, panel);
+        j->fn(ocg, j->k, wg, j->k, panel, yg, plane, npix, &j->e, g * ocg, 0);
     }
 }
 
 static int conv_pgemm(const struct relvm_conv2d_shape *s, const float *x, const float *w,
                       float *y, const float *bias, int relu) {
     const int64_t plane = s->oh * s->ow, ocg = s->oc / s->groups;
+    const int64_t icg = s->c / s->groups, k = icg * s->kh * s->kw;
+    int width;
+    pg_ipanel_fn *ifn = relvm_pgemm_ipanel_kernel(&width);
     struct conv_pgemm j = {s, x, w, y, {bias, NULL, relu}, relvm_pgemm_panel_kernel(),
-                           (plane + PG_PANEL - 1) / PG_PANEL, s->c / s->groups * s->kh * s->kw,
-                           /* rows and columns the windows reach, past the top/left padding */
-                           relvm_max64(s->pt + s->h, (s->oh - 1) * s->sh + (s->kh - 1) * s->dh + 1),
-                           relvm_max64(s->pl + s->w, (s->ow - 1) * s->sw + (s->kw - 1) * s->dw + 1),
+                           s->ow % width == 0 ? ifn : NULL, width, NULL, padded_geometry(s),
+                           (plane + PG_PANEL - 1) / PG_PANEL, k,
                            atomic_fetch_add(&conv_calls, 1) + 1, 0};
-    const int64_t fmas = relvm_max64(1, ocg * PG_PANEL * relvm_max64(1, j.k));
+    int64_t *off = malloc((size_t)relvm_max64(1, k) * sizeof(int64_t));
+    if (!off) return RELVM_NO_MEMORY;
+    unrolled_offsets(s, j.padded, icg, off);
+    j.off = off;
+    const int64_t fmas = relvm_max64(1, ocg * PG_PANEL * relvm_max64(1, k));
     relvm_parallel_for(s->n * s->groups * j.panels, relvm_max64(1, (1 << 15) / fmas),
                        conv_pgemm_tasks, &j);
+    free(off);
     return j.failed ? RELVM_NO_MEMORY : RELVM_OK;
 }
 

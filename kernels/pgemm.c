@@ -46,28 +46,45 @@
 #undef PG_MR
 
 static pg_panel_fn *chosen;
+static pg_ipanel_fn *chosen_indirect;
+static int chosen_width;
 static const char *chosen_isa = "sse2";
 
 /* The best kernel this CPU runs; RELVM_PGEMM_ISA=avx2|sse2 asks for a lesser one (tests run
  * every kernel on one machine that way). */
 pg_panel_fn *relvm_pgemm_panel_kernel(void) {
-    pg_panel_fn *fn = chosen;
+    pg_panel_fn *fn = __atomic_load_n(&chosen, __ATOMIC_ACQUIRE);
     if (fn) return fn;
     fn = panel_base;
+    pg_ipanel_fn *indirect = ipanel_base;
+    int width = 4;
 #ifdef PG_MULTI_ISA
     const char *cap = getenv("RELVM_PGEMM_ISA");
     const int upto = !cap ? 2 : strcmp(cap, "avx2") == 0 ? 1 : strcmp(cap, "sse2") == 0 ? 0 : 2;
     __builtin_cpu_init();
     if (upto >= 2 && __builtin_cpu_supports("avx512f")) {
         fn = panel_avx512;
+        indirect = ipanel_avx512;
+        width = 16;
         chosen_isa = "avx512f";
     } else if (upto >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         fn = panel_avx2;
+        indirect = ipanel_avx2;
+        width = 8;
         chosen_isa = "avx2";
     }
 #endif
-    chosen = fn; /* every thread computes the same value: a benign race */
+    /* Every thread computes the same values; `chosen` is written last and read first. */
+    chosen_indirect = indirect;
+    chosen_width = width;
+    __atomic_store_n(&chosen, fn, __ATOMIC_RELEASE);
     return fn;
+}
+
+pg_ipanel_fn *relvm_pgemm_ipanel_kernel(int *width) {
+    relvm_pgemm_panel_kernel();
+    *width = chosen_width;
+    return chosen_indirect;
 }
 
 RELVM_EXPORT const char *relvm_pgemm_isa(void) {

@@ -20,6 +20,14 @@ typedef void pg_panel_fn(int64_t m, int64_t k, const float *a, int64_t lda, cons
                          float *c, int64_t ldc, int64_t cols, const struct pg_epilogue *e,
                          int64_t row0, int64_t col0);
 
+/* The same, with the panel not packed: vector v (of PG_PANEL / vector width) of B's row p is
+ * read, unaligned, at bases[v] + off[p]. */
+typedef void pg_ipanel_fn(int64_t m, int64_t k, const float *a, int64_t lda,
+                          const float *const *bases, const int64_t *off, float *c, int64_t ldc,
+                          int64_t cols, const struct pg_epilogue *e, int64_t row0, int64_t col0);
+
 /* The inner kernel for the best instruction set this CPU has. */
 pg_panel_fn *relvm_pgemm_panel_kernel(void);
+/* Its indirect form, and (in *width) how many floats each of its vectors holds. */
+pg_ipanel_fn *relvm_pgemm_ipanel_kernel(int *width);
 #endif

@@ -21,10 +21,14 @@ static inline __attribute__((always_inline)) PG_NAME(vec) PG_NAME(splat)(float x
     return __builtin_shuffle((PG_NAME(vec)){x}, (PG_NAME(mask)){0});
 }
 
-/* rows x PG_TW tile at column `col` of the panel: C[r][col + j] for r < rows, j < cols. */
+/* rows x PG_TW tile at column `col` of the panel: C[r][col + j] for r < rows, j < cols.
+ * B's row p is read from the packed panel (panel + p * PG_PANEL + col) or, when `indirect`
+ * (a constant at each call), as two vectors at base0 + off[p] and base1 + off[p]: a conv reads
+ * its input in place that way (see conv.c). */
 static inline __attribute__((always_inline)) void PG_NAME(tile)(
-    const int rows, int64_t k, const float *a, int64_t lda, const float *panel, int64_t col,
-    float *c, int64_t ldc, int64_t cols, const struct pg_epilogue *e, int64_t row0,
+    const int rows, const int indirect, int64_t k, const float *a, int64_t lda,
+    const float *panel, const float *base0, const float *base1, const int64_t *off,
+    int64_t col, float *c, int64_t ldc, int64_t cols, const struct pg_epilogue *e, int64_t row0,
     int64_t col0) {
     typedef PG_NAME(vec) vec;
     typedef PG_NAME(uvec) uvec;
@@ -34,7 +38,8 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
     for (int r = 0; r < rows; ++r) acc[r][0] = acc[r][1] = (vec){0};
     const float *b = panel + col;
     for (int64_t p = 0; p < k; ++p, b += PG_PANEL) {
-        const vec b0 = *(const vec *)b, b1 = *(const vec *)(b + PG_VW);
+        const vec b0 = indirect ? *(const uvec *)(base0 + off[p]) : *(const vec *)b;
+        const vec b1 = indirect ? *(const uvec *)(base1 + off[p]) : *(const vec *)(b + PG_VW);
 #pragma GCC unroll 16
         for (int r = 0; r < rows; ++r) {
             const vec ar = PG_NAME(splat)(a[r * lda + p]);
@@ -87,38 +92,61 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
 }
 
 /* Rows [0, m) of C against one panel: `cols` (<= 32) columns at C's column col0. Row blocks
- * are balanced (m = 16 runs as 8 + 8, not 12 + 4) so no tile runs nearly empty. */
+ * are balanced (m = 16 runs as 8 + 8, not 12 + 4) so no tile runs nearly empty. With
+ * `indirect`, vector v of the panel's row p is read at bases[v] + off[p] instead. */
+#define PG_PANEL_BODY(INDIRECT)                                                                \
+    const int64_t blocks = (m + PG_MR - 1) / PG_MR;                                            \
+    int64_t r = 0;                                                                             \
+    for (int64_t blk = 0; blk < blocks; ++blk) {                                               \
+        const int rows = (int)((m - r + (blocks - blk) - 1) / (blocks - blk));                 \
+        const float *ab = a + r * lda;                                                         \
+        float *cb = c + r * ldc;                                                               \
+        for (int64_t col = 0; col < cols; col += PG_TW) {                                      \
+            const int64_t left = cols - col;                                                   \
+            const float *b0 = INDIRECT ? bases[col / PG_VW] : NULL;                            \
+            const float *b1 = INDIRECT ? bases[col / PG_VW + 1] : NULL;                        \
+            switch (rows) {                                                                    \
+                PG_CASE(INDIRECT, 1) PG_CASE(INDIRECT, 2) PG_CASE(INDIRECT, 3)                 \
+                PG_CASE(INDIRECT, 4) PG_MORE_CASES(INDIRECT)                                   \
+            default: break;                                                                    \
+            }                                                                                  \
+        }                                                                                      \
+        r += rows;                                                                             \
+    }
+#define PG_CASE(INDIRECT, R)                                                                   \
+    case R:                                                                                    \
+        PG_NAME(tile)(R, INDIRECT, k, ab, lda, panel, b0, b1, off, col, cb, ldc, left, e,      \
+                      row0 + r, col0);                                                         \
+        break;
+#if PG_MR > 6
+#define PG_MORE_CASES(I)                                                                       \
+    PG_CASE(I, 5) PG_CASE(I, 6) PG_CASE(I, 7) PG_CASE(I, 8) PG_CASE(I, 9) PG_CASE(I, 10)       \
+    PG_CASE(I, 11) PG_CASE(I, 12)
+#elif PG_MR > 4
+#define PG_MORE_CASES(I) PG_CASE(I, 5) PG_CASE(I, 6)
+#else
+#define PG_MORE_CASES(I)
+#endif
+
 static void PG_NAME(panel)(int64_t m, int64_t k, const float *a, int64_t lda,
                            const float *panel, float *c, int64_t ldc, int64_t cols,
                            const struct pg_epilogue *e, int64_t row0, int64_t col0) {
-    const int64_t blocks = (m + PG_MR - 1) / PG_MR;
-    int64_t r = 0;
-    for (int64_t blk = 0; blk < blocks; ++blk) {
-        const int rows = (int)((m - r + (blocks - blk) - 1) / (blocks - blk));
-        const float *ab = a + r * lda;
-        float *cb = c + r * ldc;
-        for (int64_t col = 0; col < cols; col += PG_TW) {
-            const int64_t left = cols - col;
-            switch (rows) {
-#define PG_CASE(R)                                                                            \
-    case R:                                                                                   \
-        PG_NAME(tile)(R, k, ab, lda, panel, col, cb, ldc, left, e, row0 + r, col0);           \
-        break;
-                PG_CASE(1) PG_CASE(2) PG_CASE(3) PG_CASE(4)
-#if PG_MR > 4
-                PG_CASE(5) PG_CASE(6)
-#endif
-#if PG_MR > 6
-                PG_CASE(7) PG_CASE(8) PG_CASE(9) PG_CASE(10) PG_CASE(11) PG_CASE(12)
-#endif
-#undef PG_CASE
-            default: break;
-            }
-        }
-        r += rows;
-    }
+    const float *const *bases = NULL;
+    const int64_t *off = NULL;
+    PG_PANEL_BODY(0)
 }
 
+static void PG_NAME(ipanel)(int64_t m, int64_t k, const float *a, int64_t lda,
+                            const float *const *bases, const int64_t *off, float *c,
+                            int64_t ldc, int64_t cols, const struct pg_epilogue *e,
+                            int64_t row0, int64_t col0) {
+    const float *panel = NULL;
+    PG_PANEL_BODY(1)
+}
+
+#undef PG_PANEL_BODY
+#undef PG_CASE
+#undef PG_MORE_CASES
 #undef PG_TW
 #undef PG_NAME
 #undef PG_CAT

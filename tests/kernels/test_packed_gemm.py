@@ -142,6 +142,10 @@ def test_fused_dense_bias_on_another_axis_uses_the_generic_kernel():
     ((2, 16, 32, 32), (32, 16, 3, 3), {"padding": [1, 1], "strides": [2, 2]}),
     ((2, 6, 9, 11), (6, 2, 3, 2), {"groups": 3, "padding": [1, 2, 0, 1], "strides": [2, 3]}),
     ((1, 4, 13, 13), (6, 4, 3, 3), {"dilation": [2, 2], "padding": [2, 2]}),
+    # 16 output columns: read in place, from three column phases (stride 3), dilated
+    ((2, 4, 9, 47), (8, 4, 3, 3), {"strides": [2, 3], "padding": [1, 2, 0, 1],
+                                   "dilation": [1, 2]}),
+    ((1, 2, 6, 60), (5, 2, 2, 5), {"strides": [1, 4], "padding": [0, 3]}),
     ((2, 8, 10, 10), (8, 1, 3, 3), {"groups": 8, "padding": [1, 1]}),  # depthwise
     ((1, 0, 5, 5), (3, 0, 3, 3), {}),  # no input channels: bias and relu only
 ], ids=str)
