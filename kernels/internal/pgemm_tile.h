@@ -37,7 +37,37 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
 #pragma GCC unroll 16
     for (int r = 0; r < rows; ++r) acc[r][0] = acc[r][1] = (vec){0};
     const float *b = panel + col;
-    for (int64_t p = 0; p < k; ++p, b += PG_PANEL) {
+    int64_t p = 0;
+    if (rows <= 2) {
+        /* One or two rows (batch-1 dense layers) give only 2 or 4 chains of dependent FMAs,
+         * each waiting out the FMA's latency: split k four ways into separate sums. */
+        vec part[3][2][2];
+#pragma GCC unroll 4
+        for (int u = 0; u < 3; ++u)
+            for (int r = 0; r < rows; ++r) part[u][r][0] = part[u][r][1] = (vec){0};
+        for (; p + 4 <= k; p += 4, b += 4 * PG_PANEL) {
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; ++u) {
+                const float *bu = b + u * PG_PANEL;
+                const vec b0 = indirect ? *(const uvec *)(base0 + off[p + u]) : *(const vec *)bu;
+                const vec b1 = indirect ? *(const uvec *)(base1 + off[p + u])
+                                        : *(const vec *)(bu + PG_VW);
+#pragma GCC unroll 2
+                for (int r = 0; r < rows; ++r) {
+                    const vec ar = PG_NAME(splat)(a[r * lda + p + u]);
+                    vec *sum = u == 0 ? acc[r] : part[u - 1][r];
+                    sum[0] += ar * b0;
+                    sum[1] += ar * b1;
+                }
+            }
+        }
+#pragma GCC unroll 2
+        for (int r = 0; r < rows; ++r) {
+            acc[r][0] += (part[0][r][0] + part[1][r][0]) + part[2][r][0];
+            acc[r][1] += (part[0][r][1] + part[1][r][1]) + part[2][r][1];
+        }
+    }
+    for (; p < k; ++p, b += PG_PANEL) {
         const vec b0 = indirect ? *(const uvec *)(base0 + off[p]) : *(const vec *)b;
         const vec b1 = indirect ? *(const uvec *)(base1 + off[p]) : *(const vec *)(b + PG_VW);
 #pragma GCC unroll 16
