@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 #include "relvm_config.h"
 #include "threads.h"
+#include "internal/types.h"
 
 #define MAX_THREADS 256
 #define SPIN_ROUNDS 20000 /* ~0.1-1 ms of pause instructions before a worker sleeps */
@@ -181,20 +182,29 @@ RELVM_EXPORT int relvm_threads_set(int k) {
 
 RELVM_EXPORT int relvm_threads_get(void) { return pool.nthreads; }
 
+/* A loop's items are split into one home block per participant; each thread claims chunks of
+ * its own block first, then of the others' (whose owners may be late or absent). When every
+ * thread turns up, thread t always runs the same items, call after call, so what it touched
+ * last time (a GEMM's slice of the weights) is still in its core's cache. */
 struct loop {
     relvm_range_fn fn;
     void *ctx;
-    int64_t n, chunk;
-    _Atomic int64_t next;
+    int64_t chunk;
+    int participants;
+    int64_t end[MAX_THREADS];
+    _Atomic int64_t next[MAX_THREADS];
 };
 
 static void loop_job(void *arg, int thread_index) {
     struct loop *l = arg;
-    (void)thread_index;
-    for (;;) {
-        const int64_t begin = atomic_fetch_add_explicit(&l->next, l->chunk, memory_order_relaxed);
-        if (begin >= l->n) return;
-        l->fn(l->ctx, begin, begin + l->chunk < l->n ? begin + l->chunk : l->n);
+    for (int b = 0; b < l->participants; ++b) {
+        const int block = (thread_index + b) % l->participants;
+        for (;;) {
+            const int64_t begin =
+                atomic_fetch_add_explicit(&l->next[block], l->chunk, memory_order_relaxed);
+            if (begin >= l->end[block]) break;
+            l->fn(l->ctx, begin, relvm_min64(begin + l->chunk, l->end[block]));
+        }
     }
 }
 
@@ -211,7 +221,15 @@ RELVM_EXPORT void relvm_parallel_for(int64_t n, int64_t grain, relvm_range_fn fn
     /* Several chunks per thread even out uneven rows; never below the grain. */
     int64_t chunk = (n + 4 * participants - 1) / (4 * participants);
     if (chunk < grain) chunk = grain;
-    struct loop l = {fn, ctx, n, chunk, 0};
+    struct loop l;
+    l.fn = fn;
+    l.ctx = ctx;
+    l.chunk = chunk;
+    l.participants = participants;
+    for (int t = 0; t < participants; ++t) {
+        atomic_init(&l.next[t], n * t / participants);
+        l.end[t] = n * (t + 1) / participants;
+    }
     run_region(loop_job, &l, participants, 1);
 }
 
