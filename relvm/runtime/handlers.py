@@ -306,6 +306,15 @@ def invoke_packed(vm, fn, pc, ins) -> Step:
             if out.size:
                 kernel(r[a0], r[a1], out)
             return nxt
+    elif len(args) == 4 and n_out == 1:  # a fused layer: data, weight, bias -> out
+        a0, a1, a2, a3 = args
+
+        def step(f):
+            r = f.regs
+            out = r[a3]
+            if out.size:
+                kernel(r[a0], r[a1], r[a2], out)
+            return nxt
     else:
         def step(f):
             r = f.regs
