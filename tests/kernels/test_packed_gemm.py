@@ -121,8 +121,9 @@ def test_fused_dense_bias_relu_is_one_call(data, units, relu):
     b = rng.standard_normal(units).astype(np.float32)
     entry = _fused_entry("nn.dense", {"units": units}, -1, relu, 3)
     assert packed.supports(entry)
-    out, want = _run_fused(entry, [x, w, b], data[:-1] + (units,))
-    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+    for constants in (Constants([w]), None):  # relvm's GEMM; OpenBLAS + the generic kernel
+        out, want = _run_fused(entry, [x, w, b], data[:-1] + (units,), constants)
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
 
 
 def test_fused_dense_bias_on_another_axis_uses_the_generic_kernel():
@@ -133,7 +134,7 @@ def test_fused_dense_bias_on_another_axis_uses_the_generic_kernel():
     w = rng.standard_normal((5, 7)).astype(np.float32)
     b = rng.standard_normal(5).astype(np.float32)
     entry = _fused_entry("nn.dense", {"units": 5}, 1, True, 3)
-    out, want = _run_fused(entry, [x, w, b], (2, 5, 5))
+    out, want = _run_fused(entry, [x, w, b], (2, 5, 5), Constants([w]))
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
 
 
@@ -168,7 +169,8 @@ def test_fused_conv_bias_relu_is_one_call(data, weight, attrs, relu):
 
 # --- packed weights: kept for constants only ---------------------------------------------------
 
-def test_weights_packed_once_for_constants_and_every_call_otherwise():
+def test_weights_packed_once_for_constants_and_never_kept_otherwise():
+    """A constant weight is packed once and kept; any other goes to OpenBLAS, every call."""
     entry = KernelEntry("nn.dense", "nn.dense", _attrs("nn.dense", {"units": 6}),
                         ("float32", "float32"), ("float32",))
     rng = np.random.default_rng(5)
@@ -179,6 +181,9 @@ def test_weights_packed_once_for_constants_and_every_call_otherwise():
     constant = packed.make_dense(entry, Constants([w]))
     constant(x, w, out)
     np.testing.assert_allclose(out, x @ w.T, rtol=1e-5, atol=1e-5)
+    kept = packed.PackedWeights(Constants([w]))
+    assert kept.get(w, 4, 6) is kept.get(w, 4, 6)  # packed once
+    assert kept.get(w.copy(), 4, 6) is None  # an equal array that is not the constant
 
     mutable = rng.standard_normal((6, 4)).astype(np.float32)
     kernel = packed.make_dense(entry, Constants([w]))

@@ -2,7 +2,9 @@
 
 A dense weight is packed into the GEMM's panel layout once, the first time the kernel sees it,
 when it is one of the VM's constants (the :class:`~relvm.runtime.kernels.Constants` given to
-the kernel); any other weight is packed into a scratch buffer on every call. A fused entry
+the kernel). A weight that is not a constant may change between calls, and packing it every
+time would cost as much as the product, so those calls go to OpenBLAS (a fused entry's generic
+kernel, whose anchor is this same dense kernel without an epilogue). A fused entry
 whose steps are ``dense|conv2d -> [bias_add] -> [relu]`` (the shape of nearly every layer) runs
 as one C call: the bias and relu are applied to each tile of the product while it is still in
 registers, so the output is written once and read never.
@@ -61,45 +63,37 @@ def _aligned(count: int) -> np.ndarray:
 
 
 class PackedWeights:
-    """The packed form of a dense kernel's weight operand.
-
-    Constants are packed once and kept (keyed by identity: the VM hands a kernel the same
-    read-only array on every call); anything else is packed afresh per call into a scratch
-    buffer, since its values may change.
-    """
+    """The packed forms of a dense kernel's constant weights, packed once and kept (keyed by
+    identity: the VM hands a kernel the same read-only array on every call)."""
 
     def __init__(self, constants):
         self.constants = constants
         self.kept: dict[int, tuple[np.ndarray, np.ndarray, Any]] = {}
-        self.scratch: np.ndarray | None = None
 
     def get(self, w: np.ndarray, k: int, n: int) -> Any:
+        """The packed ``w`` (a cffi pointer), or None when ``w`` is not one of the VM's
+        constants: its values may change, and packing it on every call would cost as much as
+        the product (the caller uses OpenBLAS instead)."""
         kept = self.kept.get(id(w))
         if kept is not None and kept[0] is w:
             return kept[2]
+        if self.constants is None or not self.constants.holds(w):
+            return None
         ffi, lib = library()
-        size = int(lib.relvm_pgemm_packed_size(k, n))
-        constant = self.constants is not None and self.constants.holds(w)
-        if constant:
-            packed = _aligned(size)
-        else:
-            if self.scratch is None or self.scratch.size < size:
-                self.scratch = _aligned(size)
-            packed = self.scratch
+        packed = _aligned(int(lib.relvm_pgemm_packed_size(k, n)))
         lib.relvm_pgemm_pack(1, k, n, ffi.from_buffer(w), ffi.from_buffer(packed))
-        ptr = ffi.from_buffer(packed)
-        if constant:
-            if len(self.kept) >= 64:
-                self.kept.clear()
-            self.kept[id(w)] = (w, packed, ptr)
-        return ptr
+        if len(self.kept) >= 64:
+            self.kept.clear()
+        self.kept[id(w)] = (w, packed, ffi.from_buffer(packed))
+        return self.kept[id(w)][2]
 
 
 def _kernel(name: str, bias_at: int | None, plan_for: Callable, call: Callable,
             fallback: Callable[[], Callable] | None) -> Callable:
     """``kernel(x, w, [bias], out)``: a plan per shapes (``plan_for(x, w, out, bias)`` shapes,
-    falsy where the epilogue does not apply: those calls go to ``fallback()``), then
-    ``call(plan, x, w, out, bias)``, the C call, whose status is checked."""
+    falsy where the epilogue does not apply), then ``call(plan, x, w, out, bias)``, the C call,
+    whose status is checked; ``call`` returns None to pass the call on to ``fallback()``, as
+    calls the epilogue does not cover go."""
     plans: dict[tuple, Any] = {}
     slow: list[Callable] = []
 
@@ -110,13 +104,12 @@ def _kernel(name: str, bias_at: int | None, plan_for: Callable, call: Callable,
         plan = plans.get(key)
         if plan is None:
             plan = remember(plans, key, plan_for(*key) or False)
-        if plan is False:
+        status = None if plan is False else call(plan, x, w, out, b)
+        if status is None:
             if not slow:
                 slow.append(fallback())
             slow[0](*args)
-            return
-        status = call(plan, x, w, out, b)
-        if status:
+        elif status:
             check(status, f"{name} {key}")
     return run
 
@@ -137,8 +130,14 @@ def make_dense(entry, constants, epilogue: Epilogue | None = None,
 
     def call(plan, x, w, out, b):
         m, n, k = plan
-        return gemm(m, n, k, ptr(x), k, weights.get(w, k, n), ptr(out), n,
-                    null if b is None else ptr(b), 0, relu)
+        packed = weights.get(w, k, n)
+        if packed is None:
+            return None  # not a constant: OpenBLAS, through the fallback
+        return gemm(m, n, k, ptr(x), k, packed, ptr(out), n, null if b is None else ptr(b), 0,
+                    relu)
+
+    if fallback is None:  # a plain dense: OpenBLAS for weights that are not constants
+        fallback = lambda: linalg._make_gemm(entry, linalg._dense_plan, False, True)  # noqa: E731
     return _kernel(entry.name, epilogue.bias if epilogue else None, plan_for, call, fallback)
 
 
