@@ -52,6 +52,11 @@ static void panel_runs(const struct relvm_conv2d_shape *s, int64_t p0, int64_t n
     }
 }
 
+static int is_pointwise(const struct relvm_conv2d_shape *s) {
+    return s->kh == 1 && s->kw == 1 && s->sh == 1 && s->sw == 1 && s->pt == 0 && s->pl == 0 &&
+           s->oh == s->h && s->ow == s->w;
+}
+
 /* The image (its group's channels) copied once into a zero-bordered buffer, each padded row
  * split into sw phases (columns c with c % sw == 0, then 1, ...), so the pixels of an output row
  * read consecutive floats for every tap, whatever the stride: tap (i, j) of output column ox
@@ -147,6 +152,7 @@ struct conv_pgemm {
     const int64_t *off;
     struct padded_image padded; /* geometry only */
     int64_t panels, k;
+    int pointwise;  /* 1x1, stride 1, no padding: the input is read as it is */
     uint64_t call; /* tells this call's padded images from an earlier call's */
     _Atomic int failed; /* a thread could not get its scratch */
 };
@@ -166,7 +172,8 @@ static void conv_pgemm_tasks(void *ctx, int64_t begin, int64_t end) {
     const struct relvm_conv2d_shape *s = j->s;
     const int64_t icg = s->c / s->groups, ocg = s->oc / s->groups, plane = s->oh * s->ow;
     const int64_t panel_floats = j->ifn ? 0 : j->k * PG_PANEL;
-    float *scratch = relvm_scratch_floats((size_t)(panel_floats + icg * j->padded.plane));
+    const int64_t padded_floats = j->pointwise ? 0 : icg * j->padded.plane;
+    float *scratch = relvm_scratch_floats((size_t)(panel_floats + padded_floats));
     if (!scratch) {
         j->failed = 1;
         return;
@@ -177,8 +184,10 @@ static void conv_pgemm_tasks(void *ctx, int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
         const int64_t q = t % j->panels, image = t / j->panels, g = image % s->groups;
         const int64_t n = image / s->groups;
-        if (padded_for.call != j->call || padded_for.image != image ||
-            padded_for.scratch != scratch) {
+        if (j->pointwise) { /* the image is its own padded image: read it where it is */
+            padded.data = (float *)(j->x + (n * s->c + g * icg) * s->h * s->w);
+        } else if (padded_for.call != j->call || padded_for.image != image ||
+                   padded_for.scratch != scratch) {
             pad_image(s, j->x + (n * s->c + g * icg) * s->h * s->w, icg, padded);
             padded_for.call = j->call;
             padded_for.image = image;
@@ -214,7 +223,7 @@ static int conv_pgemm(const struct relvm_conv2d_shape *s, const float *x, const 
     pg_ipanel_fn *ifn = relvm_pgemm_ipanel_kernel(&width);
     struct conv_pgemm j = {s, x, w, y, {bias, NULL, relu}, relvm_pgemm_panel_kernel(),
                            s->ow % width == 0 ? ifn : NULL, width, NULL, padded_geometry(s),
-                           (plane + PG_PANEL - 1) / PG_PANEL, k,
+                           (plane + PG_PANEL - 1) / PG_PANEL, k, is_pointwise(s),
                            atomic_fetch_add(&conv_calls, 1) + 1, 0};
     int64_t *off = malloc((size_t)relvm_max64(1, k) * sizeof(int64_t));
     if (!off) return RELVM_NO_MEMORY;
