@@ -1,9 +1,10 @@
-/* conv2d. The GEMM path unrolls each image's windows (im2col) into a (c/g * kh * kw) x (oh * ow)
- * matrix, but never whole: 32 output pixels at a time are written straight into a packed panel
- * of relvm's GEMM (pgemm.c), which stays in L1 while every output channel is computed from it,
- * with the bias and relu applied in registers. Depthwise convs have too little reuse for a GEMM,
- * so they run a direct loop that vectorizes along output rows. conv2d_transpose uses OpenBLAS
- * (W^T x), then col2im. */
+/* conv2d. The GEMM path multiplies the weights by the unrolled input (im2col, a
+ * (c/g * kh * kw) x (oh * ow) matrix) on relvm's GEMM (pgemm.c), with the bias and relu applied
+ * in registers, but never builds that matrix: each thread copies its image into a zero-bordered,
+ * phase-split buffer (a pointwise conv reads its input as it is), and the GEMM reads the unrolled
+ * rows there in place, or from 32-pixel panels packed from it when output rows are not whole
+ * vectors. Depthwise convs have too little reuse for a GEMM, so they run a direct loop that
+ * vectorizes along output rows. conv2d_transpose uses OpenBLAS (W^T x), then col2im. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -230,7 +231,7 @@ static int conv_pgemm(const struct relvm_conv2d_shape *s, const float *x, const 
     unrolled_offsets(s, j.padded, icg, off);
     j.off = off;
     const int64_t fmas = relvm_max64(1, ocg * PG_PANEL * relvm_max64(1, k));
-    relvm_parallel_for(s->n * s->groups * j.panels, relvm_max64(1, (1 << 15) / fmas),
+    relvm_parallel_for(s->n * s->groups * j.panels, relvm_max64(1, PG_GRAIN_FMAS / fmas),
                        conv_pgemm_tasks, &j);
     free(off);
     return j.failed ? RELVM_NO_MEMORY : RELVM_OK;

@@ -136,9 +136,6 @@ static void pg_tasks(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
-/* Multiply-adds below which another thread costs more than it saves. */
-#define PG_GRAIN_FMAS (1 << 15)
-
 RELVM_EXPORT int relvm_pgemm(int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
                              const void *packed, void *c, int64_t ldc, const void *bias,
                              int bias_per_row, int relu) {
@@ -147,7 +144,7 @@ RELVM_EXPORT int relvm_pgemm(int64_t m, int64_t n, int64_t k, const void *a, int
     struct pg_job j = {relvm_pgemm_panel_kernel(), m, n, k, lda, ldc, 1, m, a, packed, c,
                        {bias_per_row ? bias : NULL, bias_per_row ? NULL : bias, relu}};
     /* Panels are the natural tasks (each streams its slice of B once); with fewer panels than
-     * two per thread, rows are split too, in chunks of whole tiles. */
+     * two per thread, rows are split too, in chunks of at least 12 rows (an AVX-512 tile). */
     const int64_t panels = (n + PG_PANEL - 1) / PG_PANEL, threads = relvm_threads_get();
     if (panels < 2 * threads && m > 12) {
         const int64_t want = (2 * threads + panels - 1) / panels;

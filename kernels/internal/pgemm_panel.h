@@ -1,11 +1,15 @@
-/* What pgemm.c shares with the other kernel sources (conv.c): the packed-panel width, the
- * epilogue as the inner kernel reads it, and the inner kernel for this CPU. Internal: not cdef. */
+/* What pgemm.c shares with the other kernel sources (conv.c): the packed-panel width, the task
+ * grain, the epilogue as the inner kernel reads it, and the inner kernel for this CPU. Internal:
+ * not cdef. */
 #ifndef RELVM_INTERNAL_PGEMM_PANEL_H
 #define RELVM_INTERNAL_PGEMM_PANEL_H
 #include <stdint.h>
 
 /* Columns per packed panel of B: a multiple of every ISA's tile width. */
 #define PG_PANEL 32
+
+/* Multiply-adds per task below which another thread costs more than it saves. */
+#define PG_GRAIN_FMAS (1 << 15)
 
 struct pg_epilogue {
     const float *row_bias; /* one per row of C (indexed by absolute row), or NULL */
