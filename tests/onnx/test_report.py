@@ -6,7 +6,7 @@ current when this passes. Regenerate it with ``python tests/onnx/make_report.py`
 
 import pytest
 
-pytest.importorskip("onnx")
+pytest.importorskip("onnx.helper")  # not "onnx": tests/onnx would pass
 
 from make_report import DOC, conformance_tables, expected_outcomes  # noqa: E402
 
