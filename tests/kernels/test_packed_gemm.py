@@ -147,6 +147,11 @@ def test_fused_dense_bias_on_another_axis_uses_the_generic_kernel():
     ((2, 4, 9, 47), (8, 4, 3, 3), {"strides": [2, 3], "padding": [1, 2, 0, 1],
                                    "dilation": [1, 2]}),
     ((1, 2, 6, 60), (5, 2, 2, 5), {"strides": [1, 4], "padding": [0, 3]}),
+    # stride 2: rows split into even and odd columns 32 at a time, then one by one; left
+    # padding of every parity
+    ((1, 3, 5, 33), (4, 3, 3, 3), {"strides": [2, 2]}),
+    ((1, 2, 4, 64), (4, 2, 3, 3), {"strides": [2, 2], "padding": [1, 2, 1, 2]}),
+    ((1, 2, 3, 70), (4, 2, 3, 5), {"strides": [2, 2], "padding": [0, 3, 0, 1]}),
     # pointwise: the input read where it is, in place (32 columns) and packed (7 columns)
     ((2, 8, 4, 32), (6, 8, 1, 1), {}),
     ((2, 8, 4, 7), (6, 4, 1, 1), {"groups": 2}),
