@@ -21,6 +21,7 @@ from .dimprog import DimError, compile_program
 from .executable import Executable, OutputSig, VMFunction
 from .handlers import ALIGNMENT, CALL, HANDLERS, RET
 from .kernels import Constants, resolve_kernels
+from . import replay
 from .opcodes import Opcode
 from .signature import EntryPoint
 
@@ -127,6 +128,8 @@ class VirtualMachine:
         #: id(pooled buffer) -> {AllocTensor pc: (offset, shape, view)}: views made once.
         self.pooled_views: dict[int, dict[int, tuple]] = {}
         self._pooled = 0
+        #: Counts pooled-storage changes; a replay made before the last one is not used.
+        self.storage_epoch = 0
         self._inputs: dict[str, list] = {}
         self._entries: dict[str, EntryPoint] = {}
         self._next_outputs: dict[str, tuple] = {}
@@ -181,6 +184,7 @@ class VirtualMachine:
         self.stats.allocations += 1
         self.stats.allocated_bytes += nbytes
         if key is not None:
+            self.storage_epoch += 1  # replays holding views of pooled buffers are stale
             old = self._cache.get(key)
             self._pooled += nbytes - (old.nbytes if old is not None else 0)
             if old is not None:
@@ -214,6 +218,10 @@ class VirtualMachine:
             ep = self._entries[func] = EntryPoint(fn, self.exe.function_index[func])
             ep.steps = self.steps(ep.index)
             ep.leaf = not any(ins[0] in _CALLS for ins in fn.instructions)
+            ep.live = replay.live_pcs(fn, self.exe.dim_programs) if ep.leaf else None
+            if ep.live is not None:
+                ep.keep = replay.same_registers(fn, ep.live)
+                ep.live_steps = tuple((pc, ep.steps[pc]) for pc in ep.live)
         return ep
 
     # --- inputs --------------------------------------------------------------------------------
@@ -305,21 +313,56 @@ class VirtualMachine:
         index = ep.index
         frame = Frame(ep.fn, index, ep.steps, inputs + ep.spare_regs, -1,
                       self._active[index] == 0, None if outs is None else ep.bound_map(outs))
-        if ep.fn.prologue:
-            self._run_prologue(frame)
-        if outs is not None:
-            # Bound output shapes are checked once the entry dims are known, before any kernel.
-            ep.check_output_shapes(frame.dims, outs)
-        if self.trace:
-            result = self._loop_observed(frame, self._trace_step)
-        elif ep.leaf:
-            result = self._loop_leaf(frame)
+        if ep.live is not None and not self.trace:
+            result = self._replay(ep, inputs, frame, outs)
         else:
-            result = self._loop(frame)
+            self._start(ep, frame, outs)
+            if self.trace:
+                result = self._loop_observed(frame, self._trace_step)
+            elif ep.leaf:
+                result = self._loop_leaf(frame)
+            else:
+                result = self._loop(frame)
         if outs is not None and (len(outs) != 1 or result is not outs[0]):
             result = self._finish_outputs(ep.fn, result, outs)
         stats.peak_bytes = self._pooled + stats.allocated_bytes
         return result
+
+    def _start(self, ep: EntryPoint, frame: Frame, outs: tuple | None) -> None:
+        """The entry dims (checking the inputs), then the bound output shapes, before any
+        kernel runs."""
+        if ep.fn.prologue:
+            self._run_prologue(frame)
+        if outs is not None:
+            ep.check_output_shapes(frame.dims, outs)
+
+    def _replay(self, ep: EntryPoint, inputs: list, frame: Frame, outs: tuple | None) -> Any:
+        """Run a straight-line entry, replaying its last call with the same input shapes when
+        there is one (see ``replay.py``), else in full, keeping the call for next time."""
+        key = tuple([a.shape for a in inputs])
+        r = ep.replays.get(key)
+        if r is None or r.epoch != self.storage_epoch:
+            self._start(ep, frame, outs)
+            result = self._loop_leaf(frame)
+            if len(ep.replays) >= replay.MAX_REPLAYS:
+                ep.replays.clear()
+            ep.replays[key] = replay.Replay(frame.regs, frame.dims, len(inputs), ep.live,
+                                            ep.keep, self.storage_epoch)
+            return result
+        # The same shapes as the kept call: the prologue's checks passed for them then.
+        frame.regs = inputs + r.regs
+        frame.dims = r.dims
+        if outs is not None:
+            ep.check_output_shapes(r.dims, outs)
+        pc = -1
+        try:
+            for pc, step in ep.live_steps:
+                step(frame)
+        except (RelvmInputError, RelvmFormatError):
+            raise
+        except Exception as e:
+            raise self._runtime_error(frame, pc, e) from None
+        return self.ret_value
 
     def _finish_outputs(self, fn: VMFunction, result: Any, outs: tuple) -> Any:
         leaves = list(_leaves(result))

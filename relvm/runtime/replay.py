@@ -1,0 +1,120 @@
+"""Replays: an entry function without control flow, run again with inputs of the same shapes.
+
+Most instructions of a typical model compute the same thing on every call that has the same
+input shapes: a constant is loaded, dims are computed from shapes, a pooled buffer is fetched,
+a view of it is made, a view is reshaped. Only kernels, fresh allocations (results), views of
+the caller's output arrays and the final ``ret`` do work that changes from call to call.
+
+For a function that qualifies (:func:`live_pcs`), the VM runs the first call with given input
+shapes as usual and keeps its frame's registers and dims as a :class:`Replay`. Later calls with
+the same shapes start from a copy of those registers, put the new inputs in, and run only the
+*live* instructions -- the very same steps the run loop would run, so there is one definition
+of what each opcode does. A replay is dropped when the VM's pooled storage changes
+(``vm.storage_epoch``), since the views it holds would then point at old buffers.
+
+A function qualifies when it is straight-line (only the opcodes in ``_SAME_EVERY_CALL`` and
+``_LIVE``, ending in ``ret``), writes each register once, and its dim programs read shapes
+only (no ``value``/``nonzero``/run-time reshape: those depend on data).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+from .opcodes import BY_NUMBER
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .executable import VMFunction
+
+#: Dim-program tags that read tensor values, not just shapes.
+_READS_VALUES = frozenset({"value", "nonzero", "arange_len", "reshape", "reshape_allowzero"})
+
+#: How many input-shape signatures an entry keeps replays for (a ring of the most recent).
+MAX_REPLAYS = 16
+
+
+def _reads_values(node: Any) -> bool:
+    if isinstance(node, tuple):
+        if node and isinstance(node[0], str) and node[0] in _READS_VALUES:
+            return True
+        return any(_reads_values(x) for x in node)
+    return False
+
+
+def live_pcs(fn: VMFunction, programs: Sequence[tuple]) -> tuple[int, ...] | None:
+    """The pcs a replay of ``fn`` must run on every call, or None when ``fn`` cannot be
+    replayed. ``programs`` are the executable's dim programs (plain data)."""
+    if any(p.is_tuple or not p.tensors for p in fn.params):
+        return None  # replays are keyed by input shapes: tensors only
+    same: set[int] = set()      # registers that hold the same value on every replayed call
+    written: set[int] = set(range(len(fn.params)))  # an input overwritten: not replayed
+    bound = {pc for o in fn.outputs for pc in o.alloc_pcs}
+    live: list[int] = []
+    last = len(fn.instructions) - 1
+    for pc, ins in enumerate(fn.instructions):
+        op = BY_NUMBER[ins[0]].name
+        dst = None
+        if op in ("LoadConst", "LoadConsti"):
+            dst = ins[1]
+            same.add(dst)
+        elif op == "ComputeDims":
+            if not 0 <= ins[1] < len(programs) or _reads_values(programs[ins[1]]):
+                return None
+        elif op == "AllocStorage":
+            dst = ins[1]
+            if ins[4]:  # reusable: the VM's pooled buffer for this site
+                same.add(dst)
+            else:
+                live.append(pc)
+        elif op == "AllocTensor":
+            dst = ins[1]
+            if ins[2] >= 0 and ins[2] in same and pc not in bound:
+                same.add(dst)
+            else:  # a fresh result, a view of fresh storage, or the caller's output array
+                live.append(pc)
+        elif op in ("ReshapeTensor", "Move"):
+            dst, src = (ins[1], ins[2]) if op == "ReshapeTensor" else (ins[2], ins[1])
+            if src in same:
+                same.add(dst)
+            else:
+                live.append(pc)
+        elif op == "InvokePacked":
+            live.append(pc)
+        elif op == "Ret" and pc == last:
+            live.append(pc)
+        else:
+            return None  # control flow, calls, closures, ADTs, data-dependent shapes
+        if dst is not None:
+            if dst in written:
+                return None  # a register reused: the registers at the end are not its values
+            written.add(dst)
+    return tuple(live)
+
+
+class Replay:
+    """The registers and dims of one finished call, and the steps to run on the next."""
+
+    __slots__ = ("regs", "dims", "live", "epoch")
+
+    def __init__(self, regs: list, dims: list, n_inputs: int, live: tuple[int, ...],
+                 same: Sequence[bool], epoch: int):
+        #: Registers as the next call starts them: values that stay, None for the rest.
+        self.regs = [r if keep else None for r, keep in zip(regs, same)]
+        del self.regs[:n_inputs]
+        self.dims = list(dims)
+        self.live = live
+        self.epoch = epoch
+
+
+def same_registers(fn: VMFunction, live: tuple[int, ...]) -> list[bool]:
+    """For each register, whether a replay keeps its value (written by an instruction that is
+    not live); inputs and live results are refilled on every call."""
+    keep = [False] * fn.num_regs
+    live_set = set(live)
+    for pc, ins in enumerate(fn.instructions):
+        op = BY_NUMBER[ins[0]].name
+        if pc in live_set or op in ("ComputeDims", "InvokePacked", "Ret"):
+            continue
+        dst = ins[2] if op == "Move" else ins[1]
+        keep[dst] = True
+    return keep

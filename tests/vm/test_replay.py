@@ -1,0 +1,149 @@
+"""Replays (runtime/replay.py): a straight-line entry called again with inputs of the same shapes
+runs only its kernels, fresh allocations, output views and ret -- with every result, check,
+error and statistic the full run gives."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import relvm
+from relvm import RelvmInputError, RelvmRuntimeError, examples
+from relvm.runtime import replay
+from relvm.runtime.opcodes import BY_NAME
+
+MLP = "mlp"
+CONVNET = "convnet"
+
+
+def _vm(name: str) -> relvm.VirtualMachine:
+    exe = relvm.build(relvm.parse(examples.text(name)), params=examples.params(name))
+    return relvm.VirtualMachine(exe)
+
+
+def _numpy_mlp(x: np.ndarray) -> np.ndarray:
+    p = examples.params(MLP)
+    h = np.maximum(x @ p["w1"].T + p["b1"], 0)
+    h = np.maximum(h @ p["w2"].T + p["b2"], 0)
+    z = h @ p["w3"].T + p["b3"]
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def test_reference_models_replay_all_but_kernels_allocations_and_ret() -> None:
+    for name in (MLP, CONVNET):
+        vm = _vm(name)
+        fn = vm.exe.function("main")
+        live = replay.live_pcs(fn, vm.exe.dim_programs)
+        ops = [fn.instructions[pc][0] for pc in live]
+        assert ops[-1] == BY_NAME["Ret"].number
+        assert set(ops) == {BY_NAME[o].number for o in ("InvokePacked", "AllocTensor", "Ret")}
+        # only the result's allocation stays live: pooled views are kept
+        assert ops.count(BY_NAME["AllocTensor"].number) == 1
+
+
+def test_replayed_calls_read_new_input_values_and_write_new_output_arrays() -> None:
+    vm = _vm(MLP)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 784)).astype(np.float32)
+    for call in range(4):
+        out = np.full((3, 10), np.nan, np.float32)  # a different output array each call
+        got = vm.invoke_with_outputs("main", [x], [out])
+        assert got is out
+        np.testing.assert_allclose(out, _numpy_mlp(x), rtol=1e-4, atol=1e-6)
+        # the first call makes the two pooled buffers; replays allocate nothing
+        assert vm.stats.allocations == (2 if call == 0 else 0)
+        assert vm.stats.output_copies == 0
+        x *= -0.5  # in place: the same array object, new values
+    assert len(vm._entry("main").replays) == 1
+
+
+def test_replay_without_bound_outputs_returns_a_fresh_result_each_call() -> None:
+    vm = _vm(MLP)
+    x = np.ones((2, 784), np.float32)
+    first = vm.invoke("main", x)
+    second = vm.invoke("main", x)
+    assert first is not second and not np.shares_memory(first, second)
+    np.testing.assert_array_equal(first, second)
+    assert vm.stats.allocations == 1  # the result, as in the full run
+
+
+def test_shapes_taking_turns_each_get_a_replay_and_growth_retires_old_ones() -> None:
+    vm = _vm(CONVNET)
+    rng = np.random.default_rng(1)
+    for n in (1, 4, 1, 16, 4, 1, 16):
+        x = rng.standard_normal((n, 3, 32, 32)).astype(np.float32)
+        out = np.empty((n, 10), np.float32)
+        vm.invoke_with_outputs("main", [x], [out])
+        # a fresh VM has no replay: its full run is the reference
+        want = relvm.VirtualMachine(vm.exe).invoke("main", x)
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+    ep = vm._entry("main")
+    assert set(ep.replays) == {((1, 3, 32, 32),), ((4, 3, 32, 32),), ((16, 3, 32, 32),)}
+    # the storage grew for n = 16: the replays of 1 and 4 were made again after it
+    assert all(r.epoch == vm.storage_epoch for r in ep.replays.values())
+
+
+def test_replayed_call_checks_the_output_array_shape() -> None:
+    vm = _vm(MLP)
+    x = np.zeros((2, 784), np.float32)
+    vm.invoke_with_outputs("main", [x], [np.empty((2, 10), np.float32)])
+    vm.invoke_with_outputs("main", [x], [np.empty((2, 10), np.float32)])
+    with pytest.raises(RelvmInputError, match=r"output 0: expected shape \(2, 10\)"):
+        vm.invoke_with_outputs("main", [x], [np.empty((3, 10), np.float32)])
+    with pytest.raises(RelvmInputError, match=r"input %x: expected dtype float32"):
+        vm.invoke_with_outputs("main", [x.astype(np.float64)], [np.empty((2, 10), np.float32)])
+
+
+def test_kernel_error_in_a_replayed_call_names_the_function_and_instruction() -> None:
+    text = """def @main(%x: Tensor[(n, 4), float32], %i: Tensor[(2), int64]) {
+      %0 = multiply(%x, 2f);
+      take(%0, %i, axis=1, mode="fast")
+    }"""
+    vm = relvm.VirtualMachine(relvm.build(relvm.parse(text)))
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    for _ in range(2):
+        np.testing.assert_array_equal(vm.invoke("main", x, np.array([3, 0])), x[:, [3, 0]] * 2)
+    assert vm._entry("main").live is not None
+    with pytest.raises(RelvmRuntimeError,
+                       match=r"@main pc \d+: invoke_packed take.*index 9 is out of range"):
+        vm.invoke("main", x, np.array([9, 0]))
+    np.testing.assert_array_equal(vm.invoke("main", x, np.array([1, 2])), x[:, [1, 2]] * 2)
+
+
+def test_functions_with_control_flow_or_data_dependent_shapes_are_not_replayed() -> None:
+    texts = [
+        """def @main(%x: Tensor[(4), float32], %c: bool) {
+          if (%c) { add(%x, 1f) } else { subtract(%x, 1f) }
+        }""",
+        "def @main(%x: Tensor[(n), int32]) { argwhere(%x) }",
+    ]
+    for text in texts:
+        vm = relvm.VirtualMachine(relvm.build(relvm.parse(text)))
+        assert vm._entry("main").live is None
+    vm = relvm.VirtualMachine(relvm.build(relvm.parse(texts[1])))
+    for x in ([0, 3, 0, 5], [1, 1, 0, 0], [0, 0, 0, 0]):  # same shape, different results
+        a = np.array(x, np.int32)
+        np.testing.assert_array_equal(vm.invoke("main", a), np.argwhere(a))
+
+
+def _fake(instructions, n_params=1, outputs=()):
+    params = tuple(SimpleNamespace(is_tuple=False, tensors=(1,)) for _ in range(n_params))
+    return SimpleNamespace(params=params, outputs=outputs, instructions=instructions,
+                           num_regs=8)
+
+
+def test_live_pcs_refuses_reused_registers_and_overwritten_inputs() -> None:
+    op = {name: BY_NAME[name].number for name in ("LoadConst", "Move", "Ret", "AllocStorage")}
+    ok = [(op["LoadConst"], 1, 0), (op["Move"], 1, 2), (op["Ret"], 2)]
+    assert replay.live_pcs(_fake(ok), []) == (2,)
+    reused = [(op["LoadConst"], 1, 0), (op["LoadConst"], 1, 1), (op["Ret"], 1)]
+    assert replay.live_pcs(_fake(reused), []) is None
+    overwritten = [(op["LoadConst"], 0, 0), (op["Ret"], 0)]
+    assert replay.live_pcs(_fake(overwritten), []) is None
+    ret_not_last = [(op["Ret"], 0), (op["LoadConst"], 1, 0)]
+    assert replay.live_pcs(_fake(ret_not_last), []) is None
+    fresh_storage = [(op["AllocStorage"], 1, 64, 64, 0), (op["Ret"], 0)]
+    assert replay.live_pcs(_fake(fresh_storage), []) == (0, 1)
