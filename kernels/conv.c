@@ -185,6 +185,7 @@ struct conv_pgemm {
     struct padded_image padded; /* geometry only */
     int64_t panels, k;
     int pointwise;  /* 1x1, stride 1, no padding: the input is read as it is */
+    float *sums;    /* the mean's partial sums, ocg per task (image, group, panel); or NULL */
     uint64_t call; /* tells this call's padded images from an earlier call's */
     _Atomic int failed; /* a thread could not get its scratch */
 };
@@ -228,13 +229,20 @@ static void conv_pgemm_tasks(void *ctx, int64_t begin, int64_t end) {
         const int64_t p0 = q * PG_PANEL, npix = relvm_min64(PG_PANEL, plane - p0);
         const float *wg = j->w + g * ocg * j->k;
         float *yg = j->y + (n * s->oc + g * ocg) * plane + p0;
+        struct pg_epilogue e = j->e; /* the group's rows: bias and sums from its first row */
+        if (e.row_bias) e.row_bias += g * ocg;
+        if (j->sums) {
+            e.row_sums = j->sums + t * ocg;
+            memset(e.row_sums, 0, (size_t)ocg * sizeof(float));
+            yg = NULL; /* nothing is stored */
+        }
         if (j->ifn) { /* whole vectors along output rows: read the padded image in place */
             const float *bases[PG_PANEL];
             for (int64_t v = 0; v * j->width < PG_PANEL; ++v) {
                 const int64_t p = p0 + relvm_min64(v * j->width, npix - j->width);
                 bases[v] = padded.data + p / s->ow * s->sh * padded.rs + p % s->ow;
             }
-            j->ifn(ocg, j->k, wg, j->k, bases, j->off, yg, plane, npix, &j->e, g * ocg, 0);
+            j->ifn(ocg, j->k, wg, j->k, bases, j->off, yg, plane, npix, &e, 0, 0);
             continue;
         }
         struct pixel_runs runs;
@@ -243,28 +251,47 @@ static void conv_pgemm_tasks(void *ctx, int64_t begin, int64_t end) {
         for (int64_t r = 0; r < runs.count; ++r)
             run_base[r] = runs.oy[r] * s->sh * padded.rs + runs.ox[r];
         pack_panel(padded.data, j->k, j->off, run_base, &runs, panel);
-        j->fn(ocg, j->k, wg, j->k, panel, yg, plane, npix, &j->e, g * ocg, 0);
+        j->fn(ocg, j->k, wg, j->k, panel, yg, plane, npix, &e, 0, 0);
     }
 }
 
+/* y = epilogue(conv(x, w)), or with `mean`, y (n x oc) = the mean of that over each output
+ * plane: each task sums its panel's pixels per channel (nothing else is stored), then the
+ * partial sums are added up here. */
 static int conv_pgemm(const struct relvm_conv2d_shape *s, const float *x, const float *w,
-                      float *y, const float *bias, int relu) {
+                      float *y, const float *bias, int relu, int mean) {
     const int64_t plane = s->oh * s->ow, ocg = s->oc / s->groups;
     const int64_t icg = s->c / s->groups, k = icg * s->kh * s->kw;
     int width;
     pg_ipanel_fn *ifn = relvm_pgemm_ipanel_kernel(&width);
-    struct conv_pgemm j = {s, x, w, y, {bias, NULL, relu}, relvm_pgemm_panel_kernel(),
+    struct conv_pgemm j = {s, x, w, y, {bias, NULL, relu, NULL}, relvm_pgemm_panel_kernel(),
                            s->ow % width == 0 ? ifn : NULL, width, NULL, padded_geometry(s),
-                           (plane + PG_PANEL - 1) / PG_PANEL, k, is_pointwise(s),
+                           (plane + PG_PANEL - 1) / PG_PANEL, k, is_pointwise(s), NULL,
                            atomic_fetch_add(&conv_calls, 1) + 1, 0};
+    const int64_t tasks = s->n * s->groups * j.panels;
     int64_t *off = malloc((size_t)relvm_max64(1, k) * sizeof(int64_t));
-    if (!off) return RELVM_NO_MEMORY;
+    float *sums = mean ? malloc((size_t)relvm_max64(1, tasks * ocg) * sizeof(float)) : NULL;
+    if (!off || (mean && !sums)) {
+        free(off);
+        free(sums);
+        return RELVM_NO_MEMORY;
+    }
     unrolled_offsets(s, j.padded, icg, off);
     j.off = off;
+    j.sums = sums;
     const int64_t fmas = relvm_max64(1, ocg * PG_PANEL * relvm_max64(1, k));
-    relvm_parallel_for(s->n * s->groups * j.panels, relvm_max64(1, PG_GRAIN_FMAS / fmas),
-                       conv_pgemm_tasks, &j);
+    relvm_parallel_for(tasks, relvm_max64(1, PG_GRAIN_FMAS / fmas), conv_pgemm_tasks, &j);
+    if (mean && !j.failed) {
+        for (int64_t image = 0; image < s->n * s->groups; ++image)
+            for (int64_t r = 0; r < ocg; ++r) {
+                float total = 0.0f;
+                for (int64_t q = 0; q < j.panels; ++q)
+                    total += sums[(image * j.panels + q) * ocg + r];
+                y[image * ocg + r] = total / (float)plane;
+            }
+    }
     free(off);
+    free(sums);
     return j.failed ? RELVM_NO_MEMORY : RELVM_OK;
 }
 
@@ -467,7 +494,20 @@ RELVM_EXPORT int relvm_conv2d(int dtype, const struct relvm_conv2d_shape *s, con
         if (status == RELVM_OK) epilogue_planes(s, y, bias, relu);
         return status;
     }
-    return conv_pgemm(s, x, w, y, bias, relu);
+    return conv_pgemm(s, x, w, y, bias, relu, 0);
+}
+
+RELVM_EXPORT int relvm_conv2d_mean(int dtype, const struct relvm_conv2d_shape *s, const void *x,
+                                   const void *w, void *y, const void *bias, int relu) {
+    /* The GEMM path only: depthwise convs and convs of no input channels are the caller's. */
+    if (dtype != RELVM_FLOAT32 || !valid_shape(s) || s->c == 0 || s->c == s->groups)
+        return RELVM_UNSUPPORTED;
+    if (s->n * s->oc == 0) return RELVM_OK;
+    if (s->oh * s->ow == 0) { /* the mean of nothing */
+        for (int64_t i = 0; i < s->n * s->oc; ++i) ((float *)y)[i] = __builtin_nanf("");
+        return RELVM_OK;
+    }
+    return conv_pgemm(s, x, w, y, bias, relu, 1);
 }
 
 RELVM_EXPORT int relvm_conv2d_transpose(int dtype, const struct relvm_conv2d_shape *s,

@@ -17,6 +17,12 @@ struct relvm_conv2d_shape {
 int relvm_conv2d(int dtype, const struct relvm_conv2d_shape *s, const void *x, const void *w,
                  void *y, const void *bias, int relu);
 
+/* The same conv with its epilogue, then global_avg_pool2d: y (n, oc) is the mean over each
+ * output plane, and the full output is never stored. Float32 convs on the GEMM path only:
+ * RELVM_UNSUPPORTED for depthwise convs and convs without input channels. */
+int relvm_conv2d_mean(int dtype, const struct relvm_conv2d_shape *s, const void *x,
+                      const void *w, void *y, const void *bias, int relu);
+
 /* y = conv2d_transpose(x, w) for float32, with w in IOHW layout (c, oc / groups, kh, kw) and
  * the same geometry struct: c/h/w describe the data, oc/oh/ow the output, pt/pl the crop at the
  * top/left. sgemm gives every input pixel's contribution through every tap (W^T x), then col2im

@@ -142,7 +142,7 @@ RELVM_EXPORT int relvm_pgemm(int64_t m, int64_t n, int64_t k, const void *a, int
     if (m < 0 || n < 0 || k < 0 || lda < 0 || ldc < 0) return RELVM_UNSUPPORTED;
     if (m == 0 || n == 0) return RELVM_OK;
     struct pg_job j = {relvm_pgemm_panel_kernel(), m, n, k, lda, ldc, 1, m, a, packed, c,
-                       {bias_per_row ? bias : NULL, bias_per_row ? NULL : bias, relu}};
+                       {bias_per_row ? bias : NULL, bias_per_row ? NULL : bias, relu, NULL}};
     /* Panels are the natural tasks (each streams its slice of B once); with fewer panels than
      * two per thread, rows are split too, in chunks of at least 12 rows (an AVX-512 tile). */
     const int64_t panels = (n + PG_PANEL - 1) / PG_PANEL, threads = relvm_threads_get();

@@ -15,6 +15,10 @@ struct pg_epilogue {
     const float *row_bias; /* one per row of C (indexed by absolute row), or NULL */
     const float *col_bias; /* one per column of C, or NULL; never both */
     int relu;
+    /* With row_sums, C is not stored (pass NULL for it): each row's sum over the tile's
+     * columns is added to row_sums[row] (indexed by absolute row), for a mean taken over a
+     * conv's output pixels. */
+    float *row_sums;
 };
 
 /* C rows [0, m) x `cols` (<= PG_PANEL) columns = epilogue(A x panel), where the panel is k x

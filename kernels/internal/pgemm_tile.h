@@ -103,6 +103,14 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
             v0 = (vec)((mask)v0 & ~(v0 < 0));
             v1 = (vec)((mask)v1 & ~(v1 < 0));
         }
+        if (e->row_sums) { /* c is NULL: sum the row instead */
+            float tmp[PG_TW], sum = 0.0f;
+            *(uvec *)tmp = v0;
+            *(uvec *)(tmp + PG_VW) = v1;
+            for (int64_t j = 0; j < (whole ? PG_TW : cols); ++j) sum += tmp[j];
+            e->row_sums[row0 + r] += sum;
+            continue;
+        }
         float *cr = c + r * ldc + col;
         if (whole) {
             *(uvec *)cr = v0;
@@ -125,7 +133,7 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
     for (int64_t blk = 0; blk < blocks; ++blk) {                                               \
         const int rows = (int)((m - r + (blocks - blk) - 1) / (blocks - blk));                 \
         const float *ab = a + r * lda;                                                         \
-        float *cb = c + r * ldc;                                                               \
+        float *cb = c ? c + r * ldc : NULL; /* NULL: row sums, see pg_epilogue */              \
         for (int64_t col = 0; col < cols; col += PG_TW) {                                      \
             const int64_t left = cols - col;                                                   \
             const float *b0 = INDIRECT ? bases[col / PG_VW] : NULL;                            \

@@ -5,7 +5,9 @@ elementwise op -- and grows along its single-use consumers that are elementwise 
 ops producing the same shape (``bias_add``, ``relu``, a residual ``add``, ``clip``, ``sigmoid``,
 ``multiply``, ``cast``, ...). Other operands of those consumers (a bias, a residual) become
 inputs of the group. Groups never cross a function boundary (a closure body is its own region).
-A group of one op is left alone. Each group becomes one call of a :class:`FusedOp`.
+A conv's group may end in ``nn.global_avg_pool2d`` (its single consumer): the C kernel then
+averages each output plane as it is computed and never stores the conv's output. A group of
+one op is left alone. Each group becomes one call of a :class:`FusedOp`.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from .rewrite import Rewriter, rewrite_module
 
 _ANCHORS = (OUT_FUSABLE, ELEMWISE, BROADCAST)
 _EPILOGUES = (ELEMWISE, BROADCAST)
+_MEAN_TAILS = ("nn.global_avg_pool2d",)
+_MEAN_ANCHORS = ("nn.conv2d",)
 
 
 def _same_shape(a: TensorType, b: TensorType) -> bool:
@@ -54,6 +58,20 @@ def find_groups(module: Module) -> dict[int, list[Call]]:
                     group.append(n)
                     group_of[id(n)] = group
                     break
+    # A global average pool ends its conv's group (pools are opaque, so nothing follows).
+    for fn in module.functions.values():
+        for n in post_order(fn.body, into_functions=True):
+            if not (isinstance(n, Call) and isinstance(n.op, Op)
+                    and n.op.name in _MEAN_TAILS and isinstance(n.checked_type, TensorType)):
+                continue
+            a = n.args[0]
+            if uses.get(id(a), 0) != 1 or region.get(id(a)) != region.get(id(n)):
+                continue
+            group = group_of.get(id(a)) or ([a] if _is_op_call(a, (OUT_FUSABLE,)) else None)
+            if group is None or group[0].op.name not in _MEAN_ANCHORS:
+                continue
+            group_of.pop(id(a), None)
+            group_of[id(n)] = group + [n]
     return group_of
 
 

@@ -175,6 +175,50 @@ def test_fused_conv_bias_relu_is_one_call(data, weight, attrs, relu):
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("data,weight,attrs", [
+    ((2, 16, 32, 32), (32, 16, 3, 3), {"padding": [1, 1], "strides": [2, 2]}),  # in place
+    ((3, 3, 11, 13), (8, 3, 3, 3), {"padding": [1, 1]}),  # packed panels, ragged last panel
+    ((2, 6, 9, 11), (6, 2, 3, 2), {"groups": 3, "padding": [1, 2, 0, 1], "strides": [2, 3]}),
+    ((2, 8, 4, 32), (6, 8, 1, 1), {}),  # pointwise, read where it is
+    ((1, 3, 40, 40), (40, 3, 3, 3), {"padding": [1, 1]}),  # rows in more than one block
+    ((2, 8, 10, 10), (8, 1, 3, 3), {"groups": 8, "padding": [1, 1]}),  # depthwise: chained
+], ids=str)
+@pytest.mark.parametrize("relu", [False, True])
+def test_fused_conv_bias_relu_mean_never_stores_the_conv(data, weight, attrs, relu):
+    """conv -> bias_add -> [relu] -> global_avg_pool2d as one call: each output plane averaged
+    as its panels are computed."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(data).astype(np.float32)
+    w = rng.standard_normal(weight).astype(np.float32)
+    b = rng.standard_normal(weight[0]).astype(np.float32)
+    entry = _fused_entry("nn.conv2d", dict(attrs, channels=weight[0],
+                                           kernel_size=list(weight[2:])), 1, relu, 3)
+    steps = entry.attrs["steps"] + [{"op": "nn.global_avg_pool2d", "attrs": {},
+                                     "args": [["step", len(entry.attrs["steps"]) - 1]]}]
+    entry = KernelEntry("fused_mean", "fused", {"steps": steps}, entry.inputs, entry.outputs)
+    assert packed.match(steps).mean and packed.supports(entry)
+    out, want = _run_fused(entry, [x, w, b], (data[0], weight[0], 1, 1))
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-5)
+
+
+def test_conv_mean_of_empty_planes_is_nan_and_dense_takes_no_mean():
+    ffi, lib = load()
+    shape = ffi.new("struct relvm_conv2d_shape *", dict(
+        n=2, c=3, h=0, w=4, oc=5, kh=1, kw=1, oh=0, ow=4, sh=1, sw=1, pt=0, pl=0, dh=1, dw=1,
+        groups=1))
+    y = np.zeros((2, 5), np.float32)
+    x, w = np.zeros(1, np.float32), np.ones((5, 3), np.float32)
+    assert lib.relvm_conv2d_mean(0, shape, ffi.from_buffer(x), ffi.from_buffer(w),
+                                 ffi.from_buffer(y), ffi.NULL, 0) == 0
+    assert np.isnan(y).all()
+    shape.groups = 3  # depthwise: not this function's
+    assert lib.relvm_conv2d_mean(0, shape, ffi.from_buffer(x), ffi.from_buffer(w),
+                                 ffi.from_buffer(y), ffi.NULL, 0) == -1
+    dense_mean = [{"op": "nn.dense", "attrs": {}, "args": [["in", 0], ["in", 1]]},
+                  {"op": "nn.global_avg_pool2d", "attrs": {}, "args": [["step", 0]]}]
+    assert packed.match(dense_mean) is None
+
+
 # --- packed weights: kept for constants only ---------------------------------------------------
 
 def test_weights_packed_once_for_constants_and_never_kept_otherwise():

@@ -77,6 +77,41 @@ def test_reductions_and_softmax_stay_separate() -> None:
     assert kernels_of(exe) == ["exp", "nn.softmax", "sum", "nn.relu"]
 
 
+CONV_MEAN = """def @main(%x: Tensor[(n, 4, 9, 9), float32], %w: Tensor[(6, {icg}, 3, 3), float32],
+          %b: Tensor[(6), float32]) {{
+  %0 = nn.conv2d(%x, %w, strides=[2, 2], padding=[1, 1], groups={groups}, channels=6,
+                 kernel_size=[3, 3]);
+  %1 = nn.bias_add(%0, %b);
+  %2 = nn.relu(%1);
+  {tail}
+}}"""
+
+
+@pytest.mark.parametrize("groups", [1, 2])
+@pytest.mark.parametrize("backend", ["c", "numpy"])
+def test_global_avg_pool_ends_its_convs_group(groups, backend) -> None:
+    """The conv's output is averaged as it is computed; fused == unfused, for every n."""
+    text = CONV_MEAN.format(icg=4 // groups, groups=groups, tail="nn.global_avg_pool2d(%2)")
+    exe = build(text, backend=backend)
+    assert kernels_of(exe) == ["fused_conv2d_bias_add_relu_global_avg_pool2d"]
+    ref = relvm.VirtualMachine(build(text, fuse=False, backend=backend))
+    vm = relvm.VirtualMachine(exe)
+    w, b = rand(6, 4 // groups, 3, 3, seed=1), rand(6, seed=2)
+    for n in (1, 3, 0):
+        x = rand(n, 4, 9, 9, seed=n)
+        got = vm.invoke("main", x, w, b)
+        assert got.shape == (n, 6, 1, 1)
+        np.testing.assert_allclose(got, ref.invoke("main", x, w, b), rtol=1e-5, atol=1e-6)
+
+
+def test_a_pool_of_a_conv_output_used_elsewhere_is_not_fused() -> None:
+    tail = "(nn.global_avg_pool2d(%2), %2)"
+    exe = build(CONV_MEAN.format(icg=4, groups=1, tail=tail))
+    assert kernels_of(exe) == ["fused_conv2d_bias_add_relu", "nn.global_avg_pool2d"]
+    max_pool = build(CONV_MEAN.format(icg=4, groups=1, tail="nn.global_max_pool2d(%2)"))
+    assert kernels_of(max_pool) == ["fused_conv2d_bias_add_relu", "nn.global_max_pool2d"]
+
+
 def test_no_fusion_across_a_closure_boundary() -> None:
     exe = build("""def @main(%x: Tensor[(n), float32]) {
       let %y = exp(%x);

@@ -27,16 +27,19 @@ ANCHORS = ("nn.dense", "nn.conv2d")
 @dataclass(frozen=True)
 class Epilogue:
     """What a fused entry does after its product: add input ``bias`` (if not None) along
-    ``axis``, then relu."""
+    ``axis``, then relu, then (a conv only, with ``mean``) average each output plane, as
+    ``nn.global_avg_pool2d`` does."""
 
     bias: int | None
     axis: int
     relu: bool
+    mean: bool = False
 
 
 def match(steps: Sequence[dict]) -> Epilogue | None:
     """The epilogue of fused ``steps`` (as in ``FusedOp.steps_json()``), when they are exactly
-    ``anchor(in a, in b) -> [nn.bias_add(step, in c)] -> [nn.relu(step)]``; else None."""
+    ``anchor(in a, in b) -> [nn.bias_add(step, in c)] -> [nn.relu(step)]``, and for a conv
+    ``-> [nn.global_avg_pool2d(step)]``; else None."""
     if not steps or steps[0]["op"] not in ANCHORS:
         return None
     if [list(a) for a in steps[0]["args"]] != [["in", 0], ["in", 1]]:
@@ -52,7 +55,13 @@ def match(steps: Sequence[dict]) -> Epilogue | None:
         if [list(a) for a in steps[at]["args"]] != [["step", at - 1]]:
             return None
         relu, at = True, at + 1
-    return Epilogue(bias, axis, relu) if at == len(steps) else None
+    mean = False
+    if (at < len(steps) and steps[at]["op"] == "nn.global_avg_pool2d"
+            and steps[0]["op"] == "nn.conv2d"):
+        if [list(a) for a in steps[at]["args"]] != [["step", at - 1]]:
+            return None
+        mean, at = True, at + 1
+    return Epilogue(bias, axis, relu, mean) if at == len(steps) else None
 
 
 def _aligned(count: int) -> np.ndarray:
@@ -143,16 +152,21 @@ def make_dense(entry, constants, epilogue: Epilogue | None = None,
 
 def make_conv2d(entry, epilogue: Epilogue | None = None,
                 fallback: Callable[[], Callable] | None = None) -> Callable:
-    """``kernel(x, w, [bias], out)``: nn.conv2d (plus ``epilogue``) in one C call."""
+    """``kernel(x, w, [bias], out)``: nn.conv2d (plus ``epilogue``) in one C call. With a mean
+    (global average pool), the conv's output is never stored: ``out`` is (n, oc, 1, 1)."""
     ffi, lib = library()
     attrs = attrs_of(entry)
-    conv, ptr, null = lib.relvm_conv2d, ffi.from_buffer, ffi.NULL
+    mean = bool(epilogue and epilogue.mean)
+    conv = lib.relvm_conv2d_mean if mean else lib.relvm_conv2d
+    ptr, null = ffi.from_buffer, ffi.NULL
     relu = int(bool(epilogue and epilogue.relu))
 
     def plan_for(x, w, out, b):
-        plan = linalg._conv_plan(ffi, attrs, x, w, out)
+        plan = linalg._conv_plan(ffi, attrs, x, w, out, mean)
         if b is not None and (b != (out[1],) or epilogue.axis % 4 != 1):
             return None
+        if mean and (plan.c == 0 or plan.c == plan.groups):
+            return None  # the mean runs on the GEMM path only: depthwise convs chain
         return plan
 
     def call(plan, x, w, out, b):  # dtype 0: float32, the only one this path takes
