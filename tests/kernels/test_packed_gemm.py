@@ -138,6 +138,15 @@ def test_fused_dense_bias_on_another_axis_uses_the_generic_kernel():
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
 
 
+def _conv_case(data, weight, attrs, relu, seed):
+    """Random data, weight and bias, and the fused conv -> bias_add -> [relu] entry."""
+    rng = np.random.default_rng(seed)
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in (data, weight, weight[:1])]
+    entry = _fused_entry("nn.conv2d", dict(attrs, channels=weight[0],
+                                           kernel_size=list(weight[2:])), 1, relu, 3)
+    return arrays, entry
+
+
 @pytest.mark.parametrize("data,weight,attrs", [
     ((1, 3, 32, 32), (16, 3, 3, 3), {"padding": [1, 1]}),
     ((2, 16, 32, 32), (32, 16, 3, 3), {"padding": [1, 1], "strides": [2, 2]}),
@@ -160,18 +169,13 @@ def test_fused_dense_bias_on_another_axis_uses_the_generic_kernel():
 ], ids=str)
 @pytest.mark.parametrize("relu", [False, True])
 def test_fused_conv_bias_relu_is_one_call(data, weight, attrs, relu):
-    rng = np.random.default_rng(11)
-    x = rng.standard_normal(data).astype(np.float32)
-    w = rng.standard_normal(weight).astype(np.float32)
-    b = rng.standard_normal(weight[0]).astype(np.float32)
-    entry = _fused_entry("nn.conv2d", dict(attrs, channels=weight[0],
-                                           kernel_size=list(weight[2:])), 1, relu, 3)
+    arrays, entry = _conv_case(data, weight, attrs, relu, 11)
     assert packed.supports(entry)
     op = OPS["nn.conv2d"]
     out_t = op.infer(op.make_attrs(dict(attrs, channels=weight[0],
                                         kernel_size=list(weight[2:]))),
                      TensorType(data, "float32"), TensorType(weight, "float32"))
-    out, want = _run_fused(entry, [x, w, b], tuple(out_t.shape))
+    out, want = _run_fused(entry, arrays, tuple(out_t.shape))
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
 
 
@@ -187,17 +191,12 @@ def test_fused_conv_bias_relu_is_one_call(data, weight, attrs, relu):
 def test_fused_conv_bias_relu_mean_never_stores_the_conv(data, weight, attrs, relu):
     """conv -> bias_add -> [relu] -> global_avg_pool2d as one call: each output plane averaged
     as its panels are computed."""
-    rng = np.random.default_rng(5)
-    x = rng.standard_normal(data).astype(np.float32)
-    w = rng.standard_normal(weight).astype(np.float32)
-    b = rng.standard_normal(weight[0]).astype(np.float32)
-    entry = _fused_entry("nn.conv2d", dict(attrs, channels=weight[0],
-                                           kernel_size=list(weight[2:])), 1, relu, 3)
+    arrays, entry = _conv_case(data, weight, attrs, relu, 5)
     steps = entry.attrs["steps"] + [{"op": "nn.global_avg_pool2d", "attrs": {},
                                      "args": [["step", len(entry.attrs["steps"]) - 1]]}]
     entry = KernelEntry("fused_mean", "fused", {"steps": steps}, entry.inputs, entry.outputs)
     assert packed.match(steps).mean and packed.supports(entry)
-    out, want = _run_fused(entry, [x, w, b], (data[0], weight[0], 1, 1))
+    out, want = _run_fused(entry, arrays, (data[0], weight[0], 1, 1))
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-5)
 
 
