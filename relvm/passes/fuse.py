@@ -46,32 +46,32 @@ def find_groups(module: Module) -> dict[int, list[Call]]:
                 for c in children(n):
                     uses[id(c)] = uses.get(id(c), 0) + 1
     group_of: dict[int, list[Call]] = {}
+
+    def sole_consumer(a: Expr, n: Call) -> bool:
+        """n is a's only use, in the same function body: a's value need not be kept."""
+        return uses.get(id(a), 0) == 1 and region.get(id(a)) == region.get(id(n))
+
     for fn in module.functions.values():
         for n in post_order(fn.body, into_functions=True):
+            if (isinstance(n, Call) and isinstance(n.op, Op) and n.op.name in _MEAN_TAILS
+                    and isinstance(n.checked_type, TensorType)):
+                # A global average pool ends its conv's group (post order: the group is
+                # complete here; pools are opaque, so nothing joins after it).
+                a = n.args[0]
+                group = group_of.get(id(a)) or ([a] if _is_op_call(a, (OUT_FUSABLE,)) else None)
+                if group and group[0].op.name in _MEAN_ANCHORS and sole_consumer(a, n):
+                    group_of.pop(id(a), None)
+                    group_of[id(n)] = group + [n]
+                continue
             if not _is_op_call(n, _EPILOGUES):
                 continue
             for a in n.args:
-                if (_is_op_call(a, _ANCHORS) and uses.get(id(a), 0) == 1
-                        and region.get(id(a)) == region.get(id(n))
+                if (_is_op_call(a, _ANCHORS) and sole_consumer(a, n)
                         and _same_shape(a.checked_type, n.checked_type)):
                     group = group_of.pop(id(a), [a])
                     group.append(n)
                     group_of[id(n)] = group
                     break
-    # A global average pool ends its conv's group (pools are opaque, so nothing follows).
-    for fn in module.functions.values():
-        for n in post_order(fn.body, into_functions=True):
-            if not (isinstance(n, Call) and isinstance(n.op, Op)
-                    and n.op.name in _MEAN_TAILS and isinstance(n.checked_type, TensorType)):
-                continue
-            a = n.args[0]
-            if uses.get(id(a), 0) != 1 or region.get(id(a)) != region.get(id(n)):
-                continue
-            group = group_of.get(id(a)) or ([a] if _is_op_call(a, (OUT_FUSABLE,)) else None)
-            if group is None or group[0].op.name not in _MEAN_ANCHORS:
-                continue
-            group_of.pop(id(a), None)
-            group_of[id(n)] = group + [n]
     return group_of
 
 

@@ -5,16 +5,16 @@ input shapes: a constant is loaded, dims are computed from shapes, a pooled buff
 a view of it is made, a view is reshaped. Only kernels, fresh allocations (results), views of
 the caller's output arrays and the final ``ret`` do work that changes from call to call.
 
-For a function that qualifies (:func:`live_pcs`), the VM runs the first call with given input
+For a function that qualifies (:func:`plan`), the VM runs the first call with given input
 shapes as usual and keeps its frame's registers and dims as a :class:`Replay`. Later calls with
 the same shapes start from a copy of those registers, put the new inputs in, and run only the
 *live* instructions -- the very same steps the run loop would run, so there is one definition
 of what each opcode does. A replay is dropped when the VM's pooled storage changes
 (``vm.storage_epoch``), since the views it holds would then point at old buffers.
 
-A function qualifies when it is straight-line (only the opcodes in ``_SAME_EVERY_CALL`` and
-``_LIVE``, ending in ``ret``), writes each register once, and its dim programs read shapes
-only (no ``value``/``nonzero``/run-time reshape: those depend on data).
+A function qualifies when it is straight-line (constants, dims, allocations, reshapes, moves
+and kernels, ending in ``ret``), takes tensors only, writes each register once, and its dim
+programs read shapes only (no ``value``/``nonzero``/run-time reshape: those depend on data).
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ if TYPE_CHECKING:  # pragma: no cover
 #: Dim-program tags that read tensor values, not just shapes.
 _READS_VALUES = frozenset({"value", "nonzero", "arange_len", "reshape", "reshape_allowzero"})
 
-#: How many input-shape signatures an entry keeps replays for (a ring of the most recent).
+#: How many input-shape signatures an entry keeps replays for; one more and all are dropped
+#: (to be made again by the calls that follow).
 MAX_REPLAYS = 16
 
 
@@ -41,9 +42,11 @@ def _reads_values(node: Any) -> bool:
     return False
 
 
-def live_pcs(fn: VMFunction, programs: Sequence[tuple]) -> tuple[int, ...] | None:
-    """The pcs a replay of ``fn`` must run on every call, or None when ``fn`` cannot be
-    replayed. ``programs`` are the executable's dim programs (plain data)."""
+def plan(fn: VMFunction,
+         programs: Sequence[tuple]) -> tuple[tuple[int, ...], list[bool]] | None:
+    """The pcs a replay of ``fn`` must run on every call, and for each register whether a
+    replay keeps its value (it is written by an instruction that is not live); or None when
+    ``fn`` cannot be replayed. ``programs`` are the executable's dim programs (plain data)."""
     if any(p.is_tuple or not p.tensors for p in fn.params):
         return None  # replays are keyed by input shapes: tensors only
     same: set[int] = set()      # registers that hold the same value on every replayed call
@@ -88,33 +91,16 @@ def live_pcs(fn: VMFunction, programs: Sequence[tuple]) -> tuple[int, ...] | Non
             if dst in written:
                 return None  # a register reused: the registers at the end are not its values
             written.add(dst)
-    return tuple(live)
+    return tuple(live), [r in same for r in range(fn.num_regs)]
 
 
 class Replay:
-    """The registers and dims of one finished call, and the steps to run on the next."""
+    """The registers and dims of one finished call, as the next call with its shapes starts."""
 
-    __slots__ = ("regs", "dims", "live", "epoch")
+    __slots__ = ("regs", "dims", "epoch")
 
-    def __init__(self, regs: list, dims: list, n_inputs: int, live: tuple[int, ...],
-                 same: Sequence[bool], epoch: int):
-        #: Registers as the next call starts them: values that stay, None for the rest.
-        self.regs = [r if keep else None for r, keep in zip(regs, same)]
-        del self.regs[:n_inputs]
+    def __init__(self, regs: list, dims: list, n_inputs: int, keep: Sequence[bool], epoch: int):
+        #: The registers after the inputs: values that stay, None for the rest.
+        self.regs = [r if k else None for r, k in zip(regs[n_inputs:], keep[n_inputs:])]
         self.dims = list(dims)
-        self.live = live
         self.epoch = epoch
-
-
-def same_registers(fn: VMFunction, live: tuple[int, ...]) -> list[bool]:
-    """For each register, whether a replay keeps its value (written by an instruction that is
-    not live); inputs and live results are refilled on every call."""
-    keep = [False] * fn.num_regs
-    live_set = set(live)
-    for pc, ins in enumerate(fn.instructions):
-        op = BY_NUMBER[ins[0]].name
-        if pc in live_set or op in ("ComputeDims", "InvokePacked", "Ret"):
-            continue
-        dst = ins[2] if op == "Move" else ins[1]
-        keep[dst] = True
-    return keep

@@ -47,11 +47,11 @@ class EntryPoint:
         #: The VM's steps for this function, and whether it calls no other (set by the VM).
         self.steps: list = []
         self.leaf = False
-        #: Replays (set by the VM for straight-line entries, see replay.py): the live pcs, the
-        #: registers a replay keeps, the live (pc, step) pairs, input shapes -> Replay.
-        self.live: tuple[int, ...] | None = None
+        #: Replays (set by the VM for straight-line entries, see replay.py): the live
+        #: (pc, step) pairs (None: not replayable), the registers a replay keeps, and input
+        #: shapes -> Replay.
+        self.live_steps: tuple | None = None
         self.keep: list[bool] = []
-        self.live_steps: tuple = ()
         self.replays: dict[tuple, Any] = {}
         self._last_outs: tuple = ()
         self._last_map: dict[int, np.ndarray] = {}

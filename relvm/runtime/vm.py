@@ -20,8 +20,8 @@ from .bytecode import format_instruction
 from .dimprog import DimError, compile_program
 from .executable import Executable, OutputSig, VMFunction
 from .handlers import ALIGNMENT, CALL, HANDLERS, RET
-from .kernels import Constants, resolve_kernels
 from . import replay
+from .kernels import Constants, resolve_kernels
 from .opcodes import Opcode
 from .signature import EntryPoint
 
@@ -218,10 +218,10 @@ class VirtualMachine:
             ep = self._entries[func] = EntryPoint(fn, self.exe.function_index[func])
             ep.steps = self.steps(ep.index)
             ep.leaf = not any(ins[0] in _CALLS for ins in fn.instructions)
-            ep.live = replay.live_pcs(fn, self.exe.dim_programs) if ep.leaf else None
-            if ep.live is not None:
-                ep.keep = replay.same_registers(fn, ep.live)
-                ep.live_steps = tuple((pc, ep.steps[pc]) for pc in ep.live)
+            found = replay.plan(fn, self.exe.dim_programs) if ep.leaf else None
+            if found is not None:
+                live, ep.keep = found
+                ep.live_steps = tuple((pc, ep.steps[pc]) for pc in live)
         return ep
 
     # --- inputs --------------------------------------------------------------------------------
@@ -313,7 +313,7 @@ class VirtualMachine:
         index = ep.index
         frame = Frame(ep.fn, index, ep.steps, inputs + ep.spare_regs, -1,
                       self._active[index] == 0, None if outs is None else ep.bound_map(outs))
-        if ep.live is not None and not self.trace:
+        if ep.live_steps is not None and not self.trace:
             result = self._replay(ep, inputs, frame, outs)
         else:
             self._start(ep, frame, outs)
@@ -346,8 +346,8 @@ class VirtualMachine:
             result = self._loop_leaf(frame)
             if len(ep.replays) >= replay.MAX_REPLAYS:
                 ep.replays.clear()
-            ep.replays[key] = replay.Replay(frame.regs, frame.dims, len(inputs), ep.live,
-                                            ep.keep, self.storage_epoch)
+            ep.replays[key] = replay.Replay(frame.regs, frame.dims, len(inputs), ep.keep,
+                                            self.storage_epoch)
             return result
         # The same shapes as the kept call: the prologue's checks passed for them then.
         frame.regs = inputs + r.regs

@@ -36,12 +36,13 @@ def test_reference_models_replay_all_but_kernels_allocations_and_ret() -> None:
     for name in (MLP, CONVNET):
         vm = _vm(name)
         fn = vm.exe.function("main")
-        live = replay.live_pcs(fn, vm.exe.dim_programs)
+        live, keep = replay.plan(fn, vm.exe.dim_programs)
         ops = [fn.instructions[pc][0] for pc in live]
         assert ops[-1] == BY_NAME["Ret"].number
         assert set(ops) == {BY_NAME[o].number for o in ("InvokePacked", "AllocTensor", "Ret")}
         # only the result's allocation stays live: pooled views are kept
         assert ops.count(BY_NAME["AllocTensor"].number) == 1
+        assert not any(keep[:len(fn.params)])  # inputs come new with every call
 
 
 def test_replayed_calls_read_new_input_values_and_write_new_output_arrays() -> None:
@@ -106,7 +107,7 @@ def test_kernel_error_in_a_replayed_call_names_the_function_and_instruction() ->
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
     for _ in range(2):
         np.testing.assert_array_equal(vm.invoke("main", x, np.array([3, 0])), x[:, [3, 0]] * 2)
-    assert vm._entry("main").live is not None
+    assert vm._entry("main").live_steps is not None
     with pytest.raises(RelvmRuntimeError,
                        match=r"@main pc \d+: invoke_packed take.*index 9 is out of range"):
         vm.invoke("main", x, np.array([9, 0]))
@@ -122,7 +123,7 @@ def test_functions_with_control_flow_or_data_dependent_shapes_are_not_replayed()
     ]
     for text in texts:
         vm = relvm.VirtualMachine(relvm.build(relvm.parse(text)))
-        assert vm._entry("main").live is None
+        assert vm._entry("main").live_steps is None
     vm = relvm.VirtualMachine(relvm.build(relvm.parse(texts[1])))
     for x in ([0, 3, 0, 5], [1, 1, 0, 0], [0, 0, 0, 0]):  # same shape, different results
         a = np.array(x, np.int32)
@@ -135,15 +136,15 @@ def _fake(instructions, n_params=1, outputs=()):
                            num_regs=8)
 
 
-def test_live_pcs_refuses_reused_registers_and_overwritten_inputs() -> None:
+def test_plan_refuses_reused_registers_and_overwritten_inputs() -> None:
     op = {name: BY_NAME[name].number for name in ("LoadConst", "Move", "Ret", "AllocStorage")}
     ok = [(op["LoadConst"], 1, 0), (op["Move"], 1, 2), (op["Ret"], 2)]
-    assert replay.live_pcs(_fake(ok), []) == (2,)
+    assert replay.plan(_fake(ok), []) == ((2,), [r in (1, 2) for r in range(8)])
     reused = [(op["LoadConst"], 1, 0), (op["LoadConst"], 1, 1), (op["Ret"], 1)]
-    assert replay.live_pcs(_fake(reused), []) is None
+    assert replay.plan(_fake(reused), []) is None
     overwritten = [(op["LoadConst"], 0, 0), (op["Ret"], 0)]
-    assert replay.live_pcs(_fake(overwritten), []) is None
+    assert replay.plan(_fake(overwritten), []) is None
     ret_not_last = [(op["Ret"], 0), (op["LoadConst"], 1, 0)]
-    assert replay.live_pcs(_fake(ret_not_last), []) is None
+    assert replay.plan(_fake(ret_not_last), []) is None
     fresh_storage = [(op["AllocStorage"], 1, 64, 64, 0), (op["Ret"], 0)]
-    assert replay.live_pcs(_fake(fresh_storage), []) == (0, 1)
+    assert replay.plan(_fake(fresh_storage), [])[0] == (0, 1)
