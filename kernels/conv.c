@@ -100,9 +100,45 @@ static inline __attribute__((always_inline)) void deinterleave_row(const float *
     for (; t < w; ++t) (t % 2 ? odd : even)[t / 2] = from[t];
 }
 
+/* Where padded column `col` of a row is stored: phase col % sw, index col / sw. */
+static inline int64_t phase_at(const struct relvm_conv2d_shape *s, struct padded_image p,
+                               int64_t col) {
+    return col % s->sw * p.pws + col / s->sw;
+}
+
+/* Zero what no input pixel lands on: the rows above and below the image and, in the others,
+ * the columns left and right of it (the interior is the writer's). */
+static void zero_borders(const struct relvm_conv2d_shape *s, int64_t channels,
+                         struct padded_image p) {
+    /* Where the border columns of a row are, found once (no division per element). */
+    int64_t at[64], count = 0;
+    const int64_t right = s->pl + s->w;
+    for (int64_t col = 0, phase = 0, index = 0; col < p.rs && count < 64; ++col) {
+        if (col < s->pl || col >= right) at[count++] = phase * p.pws + index;
+        if (++phase == s->sw) {
+            phase = 0;
+            ++index;
+        }
+    }
+    const int64_t bottom = s->pt + s->h, border = p.rs - s->w;
+    for (int64_t ci = 0; ci < channels; ++ci) {
+        float *plane = p.data + ci * p.plane;
+        memset(plane, 0, (size_t)(s->pt * p.rs) * sizeof(float));
+        memset(plane + bottom * p.rs, 0, (size_t)((p.ph - bottom) * p.rs) * sizeof(float));
+        if (border > 64) { /* wide borders: whole rows, the interior written again after */
+            memset(plane + s->pt * p.rs, 0, (size_t)(s->h * p.rs) * sizeof(float));
+            continue;
+        }
+        for (int64_t iy = s->pt; iy < bottom; ++iy) {
+            float *row = plane + iy * p.rs;
+            for (int64_t i = 0; i < border; ++i) row[at[i]] = 0.0f;
+        }
+    }
+}
+
 static RELVM_VECTORIZE void pad_image(const struct relvm_conv2d_shape *s, const float *x,
                                       int64_t channels, struct padded_image p) {
-    memset(p.data, 0, (size_t)(channels * p.plane) * sizeof(float));
+    zero_borders(s, channels, p);
     if (s->sw == 2) {
         /* Padded column c = ix + pl is phase c % 2, index c / 2. */
         const int64_t even_at = s->pl % 2 * p.pws + s->pl / 2;
@@ -186,6 +222,14 @@ struct conv_pgemm {
     int64_t panels, k;
     int pointwise;  /* 1x1, stride 1, no padding: the input is read as it is */
     float *sums;    /* the mean's partial sums, ocg per task (image, group, panel); or NULL */
+    /* Set when an earlier stage left the input padded (conv pairs): image i's padded channels
+     * at prepadded + i * c * padded.plane. */
+    const float *prepadded;
+    /* Set when the output feeds a next conv (conv pairs): each panel is stored into that
+     * conv's padded input (geometry `onward`, image i at onward_data + i * oc * onward.plane)
+     * instead of y. */
+    const struct relvm_conv2d_shape *next;
+    struct padded_image onward;
     uint64_t call; /* tells this call's padded images from an earlier call's */
     _Atomic int failed; /* a thread could not get its scratch */
 };
@@ -199,60 +243,190 @@ static _Thread_local struct {
 
 static _Atomic uint64_t conv_calls;
 
-/* Task t: image t / (groups * panels), group and panel within it. */
+static struct conv_pgemm conv_job(const struct relvm_conv2d_shape *s, const float *x,
+                                  const float *w, float *y, const float *bias, int relu) {
+    int width;
+    pg_ipanel_fn *ifn = relvm_pgemm_ipanel_kernel(&width);
+    const int64_t plane = s->oh * s->ow;
+    struct conv_pgemm j = {0};
+    j.s = s;
+    j.x = x;
+    j.w = w;
+    j.y = y;
+    j.e.row_bias = bias;
+    j.e.relu = relu;
+    j.fn = relvm_pgemm_panel_kernel();
+    j.ifn = s->ow % width == 0 ? ifn : NULL;
+    j.width = width;
+    j.padded = padded_geometry(s);
+    j.panels = (plane + PG_PANEL - 1) / PG_PANEL;
+    j.k = s->c / s->groups * s->kh * s->kw;
+    j.pointwise = is_pointwise(s);
+    j.call = atomic_fetch_add(&conv_calls, 1) + 1;
+    return j;
+}
+
+/* Floats of scratch a thread needs for one panel of j: packing space and, when the panel goes
+ * onward, a staging tile. Multiples of 16, so what follows stays 64-byte aligned. */
+static int64_t panel_scratch(const struct conv_pgemm *j) {
+    const int64_t packing = j->ifn ? 0 : j->k * PG_PANEL;
+    const int64_t staging = j->next ? j->s->oc / j->s->groups * PG_PANEL : 0;
+    return packing + staging;
+}
+
+static int64_t padded_scratch(const struct conv_pgemm *j) {
+    if (j->pointwise || j->prepadded) return 0;
+    return (j->s->c / j->s->groups * j->padded.plane + 15) / 16 * 16;
+}
+
+/* The padded channels of image `image` (n * groups + g): read where they are (a pointwise
+ * conv's input, or left padded by an earlier stage), else padded into buf once per call. */
+static const float *padded_input(const struct conv_pgemm *j, int64_t image, float *buf) {
+    const struct relvm_conv2d_shape *s = j->s;
+    const int64_t icg = s->c / s->groups, g = image % s->groups, n = image / s->groups;
+    if (j->prepadded) return j->prepadded + image * icg * j->padded.plane;
+    const float *x = j->x + (n * s->c + g * icg) * s->h * s->w;
+    if (j->pointwise) return x;
+    if (padded_for.call != j->call || padded_for.image != image || padded_for.scratch != buf) {
+        struct padded_image p = j->padded;
+        p.data = buf;
+        pad_image(s, x, icg, p);
+        padded_for.call = j->call;
+        padded_for.image = image;
+        padded_for.scratch = buf;
+    }
+    return buf;
+}
+
+/* A finished panel (rows of PG_PANEL floats, one per channel) into the next conv's padded
+ * input, where `image` is its first channel's plane: each run of pixels along an output row
+ * lands on a row of the padded image, split into the next conv's column phases. */
+static RELVM_VECTORIZE void store_onward(const struct relvm_conv2d_shape *next,
+                                         struct padded_image p, const float *tile,
+                                         int64_t channels, const struct pixel_runs *r,
+                                         float *image) {
+    for (int64_t q = 0; q < r->count; ++q) {
+        const int64_t col = r->ox[q] + next->pl, len = r->len[q];
+        float *row = image + (r->oy[q] + next->pt) * p.rs;
+        const float *src = tile + r->at[q];
+        if (next->sw == 1) {
+            for (int64_t ch = 0; ch < channels; ++ch)
+                memcpy(row + ch * p.plane + col, src + ch * PG_PANEL, (size_t)len * sizeof(float));
+        } else if (next->sw == 2) {
+            const int64_t even = phase_at(next, p, col), odd = phase_at(next, p, col + 1);
+            for (int64_t ch = 0; ch < channels; ++ch)
+                deinterleave_row(src + ch * PG_PANEL, len, row + ch * p.plane + even,
+                                 row + ch * p.plane + odd);
+        } else {
+            for (int64_t ch = 0; ch < channels; ++ch)
+                for (int64_t t = 0; t < len; ++t)
+                    row[ch * p.plane + phase_at(next, p, col + t)] = src[ch * PG_PANEL + t];
+        }
+    }
+}
+
+/* Panel q of image `image` (n * groups + g) from its padded input `in`: into y, or into
+ * `sums` (the mean's partial sums for this panel), or through `stage` into the next conv's
+ * padded input `onward` (image n's first channel). `scratch` is panel_scratch(j) floats. */
+static void conv_panel(const struct conv_pgemm *j, int64_t image, int64_t q, const float *in,
+                       float *scratch, float *sums, float *onward) {
+    const struct relvm_conv2d_shape *s = j->s;
+    const int64_t ocg = s->oc / s->groups, plane = s->oh * s->ow;
+    const int64_t g = image % s->groups, n = image / s->groups;
+    const int64_t p0 = q * PG_PANEL, npix = relvm_min64(PG_PANEL, plane - p0);
+    const float *wg = j->w + g * ocg * j->k;
+    float *packed = scratch, *stage = scratch + (j->ifn ? 0 : j->k * PG_PANEL);
+    float *yg = j->y + (n * s->oc + g * ocg) * plane + p0;
+    int64_t ldc = plane;
+    struct pg_epilogue e = j->e; /* the group's rows: bias and sums from its first row */
+    if (e.row_bias) e.row_bias += g * ocg;
+    if (sums) {
+        e.row_sums = sums;
+        memset(sums, 0, (size_t)ocg * sizeof(float));
+        yg = NULL; /* nothing is stored */
+    } else if (onward) {
+        yg = stage;
+        ldc = PG_PANEL;
+    }
+    struct pixel_runs runs;
+    if (!j->ifn || onward) panel_runs(s, p0, npix, &runs);
+    if (j->ifn) { /* whole vectors along output rows: read the padded image in place */
+        const float *bases[PG_PANEL];
+        for (int64_t v = 0; v * j->width < PG_PANEL; ++v) {
+            const int64_t p = p0 + relvm_min64(v * j->width, npix - j->width);
+            bases[v] = in + p / s->ow * s->sh * j->padded.rs + p % s->ow;
+        }
+        j->ifn(ocg, j->k, wg, j->k, bases, j->off, yg, ldc, npix, &e, 0, 0);
+    } else {
+        int64_t run_base[PG_PANEL];
+        for (int64_t r = 0; r < runs.count; ++r)
+            run_base[r] = runs.oy[r] * s->sh * j->padded.rs + runs.ox[r];
+        pack_panel(in, j->k, j->off, run_base, &runs, packed);
+        j->fn(ocg, j->k, wg, j->k, packed, yg, ldc, npix, &e, 0, 0);
+    }
+    if (onward && !sums)
+        store_onward(j->next, j->onward, stage, ocg, &runs, onward + g * ocg * j->onward.plane);
+}
+
+/* Task t: image t / panels (n * groups + g), panel t % panels. */
 static void conv_pgemm_tasks(void *ctx, int64_t begin, int64_t end) {
     struct conv_pgemm *j = ctx;
     const struct relvm_conv2d_shape *s = j->s;
-    const int64_t icg = s->c / s->groups, ocg = s->oc / s->groups, plane = s->oh * s->ow;
-    const int64_t panel_floats = j->ifn ? 0 : j->k * PG_PANEL;
-    const int64_t padded_floats = j->pointwise ? 0 : icg * j->padded.plane;
-    float *scratch = relvm_scratch_floats((size_t)(panel_floats + padded_floats));
+    const int64_t ocg = s->oc / s->groups, per_panel = panel_scratch(j);
+    float *scratch = relvm_scratch_floats(0, (size_t)(per_panel + padded_scratch(j)));
     if (!scratch) {
         j->failed = 1;
         return;
     }
-    float *panel = scratch;
-    struct padded_image padded = j->padded;
-    padded.data = scratch + panel_floats;
     for (int64_t t = begin; t < end; ++t) {
-        const int64_t q = t % j->panels, image = t / j->panels, g = image % s->groups;
-        const int64_t n = image / s->groups;
-        if (j->pointwise) { /* the image is its own padded image: read it where it is */
-            padded.data = (float *)(j->x + (n * s->c + g * icg) * s->h * s->w);
-        } else if (padded_for.call != j->call || padded_for.image != image ||
-                   padded_for.scratch != scratch) {
-            pad_image(s, j->x + (n * s->c + g * icg) * s->h * s->w, icg, padded);
-            padded_for.call = j->call;
-            padded_for.image = image;
-            padded_for.scratch = scratch;
-        }
-        const int64_t p0 = q * PG_PANEL, npix = relvm_min64(PG_PANEL, plane - p0);
-        const float *wg = j->w + g * ocg * j->k;
-        float *yg = j->y + (n * s->oc + g * ocg) * plane + p0;
-        struct pg_epilogue e = j->e; /* the group's rows: bias and sums from its first row */
-        if (e.row_bias) e.row_bias += g * ocg;
-        if (j->sums) {
-            e.row_sums = j->sums + t * ocg;
-            memset(e.row_sums, 0, (size_t)ocg * sizeof(float));
-            yg = NULL; /* nothing is stored */
-        }
-        if (j->ifn) { /* whole vectors along output rows: read the padded image in place */
-            const float *bases[PG_PANEL];
-            for (int64_t v = 0; v * j->width < PG_PANEL; ++v) {
-                const int64_t p = p0 + relvm_min64(v * j->width, npix - j->width);
-                bases[v] = padded.data + p / s->ow * s->sh * padded.rs + p % s->ow;
-            }
-            j->ifn(ocg, j->k, wg, j->k, bases, j->off, yg, plane, npix, &e, 0, 0);
-            continue;
-        }
-        struct pixel_runs runs;
-        int64_t run_base[PG_PANEL];
-        panel_runs(s, p0, npix, &runs);
-        for (int64_t r = 0; r < runs.count; ++r)
-            run_base[r] = runs.oy[r] * s->sh * padded.rs + runs.ox[r];
-        pack_panel(padded.data, j->k, j->off, run_base, &runs, panel);
-        j->fn(ocg, j->k, wg, j->k, panel, yg, plane, npix, &e, 0, 0);
+        const int64_t q = t % j->panels, image = t / j->panels;
+        const float *in = padded_input(j, image, scratch + per_panel);
+        float *onward = j->next ? j->onward.data + image / s->groups * s->oc * j->onward.plane
+                                : NULL;
+        conv_panel(j, image, q, in, scratch, j->sums ? j->sums + t * ocg : NULL, onward);
     }
+}
+
+/* Sets up what j's tasks share: the unrolled offsets and, with `mean`, the partial sums. */
+static int conv_prepare(struct conv_pgemm *j, int mean) {
+    const struct relvm_conv2d_shape *s = j->s;
+    int64_t *off = malloc((size_t)relvm_max64(1, j->k) * sizeof(int64_t));
+    const int64_t tasks = s->n * s->groups * j->panels, ocg = s->oc / s->groups;
+    float *sums = mean ? malloc((size_t)relvm_max64(1, tasks * ocg) * sizeof(float)) : NULL;
+    if (!off || (mean && !sums)) {
+        free(off);
+        free(sums);
+        return RELVM_NO_MEMORY;
+    }
+    unrolled_offsets(s, j->padded, s->c / s->groups, off);
+    j->off = off;
+    j->sums = sums;
+    return RELVM_OK;
+}
+
+/* y (n x oc) = the mean over each output plane, from the tasks' partial sums. */
+static void conv_finish_mean(const struct conv_pgemm *j) {
+    const struct relvm_conv2d_shape *s = j->s;
+    const int64_t ocg = s->oc / s->groups, plane = s->oh * s->ow;
+    for (int64_t image = 0; image < s->n * s->groups; ++image)
+        for (int64_t r = 0; r < ocg; ++r) {
+            float total = 0.0f;
+            for (int64_t q = 0; q < j->panels; ++q)
+                total += j->sums[(image * j->panels + q) * ocg + r];
+            j->y[image * ocg + r] = total / (float)plane;
+        }
+}
+
+static void conv_release(struct conv_pgemm *j) {
+    free((void *)j->off);
+    free(j->sums);
+}
+
+static void conv_run(struct conv_pgemm *j) {
+    const struct relvm_conv2d_shape *s = j->s;
+    const int64_t fmas = relvm_max64(1, s->oc / s->groups * PG_PANEL * relvm_max64(1, j->k));
+    relvm_parallel_for(s->n * s->groups * j->panels, relvm_max64(1, PG_GRAIN_FMAS / fmas),
+                       conv_pgemm_tasks, j);
 }
 
 /* y = epilogue(conv(x, w)), or with `mean`, y (n x oc) = the mean of that over each output
@@ -260,39 +434,103 @@ static void conv_pgemm_tasks(void *ctx, int64_t begin, int64_t end) {
  * partial sums are added up here. */
 static int conv_pgemm(const struct relvm_conv2d_shape *s, const float *x, const float *w,
                       float *y, const float *bias, int relu, int mean) {
-    const int64_t plane = s->oh * s->ow, ocg = s->oc / s->groups;
-    const int64_t icg = s->c / s->groups, k = icg * s->kh * s->kw;
-    int width;
-    pg_ipanel_fn *ifn = relvm_pgemm_ipanel_kernel(&width);
-    struct conv_pgemm j = {s, x, w, y, {bias, NULL, relu, NULL}, relvm_pgemm_panel_kernel(),
-                           s->ow % width == 0 ? ifn : NULL, width, NULL, padded_geometry(s),
-                           (plane + PG_PANEL - 1) / PG_PANEL, k, is_pointwise(s), NULL,
-                           atomic_fetch_add(&conv_calls, 1) + 1, 0};
-    const int64_t tasks = s->n * s->groups * j.panels;
-    int64_t *off = malloc((size_t)relvm_max64(1, k) * sizeof(int64_t));
-    float *sums = mean ? malloc((size_t)relvm_max64(1, tasks * ocg) * sizeof(float)) : NULL;
-    if (!off || (mean && !sums)) {
-        free(off);
-        free(sums);
-        return RELVM_NO_MEMORY;
-    }
-    unrolled_offsets(s, j.padded, icg, off);
-    j.off = off;
-    j.sums = sums;
-    const int64_t fmas = relvm_max64(1, ocg * PG_PANEL * relvm_max64(1, k));
-    relvm_parallel_for(tasks, relvm_max64(1, PG_GRAIN_FMAS / fmas), conv_pgemm_tasks, &j);
-    if (mean && !j.failed) {
-        for (int64_t image = 0; image < s->n * s->groups; ++image)
-            for (int64_t r = 0; r < ocg; ++r) {
-                float total = 0.0f;
-                for (int64_t q = 0; q < j.panels; ++q)
-                    total += sums[(image * j.panels + q) * ocg + r];
-                y[image * ocg + r] = total / (float)plane;
-            }
-    }
-    free(off);
-    free(sums);
+    struct conv_pgemm j = conv_job(s, x, w, y, bias, relu);
+    if (conv_prepare(&j, mean) != RELVM_OK) return RELVM_NO_MEMORY;
+    conv_run(&j);
+    if (mean && !j.failed) conv_finish_mean(&j);
+    conv_release(&j);
     return j.failed ? RELVM_NO_MEMORY : RELVM_OK;
+}
+
+/* --- two convs in a row ------------------------------------------------------------------- */
+
+/* Depth first: item i is image i through both convs on one thread, the first conv's output
+ * going straight into the second's padded input in this thread's scratch (it stays in cache
+ * and is never stored whole). */
+struct conv_pair {
+    struct conv_pgemm *a, *b;
+    _Atomic int failed;
+};
+
+static void conv_pair_images(void *ctx, int64_t begin, int64_t end) {
+    struct conv_pair *pr = ctx;
+    struct conv_pgemm *a = pr->a, *b = pr->b;
+    const int64_t per_panel = relvm_max64(panel_scratch(a), panel_scratch(b));
+    const int64_t pad_a = padded_scratch(a), pad_b = b->s->c * b->padded.plane;
+    float *scratch = relvm_scratch_floats(0, (size_t)(per_panel + pad_a + pad_b));
+    if (!scratch) {
+        pr->failed = 1;
+        return;
+    }
+    struct padded_image mid = b->padded;
+    mid.data = scratch + per_panel + pad_a;
+    zero_borders(b->s, b->s->c, mid); /* each image below writes the rest */
+    const int64_t ocg_b = b->s->oc / b->s->groups;
+    for (int64_t n = begin; n < end; ++n) {
+        for (int64_t g = 0; g < a->s->groups; ++g) {
+            const int64_t image = n * a->s->groups + g;
+            const float *in = padded_input(a, image, scratch + per_panel);
+            for (int64_t q = 0; q < a->panels; ++q)
+                conv_panel(a, image, q, in, scratch, NULL, mid.data);
+        }
+        for (int64_t g = 0; g < b->s->groups; ++g) {
+            const int64_t image = n * b->s->groups + g;
+            const float *in = mid.data + g * (b->s->c / b->s->groups) * mid.plane;
+            for (int64_t q = 0; q < b->panels; ++q) {
+                const int64_t t = image * b->panels + q;
+                conv_panel(b, image, q, in, scratch, b->sums ? b->sums + t * ocg_b : NULL,
+                           NULL);
+            }
+        }
+    }
+}
+
+/* Batches below this many images per thread run the pair stage by stage (each stage split
+ * into panels over every thread) rather than an image per thread. */
+#define PAIR_DEPTH_FIRST_IMAGES 2
+
+static int conv_pair(const struct relvm_conv2d_shape *sa, const struct relvm_conv2d_shape *sb,
+                     const float *x, const float *wa, const float *bias_a, int relu_a,
+                     const float *wb, float *y, const float *bias_b, int relu_b, int mean) {
+    struct conv_pgemm a = conv_job(sa, x, wa, NULL, bias_a, relu_a);
+    struct conv_pgemm b = conv_job(sb, NULL, wb, y, bias_b, relu_b);
+    a.next = sb;
+    a.onward = b.padded;
+    int status = conv_prepare(&a, 0);
+    if (status == RELVM_OK) status = conv_prepare(&b, mean);
+    if (status != RELVM_OK) {
+        conv_release(&a);
+        conv_release(&b);
+        return status;
+    }
+    int failed = 0;
+    if (sa->n >= PAIR_DEPTH_FIRST_IMAGES * relvm_threads_get()) {
+        struct conv_pair pr = {&a, &b, 0};
+        b.prepadded = b.padded.data = NULL; /* each thread's own, in conv_pair_images */
+        const int64_t fmas = relvm_max64(1, sa->oc * sa->oh * sa->ow * a.k +
+                                                sb->oc * sb->oh * sb->ow * b.k);
+        relvm_parallel_for(sa->n, relvm_max64(1, PG_GRAIN_FMAS / fmas), conv_pair_images, &pr);
+        failed = pr.failed;
+    } else { /* stage by stage, through a whole padded batch */
+        float *mid = relvm_scratch_floats(1, (size_t)(sb->n * sb->c * b.padded.plane));
+        if (!mid) {
+            conv_release(&a);
+            conv_release(&b);
+            return RELVM_NO_MEMORY;
+        }
+        a.onward.data = mid;
+        b.prepadded = mid;
+        struct padded_image all = b.padded;
+        all.data = mid;
+        zero_borders(sb, sb->n * sb->c, all);
+        conv_run(&a);
+        if (!a.failed) conv_run(&b);
+        failed = a.failed || b.failed;
+    }
+    if (mean && !failed) conv_finish_mean(&b);
+    conv_release(&a);
+    conv_release(&b);
+    return failed ? RELVM_NO_MEMORY : RELVM_OK;
 }
 
 /* --- depthwise: one input channel per group ---------------------------------------------- */
@@ -373,7 +611,7 @@ static void depthwise_planes(void *ctx, int64_t begin, int64_t end) {
     struct depthwise *j = ctx;
     const struct relvm_conv2d_shape *s = j->s;
     const int64_t mult = s->oc / s->groups;
-    float *buf = relvm_scratch_floats((size_t)(j->ph * j->pw));
+    float *buf = relvm_scratch_floats(0, (size_t)(j->ph * j->pw));
     if (!buf) {
         j->failed = 1;
         return;
@@ -431,7 +669,7 @@ static int conv_transpose_f32(const struct relvm_conv2d_shape *s, const float *x
                               const float *w, float *y) {
     const int64_t icg = s->c / s->groups, ocg = s->oc / s->groups;
     const int64_t rows = ocg * s->kh * s->kw, plane = s->h * s->w;
-    float *col = relvm_scratch_floats((size_t)(rows * plane));
+    float *col = relvm_scratch_floats(0, (size_t)(rows * plane));
     if (!col) return RELVM_NO_MEMORY;
     for (int64_t n = 0; n < s->n; ++n) {
         for (int64_t g = 0; g < s->groups; ++g) {
@@ -508,6 +746,22 @@ RELVM_EXPORT int relvm_conv2d_mean(int dtype, const struct relvm_conv2d_shape *s
         return RELVM_OK;
     }
     return conv_pgemm(s, x, w, y, bias, relu, 1);
+}
+
+RELVM_EXPORT int relvm_conv2d_pair(int dtype, const struct relvm_conv2d_shape *a,
+                                   const struct relvm_conv2d_shape *b, const void *x,
+                                   const void *wa, const void *bias_a, int relu_a,
+                                   const void *wb, void *y, const void *bias_b, int relu_b,
+                                   int mean) {
+    /* Both on the GEMM path (no depthwise conv, input channels on both), b reading a's output. */
+    if (dtype != RELVM_FLOAT32 || !valid_shape(a) || !valid_shape(b) || a->c == 0 ||
+        b->c == 0 || (a->groups > 1 && a->c == a->groups) ||
+        (b->groups > 1 && b->c == b->groups) || b->n != a->n || b->c != a->oc ||
+        b->h != a->oh || b->w != a->ow)
+        return RELVM_UNSUPPORTED;
+    if (a->h * a->w == 0 || b->h * b->w == 0 || b->oh * b->ow == 0) return RELVM_UNSUPPORTED;
+    if (b->n * b->oc == 0) return RELVM_OK;
+    return conv_pair(a, b, x, wa, bias_a, relu_a, wb, y, bias_b, relu_b, mean);
 }
 
 RELVM_EXPORT int relvm_conv2d_transpose(int dtype, const struct relvm_conv2d_shape *s,

@@ -23,6 +23,19 @@ int relvm_conv2d(int dtype, const struct relvm_conv2d_shape *s, const void *x, c
 int relvm_conv2d_mean(int dtype, const struct relvm_conv2d_shape *s, const void *x,
                       const void *w, void *y, const void *bias, int relu);
 
+/* Two convs in a row, the first one's output never stored:
+ * y = conv_b(epilogue_a(conv_a(x, wa)), wb), then b's epilogue (bias_b, relu_b) and, with
+ * mean, b's output averaged over each plane as in relvm_conv2d_mean (y is then n x oc). The
+ * first conv writes each tile straight into the second's padded input. Batches of several
+ * images per thread run depth first: a thread takes an image through both convs while it is in
+ * cache. Float32 on the GEMM path only: RELVM_UNSUPPORTED for depthwise convs, convs without
+ * input channels or with empty planes, and shapes where b does not read a's output
+ * (b->c != a->oc, ...). */
+int relvm_conv2d_pair(int dtype, const struct relvm_conv2d_shape *a,
+                      const struct relvm_conv2d_shape *b, const void *x, const void *wa,
+                      const void *bias_a, int relu_a, const void *wb, void *y,
+                      const void *bias_b, int relu_b, int mean);
+
 /* y = conv2d_transpose(x, w) for float32, with w in IOHW layout (c, oc / groups, kh, kw) and
  * the same geometry struct: c/h/w describe the data, oc/oh/ow the output, pt/pl the crop at the
  * top/left. sgemm gives every input pixel's contribution through every tap (W^T x), then col2im

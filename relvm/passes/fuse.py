@@ -6,8 +6,12 @@ ops producing the same shape (``bias_add``, ``relu``, a residual ``add``, ``clip
 ``multiply``, ``cast``, ...). Other operands of those consumers (a bias, a residual) become
 inputs of the group. Groups never cross a function boundary (a closure body is its own region).
 A conv's group may end in ``nn.global_avg_pool2d`` (its single consumer): the C kernel then
-averages each output plane as it is computed and never stores the conv's output. A group of
-one op is left alone. Each group becomes one call of a :class:`FusedOp`.
+averages each output plane as it is computed and never stores the conv's output. A float32
+conv (one group of channels) whose group is only ``[bias_add] [relu]`` takes in the conv that
+reads it, when that is its single consumer: the pair runs as one C kernel that writes the first
+conv's tiles straight into the second's padded input (see ``kernels/conv.c``). The second conv's
+group may grow on only with ``bias_add``, ``relu`` and the average pool; anything else splits the
+pair again. A group of one op is left alone. Each group becomes one call of a :class:`FusedOp`.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ _ANCHORS = (OUT_FUSABLE, ELEMWISE, BROADCAST)
 _EPILOGUES = (ELEMWISE, BROADCAST)
 _MEAN_TAILS = ("nn.global_avg_pool2d",)
 _MEAN_ANCHORS = ("nn.conv2d",)
+#: What may follow each conv of a pair (and the pool, after the second only).
+_PAIR_STEPS = ("nn.bias_add", "nn.relu")
 
 
 def _same_shape(a: TensorType, b: TensorType) -> bool:
@@ -32,6 +38,26 @@ def _same_shape(a: TensorType, b: TensorType) -> bool:
 def _is_op_call(e: Expr, patterns: tuple[str, ...]) -> bool:
     return (isinstance(e, Call) and isinstance(e.op, Op) and e.op.pattern in patterns
             and not e.op.data_dependent and isinstance(e.checked_type, TensorType))
+
+
+def _pairable(e: Expr) -> bool:
+    """A conv that can be either half of a conv pair: float32, one group of channels."""
+    return (_is_op_call(e, (OUT_FUSABLE,)) and e.op.name == "nn.conv2d"
+            and e.attrs.get("groups", 1) == 1 and e.checked_type.dtype == "float32")
+
+
+def _split_pairs(group_of: dict[int, list[Call]]) -> None:
+    """Undo the pairs whose second conv's group grew past bias_add, relu and the pool: the
+    two halves become groups of their own (or no group, when a half is one op)."""
+    for root, group in list(group_of.items()):
+        second = next((i for i, c in enumerate(group) if i and c.op.name == "nn.conv2d"), None)
+        if second is None or all(c.op.name in _PAIR_STEPS + _MEAN_TAILS
+                                 for c in group[second + 1:]):
+            continue
+        del group_of[root]
+        for half in (group[:second], group[second:]):
+            if len(half) > 1:
+                group_of[id(half[-1])] = half
 
 
 def find_groups(module: Module) -> dict[int, list[Call]]:
@@ -63,6 +89,15 @@ def find_groups(module: Module) -> dict[int, list[Call]]:
                     group_of.pop(id(a), None)
                     group_of[id(n)] = group + [n]
                 continue
+            if _pairable(n):
+                # A conv reading the result of a conv group: the two may run as one kernel.
+                a = n.args[0]
+                group = group_of.get(id(a)) or ([a] if _pairable(a) else None)
+                if (group and _pairable(group[0]) and sole_consumer(a, n)
+                        and all(c.op.name in _PAIR_STEPS for c in group[1:])):
+                    group_of.pop(id(a), None)
+                    group_of[id(n)] = group + [n]
+                continue
             if not _is_op_call(n, _EPILOGUES):
                 continue
             for a in n.args:
@@ -72,6 +107,7 @@ def find_groups(module: Module) -> dict[int, list[Call]]:
                     group.append(n)
                     group_of[id(n)] = group
                     break
+    _split_pairs(group_of)
     return group_of
 
 

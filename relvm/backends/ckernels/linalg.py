@@ -100,10 +100,11 @@ def make_batch_matmul(entry):
 
 # --- conv2d -------------------------------------------------------------------------------------
 
-def _conv_plan(ffi, attrs, x, w, out, mean: bool = False):
+def _conv_plan(ffi, attrs, x, w, out, mean: bool = False, check_out: bool = True):
     """The C geometry struct for these shapes, checked as the reference checks them (with the
     reference's own shape rules, so both agree by construction). With ``mean``, ``out`` is the
-    conv's output averaged over each plane: (n, oc, 1, 1)."""
+    conv's output averaged over each plane: (n, oc, 1, 1). Without ``check_out``, ``out`` is
+    not looked at (a conv pair's first conv, whose output is never stored)."""
     strides, dilation, pads = conv_ops._conv2d_geometry(attrs)
     g = attrs.groups
     if len(x) != 4 or len(w) != 4:
@@ -114,7 +115,7 @@ def _conv_plan(ffi, attrs, x, w, out, mean: bool = False):
         raise ValueError(f"input channels differ: data {x} vs weight {w} with groups={g}")
     oh, ow = conv_ops._runtime_out(_Shape(x), (kh, kw), strides, dilation, pads, False,
                                     "kernel")
-    if out != ((n, oc, 1, 1) if mean else (n, oc, oh, ow)):
+    if check_out and out != ((n, oc, 1, 1) if mean else (n, oc, oh, ow)):
         raise shape_error("nn.conv2d: wrong output shape", data=x, weight=w, output=out)
     return ffi.new("struct relvm_conv2d_shape *", dict(
         n=n, c=c, h=h, w=wd, oc=oc, kh=kh, kw=kw, oh=oh, ow=ow, sh=strides[0], sw=strides[1],

@@ -36,32 +36,60 @@ class Epilogue:
     mean: bool = False
 
 
-def match(steps: Sequence[dict]) -> Epilogue | None:
-    """The epilogue of fused ``steps`` (as in ``FusedOp.steps_json()``), when they are exactly
+@dataclass(frozen=True)
+class Pair:
+    """A fused conv pair: ``second(first(x, w) + epilogue, in weight) + its epilogue``."""
+
+    first: Epilogue
+    weight: int
+    second: Epilogue
+
+
+def _epilogue(steps: Sequence[dict], at: int, mean_ok: bool) -> tuple[Epilogue | None, int]:
+    """The ``[bias_add] [relu] [global_avg_pool2d]`` run of steps from ``at`` (each reading
+    the step before it), and where it ends; None when a step there reads something else."""
+    def reads_previous(step: dict, more: int) -> bool:
+        args = [list(a) for a in step["args"]]
+        return args[0] == ["step", at - 1] and len(args) == 1 + more
+    bias, axis, relu, mean = None, -1, False, False
+    if at < len(steps) and steps[at]["op"] == "nn.bias_add":
+        args = [list(a) for a in steps[at]["args"]]
+        if not reads_previous(steps[at], 1) or args[1][0] != "in" or args[1][1] < 2:
+            return None, at
+        bias, axis = args[1][1], int(steps[at]["attrs"].get("axis", 1))
+        at += 1
+    if at < len(steps) and steps[at]["op"] == "nn.relu":
+        if not reads_previous(steps[at], 0):
+            return None, at
+        relu, at = True, at + 1
+    if mean_ok and at < len(steps) and steps[at]["op"] == "nn.global_avg_pool2d":
+        if not reads_previous(steps[at], 0):
+            return None, at
+        mean, at = True, at + 1
+    return Epilogue(bias, axis, relu, mean), at
+
+
+def match(steps: Sequence[dict]) -> Epilogue | Pair | None:
+    """What a one-call kernel does for fused ``steps`` (as in ``FusedOp.steps_json()``):
     ``anchor(in a, in b) -> [nn.bias_add(step, in c)] -> [nn.relu(step)]``, and for a conv
-    ``-> [nn.global_avg_pool2d(step)]``; else None."""
+    ``-> [nn.global_avg_pool2d(step)]`` (an :class:`Epilogue`); or two convs, the second
+    reading the first's epilogue, ``-> nn.conv2d(step, in d) -> [bias_add] [relu] [pool]``
+    (a :class:`Pair`); else None."""
     if not steps or steps[0]["op"] not in ANCHORS:
         return None
     if [list(a) for a in steps[0]["args"]] != [["in", 0], ["in", 1]]:
         return None
-    bias, axis, relu, at = None, -1, False, 1
-    if at < len(steps) and steps[at]["op"] == "nn.bias_add":
-        args = [list(a) for a in steps[at]["args"]]
-        if args[0] != ["step", at - 1] or args[1][0] != "in" or args[1][1] < 2:
-            return None
-        bias, axis = args[1][1], int(steps[at]["attrs"].get("axis", 1))
-        at += 1
-    if at < len(steps) and steps[at]["op"] == "nn.relu":
-        if [list(a) for a in steps[at]["args"]] != [["step", at - 1]]:
-            return None
-        relu, at = True, at + 1
-    mean = False
-    if (at < len(steps) and steps[at]["op"] == "nn.global_avg_pool2d"
-            and steps[0]["op"] == "nn.conv2d"):
-        if [list(a) for a in steps[at]["args"]] != [["step", at - 1]]:
-            return None
-        mean, at = True, at + 1
-    return Epilogue(bias, axis, relu, mean) if at == len(steps) else None
+    conv = steps[0]["op"] == "nn.conv2d"
+    first, at = _epilogue(steps, 1, conv)
+    if first is None or at == len(steps):
+        return first
+    if not conv or first.mean or steps[at]["op"] != "nn.conv2d":
+        return None
+    args = [list(a) for a in steps[at]["args"]]
+    if args[0] != ["step", at - 1] or args[1][0] != "in" or args[1][1] < 2:
+        return None
+    second, end = _epilogue(steps, at + 1, True)
+    return Pair(first, args[1][1], second) if second and end == len(steps) else None
 
 
 def _aligned(count: int) -> np.ndarray:
@@ -174,6 +202,49 @@ def make_conv2d(entry, epilogue: Epilogue | None = None,
     return _kernel(entry.name, epilogue.bias if epilogue else None, plan_for, call, fallback)
 
 
+def make_conv_pair(entry, pair: Pair, fallback: Callable[[], Callable]) -> Callable:
+    """``kernel(*inputs, out)``: a fused conv pair in one C call (relvm_conv2d_pair), the
+    first conv's output never stored; shapes the C kernel does not take go to ``fallback()``."""
+    ffi, lib = library()
+    steps = entry.attrs["steps"]
+    convs = [s for s in steps if s["op"] == "nn.conv2d"]
+    attrs_a = attrs_of(type(entry)(entry.name, "nn.conv2d", convs[0]["attrs"], (), ()))
+    attrs_b = attrs_of(type(entry)(entry.name, "nn.conv2d", convs[1]["attrs"], (), ()))
+    a, b, wb_at = pair.first, pair.second, pair.weight
+    conv, ptr, null = lib.relvm_conv2d_pair, ffi.from_buffer, ffi.NULL
+    plans: dict[tuple, Any] = {}
+    slow: list[Callable] = []
+
+    def plan_for(shapes: tuple) -> Any:
+        x, wa, wb, out = shapes[0], shapes[1], shapes[wb_at], shapes[-1]
+        shape_a = linalg._conv_plan(ffi, attrs_a, x, wa, None, check_out=False)
+        mid = (shape_a.n, shape_a.oc, shape_a.oh, shape_a.ow)
+        shape_b = linalg._conv_plan(ffi, attrs_b, mid, wb, out, b.mean)
+        for e, oc in ((a, shape_a.oc), (b, shape_b.oc)):
+            if e.bias is not None and (shapes[e.bias] != (oc,) or e.axis % 4 != 1):
+                return None  # a bias along another axis: the steps one by one
+        sizes = (shape_a.c, shape_a.h * shape_a.w, shape_b.h * shape_b.w, shape_b.oh * shape_b.ow)
+        return None if 0 in sizes else (shape_a, shape_b)
+
+    def run(*args: np.ndarray) -> None:
+        key = tuple([x.shape for x in args])
+        plan = plans.get(key)
+        if plan is None:
+            plan = remember(plans, key, plan_for(key) or False)
+        if plan is False:
+            if not slow:
+                slow.append(fallback())
+            slow[0](*args)
+            return
+        status = conv(0, plan[0], plan[1], ptr(args[0]), ptr(args[1]),
+                      null if a.bias is None else ptr(args[a.bias]), int(a.relu),
+                      ptr(args[wb_at]), ptr(args[-1]),
+                      null if b.bias is None else ptr(args[b.bias]), int(b.relu), int(b.mean))
+        if status:
+            check(status, f"{entry.name} {key}")
+    return run
+
+
 def supports(entry) -> bool:
     """True for a fused entry this module runs as one call: float32 throughout, and steps that
     :func:`match` reads."""
@@ -187,6 +258,8 @@ def make_fused(entry, constants, fallback: Callable[[], Callable]) -> Callable:
     generic kernel, used for shapes the epilogue does not cover."""
     steps = entry.attrs["steps"]
     epilogue = match(steps)
+    if isinstance(epilogue, Pair):
+        return make_conv_pair(entry, epilogue, fallback)
     anchor = type(entry)(entry.name, steps[0]["op"], steps[0]["attrs"], entry.inputs[:2],
                          entry.outputs)
     if anchor.op == "nn.dense":
