@@ -12,6 +12,12 @@ the same shapes start from a copy of those registers, put the new inputs in, and
 of what each opcode does. A replay is dropped when the VM's pooled storage changes
 (``vm.storage_epoch``), since the views it holds would then point at old buffers.
 
+A kernel may also offer ``kernel.bind(arrays, fixed)``: given the arrays of the kept call and
+which of them a replay passes again unchanged (``fixed``: kept registers, the very same objects),
+it returns a callable taking only the others, with its plan and the fixed arrays' pointers made
+once (or None, and the replay calls the kernel as the run loop does). A replay's kernel steps are
+bound that way when it is made, so a replayed call skips the kernels' per-call lookups too.
+
 A function qualifies when it is straight-line (constants, dims, allocations, reshapes, moves
 and kernels, ending in ``ret``), takes tensors only, writes each register once, and its dim
 programs read shapes only (no ``value``/``nonzero``/run-time reshape: those depend on data).
@@ -19,7 +25,9 @@ programs read shapes only (no ``value``/``nonzero``/run-time reshape: those depe
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import numpy as np
 
 from .opcodes import BY_NUMBER
 
@@ -94,13 +102,65 @@ def plan(fn: VMFunction,
     return tuple(live), [r in same for r in range(fn.num_regs)]
 
 
+def _bound_step(kernel: Callable, ins: tuple, regs: list, keep: Sequence[bool],
+                nxt: int) -> Callable | None:
+    """InvokePacked ``ins`` as a step calling ``kernel.bind(...)``'s result, or None."""
+    bind = getattr(kernel, "bind", None)
+    _, _, n_out, args = ins
+    if bind is None or n_out != 1:
+        return None
+    arrays = [regs[a] for a in args]
+    if not all(isinstance(a, np.ndarray) for a in arrays):
+        return None
+    if arrays[-1].size == 0:  # an empty result has nothing to compute, on every replay
+        return lambda f: nxt
+    bound = bind(arrays, [keep[a] for a in args])
+    if bound is None:
+        return None
+    varying = [a for a in args if not keep[a]]
+    if not varying:
+        def step(f):
+            bound()
+            return nxt
+    elif len(varying) == 1:
+        v0, = varying
+
+        def step(f):
+            bound(f.regs[v0])
+            return nxt
+    elif len(varying) == 2:
+        v0, v1 = varying
+
+        def step(f):
+            r = f.regs
+            bound(r[v0], r[v1])
+            return nxt
+    else:
+        def step(f):
+            r = f.regs
+            bound(*[r[v] for v in varying])
+            return nxt
+    return step
+
+
 class Replay:
-    """The registers and dims of one finished call, as the next call with its shapes starts."""
+    """The registers and dims of one finished call, as the next call with its shapes starts,
+    and the live steps to run from there (kernel steps bound, see the module docstring)."""
 
-    __slots__ = ("regs", "dims", "epoch")
+    __slots__ = ("regs", "dims", "epoch", "steps")
 
-    def __init__(self, regs: list, dims: list, n_inputs: int, keep: Sequence[bool], epoch: int):
+    def __init__(self, fn: VMFunction, regs: list, dims: list, n_inputs: int,
+                 keep: Sequence[bool], epoch: int, live_steps: Sequence[tuple[int, Callable]],
+                 kernel: Callable[[int], Callable]):
         #: The registers after the inputs: values that stay, None for the rest.
         self.regs = [r if k else None for r, k in zip(regs[n_inputs:], keep[n_inputs:])]
         self.dims = list(dims)
         self.epoch = epoch
+        steps = []
+        for pc, step in live_steps:
+            ins = fn.instructions[pc]
+            if BY_NUMBER[ins[0]].name == "InvokePacked":
+                step = _bound_step(kernel(ins[1]), ins, regs, keep, pc + 1) or step
+            steps.append((pc, step))
+        #: (pc, step) for each live instruction, in order.
+        self.steps = tuple(steps)

@@ -346,8 +346,9 @@ class VirtualMachine:
             result = self._loop_leaf(frame)
             if len(ep.replays) >= replay.MAX_REPLAYS:
                 ep.replays.clear()
-            ep.replays[key] = replay.Replay(frame.regs, frame.dims, len(inputs), ep.keep,
-                                            self.storage_epoch)
+            ep.replays[key] = replay.Replay(ep.fn, frame.regs, frame.dims, len(inputs),
+                                            ep.keep, self.storage_epoch, ep.live_steps,
+                                            self.kernel)
             return result
         # The same shapes as the kept call: the prologue's checks passed for them then.
         frame.regs = inputs + r.regs
@@ -356,7 +357,7 @@ class VirtualMachine:
             ep.check_output_shapes(r.dims, outs)
         pc = -1
         try:
-            for pc, step in ep.live_steps:
+            for pc, step in r.steps:
                 step(frame)
         except (RelvmInputError, RelvmFormatError):
             raise

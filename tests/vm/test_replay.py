@@ -148,3 +148,60 @@ def test_plan_refuses_reused_registers_and_overwritten_inputs() -> None:
     assert replay.plan(_fake(ret_not_last), []) is None
     fresh_storage = [(op["AllocStorage"], 1, 64, 64, 0), (op["Ret"], 0)]
     assert replay.plan(_fake(fresh_storage), [])[0] == (0, 1)
+
+
+def test_replays_bind_the_packed_kernels_once_and_still_see_new_arrays() -> None:
+    """A replay's GEMM/conv steps call the kernel bound when the replay was made (plan and the
+    pointers of weights and pooled buffers made once); the input and output arrays, which may
+    be new objects each call, are still read and written where they are."""
+    vm = _vm(CONVNET)
+    rng = np.random.default_rng(5)
+    fresh = relvm.VirtualMachine(vm.exe)
+    x = rng.standard_normal((2, 3, 32, 32)).astype(np.float32)
+    for call in range(5):
+        if call == 3:
+            x = rng.standard_normal((2, 3, 32, 32)).astype(np.float32)  # a new input array
+        out = np.full((2, 10), np.nan, np.float32)  # a new output array
+        assert vm.invoke_with_outputs("main", [x], [out]) is out
+        np.testing.assert_allclose(out, fresh.invoke("main", x), rtol=1e-5, atol=1e-6)
+        x *= 0.5  # in place
+    (r,) = vm._entry("main").replays.values()
+    code = vm.exe.function("main").instructions
+    kernel_steps = [step for pc, step in r.steps
+                    if code[pc][0] == BY_NAME["InvokePacked"].number]
+    assert len(kernel_steps) == 2
+    assert all(s.__qualname__.startswith("_bound_step") for s in kernel_steps)
+
+
+def test_bind_call_places_fixed_pointers_once_and_the_others_per_call() -> None:
+    from relvm.backends.ckernels import packed
+    from relvm.backends.ckernels.common import library
+
+    ffi = library()[0]
+    seen = []
+
+    def c_function(*args):
+        seen.append(args)
+        return 0 if args[0] == "ok" else -2
+
+    a, b, c = (np.full(3, v, np.float32) for v in (1, 2, 3))
+    address = lambda p: int(ffi.cast("uintptr_t", p))  # noqa: E731
+    # b fixed (placed now), a and c passed per call, in order
+    call = packed.bind_call(c_function, ["ok", None, 7, None, None], {1: 0, 3: 1, 4: 2},
+                            [a, b, c], [False, True, False], "what")
+    other = np.zeros(3, np.float32)
+    call(other, c)
+    (args,) = seen
+    assert args[0] == "ok" and args[2] == 7
+    assert [address(p) for p in (args[1], args[3], args[4])] == [
+        other.ctypes.data, b.ctypes.data, c.ctypes.data]
+    one = packed.bind_call(c_function, ["ok", None, None], {1: 0, 2: 1}, [a, b], [False, True],
+                           "what")
+    one(c)
+    assert address(seen[-1][1]) == c.ctypes.data
+    # a status is checked as the kernel's own call checks it
+    failing = packed.bind_call(c_function, ["bad", None], {1: 0}, [a], [True], "conv (1, 2)")
+    with pytest.raises(MemoryError, match=r"conv \(1, 2\)"):
+        failing()
+    # an array that is not fixed and has no place in the call cannot be bound
+    assert packed.bind_call(c_function, ["ok", None], {1: 0}, [a, b], [True, False], "") is None

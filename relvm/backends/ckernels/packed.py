@@ -125,14 +125,67 @@ class PackedWeights:
         return self.kept[id(w)][2]
 
 
+def bind_call(c_function: Callable, c_args: Sequence[Any], at: dict[int, int],
+              arrays: Sequence[np.ndarray], fixed: Sequence[bool], what: str
+              ) -> Callable | None:
+    """``c_function(*c_args)`` as a replay calls it (see ``runtime/replay.py``): ``c_args[p]``
+    is the pointer of ``arrays[at[p]]``; the fixed arrays' pointers are made now, the others'
+    on each call, which passes those arrays only, in order. None when an array that is not
+    fixed has no place in the call (its value was used to make the plan)."""
+    ptr = library()[0].from_buffer
+    args = list(c_args)
+    varying: list[list[int]] = []  # the places of each array passed per call
+    for i, a in enumerate(arrays):
+        places = [p for p, j in at.items() if j == i]
+        if not fixed[i]:
+            if not places:
+                return None
+            varying.append(places)
+        for p in places if fixed[i] else ():
+            args[p] = ptr(a)
+    if not varying:
+        def none_varying() -> None:
+            status = c_function(*args)
+            if status:
+                check(status, what)
+        return none_varying
+    if len(varying) == 1 and len(varying[0]) == 1:
+        head, tail = args[:varying[0][0]], args[varying[0][0] + 1:]
+
+        def one_varying(a: np.ndarray) -> None:
+            status = c_function(*head, ptr(a), *tail)
+            if status:
+                check(status, what)
+        return one_varying
+
+    def some_varying(*given: np.ndarray) -> None:
+        call = list(args)
+        for places, a in zip(varying, given):
+            pointer = ptr(a)
+            for p in places:
+                call[p] = pointer
+        status = c_function(*call)
+        if status:
+            check(status, what)
+    return some_varying
+
+
 def _kernel(name: str, bias_at: int | None, plan_for: Callable, call: Callable,
-            fallback: Callable[[], Callable] | None) -> Callable:
+            fallback: Callable[[], Callable] | None, binder: Callable) -> Callable:
     """``kernel(x, w, [bias], out)``: a plan per shapes (``plan_for(x, w, out, bias)`` shapes,
     falsy where the epilogue does not apply), then ``call(plan, x, w, out, bias)``, the C call,
     whose status is checked; ``call`` returns None to pass the call on to ``fallback()``, as
-    calls the epilogue does not cover go."""
+    calls the epilogue does not cover go. ``kernel.bind`` (for replays) is
+    ``binder(plan, arrays, fixed, what)``, for shapes with a plan."""
     plans: dict[tuple, Any] = {}
     slow: list[Callable] = []
+
+    def bind(arrays: Sequence[np.ndarray], fixed: Sequence[bool]) -> Callable | None:
+        x, w, out = arrays[0], arrays[1], arrays[-1]
+        b = arrays[bias_at] if bias_at is not None else None
+        key = (x.shape, w.shape, out.shape, None if b is None else b.shape)
+        plan = plans.get(key)
+        return binder(plan, arrays, fixed, f"{name} {key}") if plan else None
 
     def run(*args: np.ndarray) -> None:
         x, w, out = args[0], args[1], args[-1]
@@ -148,6 +201,7 @@ def _kernel(name: str, bias_at: int | None, plan_for: Callable, call: Callable,
             slow[0](*args)
         elif status:
             check(status, f"{name} {key}")
+    run.bind = bind
     return run
 
 
@@ -173,9 +227,22 @@ def make_dense(entry, constants, epilogue: Epilogue | None = None,
         return gemm(m, n, k, ptr(x), k, packed, ptr(out), n, null if b is None else ptr(b), 0,
                     relu)
 
+    bias_at = epilogue.bias if epilogue else None
+
+    def binder(plan, arrays, fixed, what):
+        m, n, k = plan
+        packed = weights.get(arrays[1], k, n) if fixed[1] else None
+        if packed is None:
+            return None
+        at = {3: 0, 6: len(arrays) - 1}
+        if bias_at is not None:
+            at[8] = bias_at
+        return bind_call(gemm, [m, n, k, None, k, packed, None, n, null, 0, relu], at,
+                         arrays, fixed, what)
+
     if fallback is None:  # a plain dense: OpenBLAS for weights that are not constants
         fallback = lambda: linalg._make_gemm(entry, linalg._dense_plan, False, True)  # noqa: E731
-    return _kernel(entry.name, epilogue.bias if epilogue else None, plan_for, call, fallback)
+    return _kernel(entry.name, bias_at, plan_for, call, fallback, binder)
 
 
 def make_conv2d(entry, epilogue: Epilogue | None = None,
@@ -199,7 +266,14 @@ def make_conv2d(entry, epilogue: Epilogue | None = None,
 
     def call(plan, x, w, out, b):  # dtype 0: float32, the only one this path takes
         return conv(0, plan, ptr(x), ptr(w), ptr(out), null if b is None else ptr(b), relu)
-    return _kernel(entry.name, epilogue.bias if epilogue else None, plan_for, call, fallback)
+    bias_at = epilogue.bias if epilogue else None
+
+    def binder(plan, arrays, fixed, what):
+        at = {2: 0, 3: 1, 4: len(arrays) - 1}
+        if bias_at is not None:
+            at[5] = bias_at
+        return bind_call(conv, [0, plan, None, None, None, null, relu], at, arrays, fixed, what)
+    return _kernel(entry.name, bias_at, plan_for, call, fallback, binder)
 
 
 def make_conv_pair(entry, pair: Pair, fallback: Callable[[], Callable]) -> Callable:
@@ -242,6 +316,21 @@ def make_conv_pair(entry, pair: Pair, fallback: Callable[[], Callable]) -> Calla
                       null if b.bias is None else ptr(args[b.bias]), int(b.relu), int(b.mean))
         if status:
             check(status, f"{entry.name} {key}")
+
+    def bind(arrays: Sequence[np.ndarray], fixed: Sequence[bool]) -> Callable | None:
+        key = tuple([x.shape for x in arrays])
+        plan = plans.get(key)
+        if not plan:
+            return None
+        at = {3: 0, 4: 1, 7: wb_at, 8: len(arrays) - 1}
+        if a.bias is not None:
+            at[5] = a.bias
+        if b.bias is not None:
+            at[9] = b.bias
+        c_args = [0, plan[0], plan[1], None, None, null, int(a.relu), None, None, null,
+                  int(b.relu), int(b.mean)]
+        return bind_call(conv, c_args, at, arrays, fixed, f"{entry.name} {key}")
+    run.bind = bind
     return run
 
 
