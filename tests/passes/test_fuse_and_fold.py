@@ -180,3 +180,188 @@ def test_a_failing_constant_op_is_left_for_run_time() -> None:
     }""")
     with pytest.raises(relvm.RelvmError, match="step must not be zero"):
         relvm.VirtualMachine(exe).invoke("main", np.zeros(2, np.float32))
+
+
+# --- conv pairs: a conv and the conv reading it, as one kernel -----------------------------------
+
+CONV_PAIR = """def @main(%x: Tensor[(n, 4, {hw}), {dt}], %w1: Tensor[(8, {icg1}, 3, 3), {dt}],
+          %b1: Tensor[(8), {dt}], %w2: Tensor[(6, {icg2}, 3, 3), {dt}],
+          %b2: Tensor[(6), {dt}]{extra}) {{
+  %0 = nn.conv2d(%x, %w1, padding=[1, 1], groups={groups1}, channels=8, kernel_size=[3, 3]);
+  %1 = nn.bias_add(%0, %b1);
+  %2 = nn.relu(%1);
+  %3 = nn.conv2d(%2, %w2, strides=[2, 2], padding=[1, 1], groups={groups2}, channels=6,
+                 kernel_size=[3, 3]);
+  %4 = nn.bias_add(%3, %b2);
+  %5 = nn.relu(%4);
+  {tail}
+}}"""
+
+PAIR_NAME = "fused_conv2d_bias_add_relu_conv2d_bias_add_relu"
+
+
+def conv_pair(tail="%5", hw="h, w", dt="float32", groups1=1, groups2=1, extra=""):
+    return CONV_PAIR.format(hw=hw, dt=dt, icg1=4 // groups1, icg2=8 // groups2,
+                            groups1=groups1, groups2=groups2, extra=extra, tail=tail)
+
+
+def pair_params(dt="float32", groups1=1, groups2=1):
+    return [rand(8, 4 // groups1, 3, 3, seed=1).astype(dt) * 0.3, rand(8, seed=2).astype(dt),
+            rand(6, 8 // groups2, 3, 3, seed=3).astype(dt) * 0.3, rand(6, seed=4).astype(dt)]
+
+
+@pytest.fixture
+def restore_threads():
+    before = relvm.get_num_threads()
+    yield
+    relvm.set_num_threads(before)
+
+
+def assert_fused_equals_unfused(text, shapes, extra=(), backend="c", **kw) -> None:
+    """The fused and unfused builds of ``text`` agree on data of each shape, on one thread and
+    on two (a conv pair runs stage by stage or an image per thread, by images per thread)."""
+    vm = relvm.VirtualMachine(build(text, backend=backend))
+    ref = relvm.VirtualMachine(build(text, fuse=False, backend=backend))
+    params = pair_params(**kw)
+    for nthreads in (1, 2):
+        relvm.set_num_threads(nthreads)
+        for shape in shapes:
+            x = rand(*shape, seed=sum(shape)).astype(params[0].dtype)
+            args = [x, *params, *(e(shape) for e in extra)]
+            got, want = vm.invoke("main", *args), ref.invoke("main", *args)
+            assert got.shape == want.shape
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4,
+                                       err_msg=f"{shape} on {nthreads} threads")
+
+
+PAIR_SHAPES = [(0, 4, 11, 13), (1, 4, 11, 13), (3, 4, 8, 32), (6, 4, 11, 13), (6, 4, 1, 1),
+               (1, 4, 17, 20)]
+
+
+@pytest.mark.parametrize("tail,name", [
+    ("nn.global_avg_pool2d(%5)", PAIR_NAME + "_global_avg_pool2d"),
+    ("%5", PAIR_NAME),
+], ids=["pool", "no_pool"])
+@pytest.mark.parametrize("backend", ["c", "numpy"])
+def test_conv_pair_fuses_into_one_kernel(restore_threads, tail, name, backend) -> None:
+    """conv -> bias_add -> relu -> conv -> bias_add -> relu [-> pool] is one kernel; fused ==
+    unfused for n = 0, 1, 3, 6 and several (symbolic) image sizes."""
+    text = conv_pair(tail)
+    assert kernels_of(build(text, backend=backend)) == [name]
+    assert_fused_equals_unfused(text, PAIR_SHAPES, backend=backend)
+
+
+@pytest.mark.parametrize("tail,names", [
+    ("sigmoid(%5)", ["fused_conv2d_bias_add_relu", "fused_conv2d_bias_add_relu_sigmoid"]),
+    ("add(%5, %r)", ["fused_conv2d_bias_add_relu", "fused_conv2d_bias_add_relu_add"]),
+    ("nn.global_avg_pool2d(sigmoid(%5))",
+     ["fused_conv2d_bias_add_relu", "fused_conv2d_bias_add_relu_sigmoid_global_avg_pool2d"]),
+], ids=["sigmoid", "residual_add", "sigmoid_then_pool"])
+def test_a_pair_whose_second_group_goes_on_splits(restore_threads, tail, names) -> None:
+    """The second conv's group may go on only with bias_add, relu and the pool: anything else
+    gives the two convs a group each, and the results do not change."""
+    text = conv_pair(tail, hw="11, 13", extra=", %r: Tensor[(n, 6, 6, 7), float32]")
+    assert kernels_of(build(text)) == names
+    residual = lambda shape: rand(shape[0], 6, 6, 7, seed=7)  # noqa: E731
+    assert_fused_equals_unfused(text, [(1, 4, 11, 13), (5, 4, 11, 13)], extra=[residual])
+
+
+@pytest.mark.parametrize("tail,names", [
+    ("(%5, %2)", ["fused_conv2d_bias_add_relu", "fused_conv2d_bias_add_relu"]),
+    ("(%5, %0)", ["nn.conv2d", "fused_bias_add_relu", "fused_conv2d_bias_add_relu"]),
+], ids=["relu_output_kept", "conv_output_kept"])
+def test_a_conv_whose_output_has_another_use_is_not_paired(tail, names) -> None:
+    text = conv_pair(tail)
+    assert kernels_of(build(text)) == names
+    vm, ref = (relvm.VirtualMachine(build(text, fuse=f)) for f in (True, False))
+    args = [rand(2, 4, 9, 10), *pair_params()]
+    for got, want in zip(vm.invoke("main", *args), ref.invoke("main", *args)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kw", [{"groups1": 2}, {"groups2": 2}, {"dt": "float64"}],
+                         ids=["first_groups2", "second_groups2", "float64"])
+def test_only_float32_convs_of_one_group_pair(restore_threads, kw) -> None:
+    """Grouped convs and other dtypes keep a group each (the pair kernel does not take them)."""
+    text = conv_pair("nn.global_avg_pool2d(%5)", **kw)
+    backend = "numpy" if "dt" in kw else "c"  # the c backend has no float64 conv
+    assert kernels_of(build(text, backend=backend)) == [
+        "fused_conv2d_bias_add_relu", "fused_conv2d_bias_add_relu_global_avg_pool2d"]
+    assert_fused_equals_unfused(text, [(1, 4, 11, 13), (6, 4, 8, 9)], backend=backend, **kw)
+
+
+THREE_CONVS = """def @main(%x: Tensor[(n, 3, h, w), float32], %w1: Tensor[(8, 3, 3, 3), float32],
+          %b1: Tensor[(8), float32], %w2: Tensor[(6, 8, 3, 3), float32],
+          %b2: Tensor[(6), float32], %w3: Tensor[(5, 6, 1, 1), float32],
+          %b3: Tensor[(5), float32]) {
+  %0 = nn.conv2d(%x, %w1, padding=[1, 1]);
+  %1 = nn.relu(nn.bias_add(%0, %b1));
+  %2 = nn.conv2d(%1, %w2, strides=[2, 2], padding=[1, 1]);
+  %3 = nn.relu(nn.bias_add(%2, %b2));
+  %4 = nn.conv2d(%3, %w3);
+  nn.relu(nn.bias_add(%4, %b3))
+}"""
+
+
+def test_three_convs_make_one_pair_and_a_single_conv_group(restore_threads) -> None:
+    """A conv reading a pair does not join it: the pair is one kernel, the third conv another."""
+    assert kernels_of(build(THREE_CONVS)) == [PAIR_NAME, "fused_conv2d_bias_add_relu"]
+    vm, ref = (relvm.VirtualMachine(build(THREE_CONVS, fuse=f)) for f in (True, False))
+    params = [rand(8, 3, 3, 3, seed=1) * 0.3, rand(8, seed=2), rand(6, 8, 3, 3, seed=3) * 0.3,
+              rand(6, seed=4), rand(5, 6, 1, 1, seed=5), rand(5, seed=6)]
+    for nthreads in (1, 2):
+        relvm.set_num_threads(nthreads)
+        for n, h, w in ((1, 11, 13), (3, 16, 16), (6, 7, 20), (0, 5, 5)):
+            x = rand(n, 3, h, w, seed=n)
+            np.testing.assert_allclose(vm.invoke("main", x, *params),
+                                       ref.invoke("main", x, *params), rtol=1e-4, atol=1e-4)
+
+
+BARE_PAIR = """def @main(%x: Tensor[(n, 4, h, w), float32], %w1: Tensor[(8, 4, 3, 3), float32],
+          %w2: Tensor[(6, 8, 3, 3), float32]) {{
+  %0 = nn.conv2d(%x, %w1, padding=[1, 1]);
+  %1 = nn.conv2d(%0, %w2, strides=[2, 2], padding=[1, 1]);
+  {tail}
+}}"""
+
+
+@pytest.mark.parametrize("tail,names", [
+    ("%1", ["fused_conv2d_conv2d"]),
+    ("nn.global_avg_pool2d(%1)", ["fused_conv2d_conv2d_global_avg_pool2d"]),
+    ("sigmoid(%1)", ["nn.conv2d", "fused_conv2d_sigmoid"]),  # split: the first half is one op
+], ids=["bare", "bare_pool", "bare_then_sigmoid"])
+def test_bare_conv_pair(restore_threads, tail, names) -> None:
+    """Two convs with no bias or relu between them pair as well."""
+    text = BARE_PAIR.format(tail=tail)
+    assert kernels_of(build(text)) == names
+    vm, ref = (relvm.VirtualMachine(build(text, fuse=f)) for f in (True, False))
+    w1, w2 = rand(8, 4, 3, 3, seed=1) * 0.3, rand(6, 8, 3, 3, seed=2) * 0.3
+    for nthreads in (1, 2):
+        relvm.set_num_threads(nthreads)
+        for n in (0, 1, 3, 6):
+            x = rand(n, 4, 11, 13, seed=n)
+            np.testing.assert_allclose(vm.invoke("main", x, w1, w2), ref.invoke("main", x, w1, w2),
+                                       rtol=1e-4, atol=1e-4)
+
+
+def test_convnet_example_end_to_end(restore_threads) -> None:
+    """The example convnet builds to the pair (with its pool) and the dense layer; fused ==
+    unfused, and invoke_with_outputs writes the result into the caller's array."""
+    from relvm import examples
+
+    mod, params = relvm.parse(examples.text("convnet")), examples.params("convnet")
+    exe = relvm.build(mod, params=params)
+    assert kernels_of(exe) == [PAIR_NAME + "_global_avg_pool2d", "fused_dense_bias_add"]
+    vm = relvm.VirtualMachine(exe)
+    ref = relvm.VirtualMachine(relvm.build(mod, params=params, fuse=False))
+    for nthreads in (1, 2):
+        relvm.set_num_threads(nthreads)
+        for n in (1, 5, 16):
+            x = rand(n, 3, 32, 32, seed=n)
+            want = ref.invoke("main", x)
+            np.testing.assert_allclose(vm.invoke("main", x), want, rtol=1e-4, atol=1e-4)
+            out = np.full((n, 10), np.nan, np.float32)
+            got = vm.invoke_with_outputs("main", [x], [out])
+            assert got is out or np.shares_memory(got, out)
+            assert vm.stats.output_copies == 0
+            np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)

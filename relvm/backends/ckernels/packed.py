@@ -86,7 +86,7 @@ def match(steps: Sequence[dict]) -> Epilogue | Pair | None:
     if not conv or first.mean or steps[at]["op"] != "nn.conv2d":
         return None
     args = [list(a) for a in steps[at]["args"]]
-    if args[0] != ["step", at - 1] or args[1][0] != "in" or args[1][1] < 2:
+    if args[0] != ["step", at - 1] or args[1][0] != "in":
         return None
     second, end = _epilogue(steps, at + 1, True)
     return Pair(first, args[1][1], second) if second and end == len(steps) else None
