@@ -3,6 +3,9 @@ each C kernel with the op's NumPy reference (through the reference backend, in D
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import warnings
 from typing import Any, Sequence
 
@@ -118,3 +121,33 @@ def random_array(rng, shape, dtype: str, low: float = -3, high: float = 3) -> np
 @pytest.fixture
 def rand(rng):
     return lambda shape, dtype="float32", low=-3, high=3: random_array(rng, shape, dtype, low, high)
+
+
+def _rerun_under_isa(isa: str, test_file: str, selection: str) -> None:
+    """Run the tests of ``test_file`` that ``-k selection`` picks in a subprocess whose GEMM
+    kernels are those of ``isa`` (RELVM_PGEMM_ISA, chosen once per process); skip when this
+    CPU lacks AVX2 for ``isa == "avx2"``."""
+    ffi, lib = native.load()
+    if isa == "avx2" and ffi.string(lib.relvm_pgemm_isa()).decode() == "sse2":
+        pytest.skip("this CPU has no AVX2")
+    script = (
+        "import sys; sys.argv = ['pytest']\n"
+        "import pytest\n"
+        f"sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', {test_file!r}, "
+        f"'-k', {selection!r}]))\n")
+    env = dict(os.environ, RELVM_PGEMM_ISA=isa)
+    check = ("from relvm.backends.native import load; f, l = load(); "
+             "print(f.string(l.relvm_pgemm_isa()).decode())")
+    here = os.path.dirname(test_file)  # not the checkout's root: import the installed relvm
+    used = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True,
+                          text=True, check=True, cwd=here).stdout.strip()
+    assert used == isa
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, cwd=here)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+@pytest.fixture
+def rerun_under_isa():
+    """:func:`_rerun_under_isa`: a test file's tests again, on a lesser instruction set."""
+    return _rerun_under_isa

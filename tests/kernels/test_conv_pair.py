@@ -10,9 +10,6 @@ does not take. The C tests are rerun under the AVX2 and SSE2 GEMM kernels in a s
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import warnings
 from typing import NamedTuple
 
@@ -160,15 +157,21 @@ def _arrays(case, n, seed):
     return x, wa, ba, wb, bb, (oh, ow)
 
 
-def _pair(case, x, wa, ba, relu_a, wb, bb, relu_b, mean):
-    """relvm_conv2d_pair's status and output (NaN where it wrote nothing)."""
+def _setup(case, n):
+    """(ffi, lib, both convs' shape structs, the middle's (oh, ow), a pointer maker)."""
     ffi, lib = load()
     _, (c, h, w), a, b = case
-    n = x.shape[0]
     oh, ow = a.out_hw(h, w)
     sa, sb = a.struct(ffi, n, c, h, w), b.struct(ffi, n, a.oc, oh, ow)
-    y = np.full((n, b.oc) if mean else (n, b.oc) + b.out_hw(oh, ow), np.nan, np.float32)
     ptr = lambda v: ffi.NULL if v is None else ffi.from_buffer(v)  # noqa: E731
+    return lib, sa, sb, (oh, ow), ptr
+
+
+def _pair(case, x, wa, ba, relu_a, wb, bb, relu_b, mean):
+    """relvm_conv2d_pair's status and output (NaN where it wrote nothing)."""
+    n, b = x.shape[0], case[3]
+    lib, sa, sb, mid_hw, ptr = _setup(case, n)
+    y = np.full((n, b.oc) if mean else (n, b.oc) + b.out_hw(*mid_hw), np.nan, np.float32)
     status = lib.relvm_conv2d_pair(0, sa, sb, ptr(x), ptr(wa), ptr(ba), int(relu_a), ptr(wb),
                                    ptr(y), ptr(bb), int(relu_b), int(mean))
     return status, y
@@ -176,14 +179,10 @@ def _pair(case, x, wa, ba, relu_a, wb, bb, relu_b, mean):
 
 def _two_convs(case, x, wa, ba, relu_a, wb, bb, relu_b, mean):
     """The same through two relvm_conv2d calls (the middle stored), then NumPy's mean."""
-    ffi, lib = load()
-    _, (c, h, w), a, b = case
-    n = x.shape[0]
-    oh, ow = a.out_hw(h, w)
-    sa, sb = a.struct(ffi, n, c, h, w), b.struct(ffi, n, a.oc, oh, ow)
-    mid = np.full((n, a.oc, oh, ow), np.nan, np.float32)
-    y = np.full((n, b.oc) + b.out_hw(oh, ow), np.nan, np.float32)
-    ptr = lambda v: ffi.NULL if v is None else ffi.from_buffer(v)  # noqa: E731
+    n, (_, _, a, b) = x.shape[0], case
+    lib, sa, sb, mid_hw, ptr = _setup(case, n)
+    mid = np.full((n, a.oc) + mid_hw, np.nan, np.float32)
+    y = np.full((n, b.oc) + b.out_hw(*mid_hw), np.nan, np.float32)
     assert lib.relvm_conv2d(0, sa, ptr(x), ptr(wa), ptr(mid), ptr(ba), int(relu_a)) == 0
     assert lib.relvm_conv2d(0, sb, ptr(mid), ptr(wb), ptr(y), ptr(bb), int(relu_b)) == 0
     return y.mean(axis=(2, 3)) if mean else y
@@ -530,23 +529,6 @@ def test_fused_pair_through_the_c_backend_matches_float64(restore_threads):
 # --- the AVX2 and SSE2 GEMM kernels -------------------------------------------------------------
 
 @pytest.mark.parametrize("isa", ["avx2", "sse2"])
-def test_lesser_instruction_sets_give_the_same_results(isa):
+def test_lesser_instruction_sets_give_the_same_results(isa, rerun_under_isa):
     """The pair's C tests again, on the AVX2 and SSE2 kernels (chosen once per process)."""
-    ffi, lib = load()
-    if isa == "avx2" and ffi.string(lib.relvm_pgemm_isa()).decode() == "sse2":
-        pytest.skip("this CPU has no AVX2")
-    script = (
-        "import sys; sys.argv = ['pytest']\n"
-        "import pytest\n"
-        f"sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', {__file__!r}, "
-        "'-k', 'test_pair_ or fused_pair']))\n")
-    env = dict(os.environ, RELVM_PGEMM_ISA=isa)
-    check = ("from relvm.backends.native import load; f, l = load(); "
-             "print(f.string(l.relvm_pgemm_isa()).decode())")
-    here = os.path.dirname(__file__)  # not the checkout's root: import the installed relvm
-    used = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True,
-                          text=True, check=True, cwd=here).stdout.strip()
-    assert used == isa
-    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                          text=True, cwd=here)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rerun_under_isa(isa, __file__, 'test_pair_ or fused_pair')

@@ -4,9 +4,6 @@ The inner kernel exists once per instruction set; RELVM_PGEMM_ISA makes this mac
 AVX2 and SSE2 ones too (in a subprocess, since the choice is made once per process).
 """
 
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -262,23 +259,6 @@ def test_vm_with_weights_as_inputs_sees_new_values_each_call():
 
 
 @pytest.mark.parametrize("isa", ["avx2", "sse2"])
-def test_lesser_instruction_sets_give_the_same_results(isa):
+def test_lesser_instruction_sets_give_the_same_results(isa, rerun_under_isa):
     """The AVX2 and SSE2 kernels, run on this machine by asking for them."""
-    ffi, lib = load()
-    if isa == "avx2" and ffi.string(lib.relvm_pgemm_isa()).decode() == "sse2":
-        pytest.skip("this CPU has no AVX2")
-    script = (
-        "import sys; sys.argv = ['pytest']\n"
-        "import pytest\n"
-        f"sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', {__file__!r}, "
-        "'-k', 'matches_float64 or non_transposed or fused_conv or fused_dense']))\n")
-    env = dict(os.environ, RELVM_PGEMM_ISA=isa)
-    check = ("from relvm.backends.native import load; f, l = load(); "
-             "print(f.string(l.relvm_pgemm_isa()).decode())")
-    here = os.path.dirname(__file__)  # not the checkout's root: import the installed relvm
-    used = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True,
-                          text=True, check=True, cwd=here).stdout.strip()
-    assert used == isa
-    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                          text=True, cwd=here)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rerun_under_isa(isa, __file__, 'matches_float64 or non_transposed or fused_conv or fused_dense')
