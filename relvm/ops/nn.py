@@ -248,9 +248,11 @@ def _layer_norm_type(attrs, d, g, b):
 def _layer_norm_ref(attrs, x, gamma, beta):
     axis = normalize_axis(attrs.axis, x.ndim)
     x64 = x.astype(np.float64)
-    # Biased variance, as Relay and PyTorch use; an empty axis gives NaN.
-    mean = x64.mean(axis=axis, keepdims=True)
-    var = ((x64 - mean) ** 2).mean(axis=axis, keepdims=True)
+    # Biased variance, as Relay and PyTorch use; an empty axis gives NaN (0 / 0, quietly).
+    count = x.shape[axis]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = x64.sum(axis=axis, keepdims=True) / count
+        var = ((x64 - mean) ** 2).sum(axis=axis, keepdims=True) / count
     params = [_along_axis(v.astype(np.float64), axis, x.ndim) for v in (gamma, beta)]
     return _normalize(x64, mean, var, *params, attrs).astype(x.dtype)
 
