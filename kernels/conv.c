@@ -140,9 +140,8 @@ static RELVM_VECTORIZE void pad_image(const struct relvm_conv2d_shape *s, const 
                                       int64_t channels, struct padded_image p) {
     zero_borders(s, channels, p);
     if (s->sw == 2) {
-        /* Padded column c = ix + pl is phase c % 2, index c / 2. */
-        const int64_t even_at = s->pl % 2 * p.pws + s->pl / 2;
-        const int64_t odd_at = (s->pl + 1) % 2 * p.pws + (s->pl + 1) / 2;
+        /* Input column ix is padded column ix + pl. */
+        const int64_t even_at = phase_at(s, p, s->pl), odd_at = phase_at(s, p, s->pl + 1);
         for (int64_t ci = 0; ci < channels; ++ci)
             for (int64_t iy = 0; iy < s->h; ++iy) {
                 float *row = p.data + ci * p.plane + (iy + s->pt) * p.rs;
@@ -162,7 +161,7 @@ static RELVM_VECTORIZE void pad_image(const struct relvm_conv2d_shape *s, const 
     for (int64_t phase = 0; phase < s->sw; ++phase) {
         const int64_t first = ((phase - s->pl) % s->sw + s->sw) % s->sw;
         const int64_t count = first < s->w ? (s->w - first + s->sw - 1) / s->sw : 0;
-        const int64_t at = phase * p.pws + (first + s->pl) / s->sw;
+        const int64_t at = phase_at(s, p, first + s->pl);
         for (int64_t ci = 0; ci < channels; ++ci)
             for (int64_t iy = 0; iy < s->h; ++iy) {
                 float *dst = p.data + ci * p.plane + (iy + s->pt) * p.rs + at;
@@ -183,8 +182,7 @@ static void unrolled_offsets(const struct relvm_conv2d_shape *s, struct padded_i
     for (int64_t ci = 0; ci < channels; ++ci)
         for (int64_t i = 0; i < s->kh; ++i)
             for (int64_t j = 0; j < s->kw; ++j)
-                *off++ = ci * p.plane + i * s->dh * p.rs + j * s->dw % s->sw * p.pws +
-                         j * s->dw / s->sw;
+                *off++ = ci * p.plane + i * s->dh * p.rs + phase_at(s, p, j * s->dw);
 }
 
 /* One panel of the unrolled input, packed: row k holds, for each of the panel's pixels, the
@@ -364,7 +362,7 @@ static void conv_panel(const struct conv_pgemm *j, int64_t image, int64_t q, con
         pack_panel(in, j->k, j->off, run_base, &runs, packed);
         j->fn(ocg, j->k, wg, j->k, packed, yg, ldc, npix, &e, 0, 0);
     }
-    if (onward && !sums)
+    if (onward)
         store_onward(j->next, j->onward, stage, ocg, &runs, onward + g * ocg * j->onward.plane);
 }
 
@@ -505,8 +503,7 @@ static int conv_pair(const struct relvm_conv2d_shape *sa, const struct relvm_con
     }
     int failed = 0;
     if (sa->n >= PAIR_DEPTH_FIRST_IMAGES * relvm_threads_get()) {
-        struct conv_pair pr = {&a, &b, 0};
-        b.prepadded = b.padded.data = NULL; /* each thread's own, in conv_pair_images */
+        struct conv_pair pr = {&a, &b, 0}; /* b's input: each thread's own, in its scratch */
         const int64_t fmas = relvm_max64(1, sa->oc * sa->oh * sa->ow * a.k +
                                                 sb->oc * sb->oh * sb->ow * b.k);
         relvm_parallel_for(sa->n, relvm_max64(1, PG_GRAIN_FMAS / fmas), conv_pair_images, &pr);

@@ -170,31 +170,28 @@ def bind_call(c_function: Callable, c_args: Sequence[Any], at: dict[int, int],
     return some_varying
 
 
-def _kernel(name: str, bias_at: int | None, plan_for: Callable, call: Callable,
+def _kernel(name: str, plan_for: Callable, call: Callable,
             fallback: Callable[[], Callable] | None, binder: Callable) -> Callable:
-    """``kernel(x, w, [bias], out)``: a plan per shapes (``plan_for(x, w, out, bias)`` shapes,
-    falsy where the epilogue does not apply), then ``call(plan, x, w, out, bias)``, the C call,
-    whose status is checked; ``call`` returns None to pass the call on to ``fallback()``, as
-    calls the epilogue does not cover go. ``kernel.bind`` (for replays) is
-    ``binder(plan, arrays, fixed, what)``, for shapes with a plan."""
+    """``kernel(*arrays)`` (the fused entry's inputs, then its output): a plan per the arrays'
+    shapes (``plan_for(shapes)``, falsy where the one-call kernel does not apply), then
+    ``call(plan, arrays)``, the C call, whose status is checked; ``call`` returns None to pass
+    the call on to ``fallback()``, as calls the one-call kernel does not cover go.
+    ``kernel.bind`` (for replays) is ``binder(plan, arrays, fixed, what)``, for shapes with a
+    plan."""
     plans: dict[tuple, Any] = {}
     slow: list[Callable] = []
 
     def bind(arrays: Sequence[np.ndarray], fixed: Sequence[bool]) -> Callable | None:
-        x, w, out = arrays[0], arrays[1], arrays[-1]
-        b = arrays[bias_at] if bias_at is not None else None
-        key = (x.shape, w.shape, out.shape, None if b is None else b.shape)
+        key = tuple([a.shape for a in arrays])
         plan = plans.get(key)
         return binder(plan, arrays, fixed, f"{name} {key}") if plan else None
 
     def run(*args: np.ndarray) -> None:
-        x, w, out = args[0], args[1], args[-1]
-        b = args[bias_at] if bias_at is not None else None
-        key = (x.shape, w.shape, out.shape, None if b is None else b.shape)
+        key = tuple([a.shape for a in args])
         plan = plans.get(key)
         if plan is None:
-            plan = remember(plans, key, plan_for(*key) or False)
-        status = None if plan is False else call(plan, x, w, out, b)
+            plan = remember(plans, key, plan_for(key) or False)
+        status = None if plan is False else call(plan, args)
         if status is None:
             if not slow:
                 slow.append(fallback())
@@ -205,6 +202,11 @@ def _kernel(name: str, bias_at: int | None, plan_for: Callable, call: Callable,
     return run
 
 
+def _layer(items: Sequence, bias_at: int | None) -> tuple:
+    """(data, weight, output, bias or None) of a layer's arrays or shapes."""
+    return items[0], items[1], items[-1], None if bias_at is None else items[bias_at]
+
+
 def make_dense(entry, constants, epilogue: Epilogue | None = None,
                fallback: Callable[[], Callable] | None = None) -> Callable:
     """``kernel(x, w, [bias], out)``: nn.dense (plus ``epilogue``) on relvm's GEMM."""
@@ -212,22 +214,23 @@ def make_dense(entry, constants, epilogue: Epilogue | None = None,
     gemm, ptr, null = lib.relvm_pgemm, ffi.from_buffer, ffi.NULL
     weights = PackedWeights(constants)
     relu = int(bool(epilogue and epilogue.relu))
+    bias_at = epilogue.bias if epilogue else None
 
-    def plan_for(x, w, out, b):
+    def plan_for(shapes):
+        x, w, out, b = _layer(shapes, bias_at)
         _, m, n, k, _, _ = linalg._dense_plan(x, w, out)
         if b is not None and (b != (n,) or epilogue.axis % len(out) != len(out) - 1):
             return None  # a bias along another axis: the generic kernel's business
         return m, n, k
 
-    def call(plan, x, w, out, b):
+    def call(plan, args):
         m, n, k = plan
+        x, w, out, b = _layer(args, bias_at)
         packed = weights.get(w, k, n)
         if packed is None:
             return None  # not a constant: OpenBLAS, through the fallback
         return gemm(m, n, k, ptr(x), k, packed, ptr(out), n, null if b is None else ptr(b), 0,
                     relu)
-
-    bias_at = epilogue.bias if epilogue else None
 
     def binder(plan, arrays, fixed, what):
         m, n, k = plan
@@ -242,7 +245,7 @@ def make_dense(entry, constants, epilogue: Epilogue | None = None,
 
     if fallback is None:  # a plain dense: OpenBLAS for weights that are not constants
         fallback = lambda: linalg._make_gemm(entry, linalg._dense_plan, False, True)  # noqa: E731
-    return _kernel(entry.name, bias_at, plan_for, call, fallback, binder)
+    return _kernel(entry.name, plan_for, call, fallback, binder)
 
 
 def make_conv2d(entry, epilogue: Epilogue | None = None,
@@ -255,8 +258,10 @@ def make_conv2d(entry, epilogue: Epilogue | None = None,
     conv = lib.relvm_conv2d_mean if mean else lib.relvm_conv2d
     ptr, null = ffi.from_buffer, ffi.NULL
     relu = int(bool(epilogue and epilogue.relu))
+    bias_at = epilogue.bias if epilogue else None
 
-    def plan_for(x, w, out, b):
+    def plan_for(shapes):
+        x, w, out, b = _layer(shapes, bias_at)
         plan = linalg._conv_plan(ffi, attrs, x, w, out, mean)
         if b is not None and (b != (out[1],) or epilogue.axis % 4 != 1):
             return None
@@ -264,16 +269,16 @@ def make_conv2d(entry, epilogue: Epilogue | None = None,
             return None  # the mean runs on the GEMM path only: depthwise convs chain
         return plan
 
-    def call(plan, x, w, out, b):  # dtype 0: float32, the only one this path takes
+    def call(plan, args):  # dtype 0: float32, the only one this path takes
+        x, w, out, b = _layer(args, bias_at)
         return conv(0, plan, ptr(x), ptr(w), ptr(out), null if b is None else ptr(b), relu)
-    bias_at = epilogue.bias if epilogue else None
 
     def binder(plan, arrays, fixed, what):
         at = {2: 0, 3: 1, 4: len(arrays) - 1}
         if bias_at is not None:
             at[5] = bias_at
         return bind_call(conv, [0, plan, None, None, None, null, relu], at, arrays, fixed, what)
-    return _kernel(entry.name, bias_at, plan_for, call, fallback, binder)
+    return _kernel(entry.name, plan_for, call, fallback, binder)
 
 
 def make_conv_pair(entry, pair: Pair, fallback: Callable[[], Callable]) -> Callable:
@@ -286,8 +291,6 @@ def make_conv_pair(entry, pair: Pair, fallback: Callable[[], Callable]) -> Calla
     attrs_b = attrs_of(type(entry)(entry.name, "nn.conv2d", convs[1]["attrs"], (), ()))
     a, b, wb_at = pair.first, pair.second, pair.weight
     conv, ptr, null = lib.relvm_conv2d_pair, ffi.from_buffer, ffi.NULL
-    plans: dict[tuple, Any] = {}
-    slow: list[Callable] = []
 
     def plan_for(shapes: tuple) -> Any:
         x, wa, wb, out = shapes[0], shapes[1], shapes[wb_at], shapes[-1]
@@ -300,28 +303,13 @@ def make_conv_pair(entry, pair: Pair, fallback: Callable[[], Callable]) -> Calla
         sizes = (shape_a.c, shape_a.h * shape_a.w, shape_b.h * shape_b.w, shape_b.oh * shape_b.ow)
         return None if 0 in sizes else (shape_a, shape_b)
 
-    def run(*args: np.ndarray) -> None:
-        key = tuple([x.shape for x in args])
-        plan = plans.get(key)
-        if plan is None:
-            plan = remember(plans, key, plan_for(key) or False)
-        if plan is False:
-            if not slow:
-                slow.append(fallback())
-            slow[0](*args)
-            return
-        status = conv(0, plan[0], plan[1], ptr(args[0]), ptr(args[1]),
-                      null if a.bias is None else ptr(args[a.bias]), int(a.relu),
-                      ptr(args[wb_at]), ptr(args[-1]),
-                      null if b.bias is None else ptr(args[b.bias]), int(b.relu), int(b.mean))
-        if status:
-            check(status, f"{entry.name} {key}")
+    def call(plan, args):
+        return conv(0, plan[0], plan[1], ptr(args[0]), ptr(args[1]),
+                    null if a.bias is None else ptr(args[a.bias]), int(a.relu),
+                    ptr(args[wb_at]), ptr(args[-1]),
+                    null if b.bias is None else ptr(args[b.bias]), int(b.relu), int(b.mean))
 
-    def bind(arrays: Sequence[np.ndarray], fixed: Sequence[bool]) -> Callable | None:
-        key = tuple([x.shape for x in arrays])
-        plan = plans.get(key)
-        if not plan:
-            return None
+    def binder(plan, arrays, fixed, what):
         at = {3: 0, 4: 1, 7: wb_at, 8: len(arrays) - 1}
         if a.bias is not None:
             at[5] = a.bias
@@ -329,9 +317,8 @@ def make_conv_pair(entry, pair: Pair, fallback: Callable[[], Callable]) -> Calla
             at[9] = b.bias
         c_args = [0, plan[0], plan[1], None, None, null, int(a.relu), None, None, null,
                   int(b.relu), int(b.mean)]
-        return bind_call(conv, c_args, at, arrays, fixed, f"{entry.name} {key}")
-    run.bind = bind
-    return run
+        return bind_call(conv, c_args, at, arrays, fixed, what)
+    return _kernel(entry.name, plan_for, call, fallback, binder)
 
 
 def supports(entry) -> bool:
