@@ -220,14 +220,10 @@ struct conv_pgemm {
     int64_t panels, k;
     int pointwise;  /* 1x1, stride 1, no padding: the input is read as it is */
     float *sums;    /* the mean's partial sums, ocg per task (image, group, panel); or NULL */
-    /* Set when an earlier stage left the input padded (conv pairs): image i's padded channels
-     * at prepadded + i * c * padded.plane. */
-    const float *prepadded;
     /* Set when the output feeds a next conv (conv pairs): each panel is stored into that
-     * conv's padded input (geometry `onward`, image i at onward_data + i * oc * onward.plane)
-     * instead of y. */
+     * conv's padded input (geometry `onward`; conv_panel is told where) instead of y. */
     const struct relvm_conv2d_shape *next;
-    struct padded_image onward;
+    struct padded_image onward; /* geometry only */
     uint64_t call; /* tells this call's padded images from an earlier call's */
     _Atomic int failed; /* a thread could not get its scratch */
 };
@@ -273,16 +269,15 @@ static int64_t panel_scratch(const struct conv_pgemm *j) {
 }
 
 static int64_t padded_scratch(const struct conv_pgemm *j) {
-    if (j->pointwise || j->prepadded) return 0;
+    if (j->pointwise) return 0;
     return (j->s->c / j->s->groups * j->padded.plane + 15) / 16 * 16;
 }
 
-/* The padded channels of image `image` (n * groups + g): read where they are (a pointwise
- * conv's input, or left padded by an earlier stage), else padded into buf once per call. */
+/* The padded channels of image `image` (n * groups + g): a pointwise conv's input as it is,
+ * else padded into buf once per call. */
 static const float *padded_input(const struct conv_pgemm *j, int64_t image, float *buf) {
     const struct relvm_conv2d_shape *s = j->s;
     const int64_t icg = s->c / s->groups, g = image % s->groups, n = image / s->groups;
-    if (j->prepadded) return j->prepadded + image * icg * j->padded.plane;
     const float *x = j->x + (n * s->c + g * icg) * s->h * s->w;
     if (j->pointwise) return x;
     if (padded_for.call != j->call || padded_for.image != image || padded_for.scratch != buf) {
@@ -371,7 +366,7 @@ static void conv_pgemm_tasks(void *ctx, int64_t begin, int64_t end) {
     struct conv_pgemm *j = ctx;
     const struct relvm_conv2d_shape *s = j->s;
     const int64_t ocg = s->oc / s->groups, per_panel = panel_scratch(j);
-    float *scratch = relvm_scratch_floats(0, (size_t)(per_panel + padded_scratch(j)));
+    float *scratch = relvm_scratch_floats((size_t)(per_panel + padded_scratch(j)));
     if (!scratch) {
         j->failed = 1;
         return;
@@ -379,9 +374,7 @@ static void conv_pgemm_tasks(void *ctx, int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
         const int64_t q = t % j->panels, image = t / j->panels;
         const float *in = padded_input(j, image, scratch + per_panel);
-        float *onward = j->next ? j->onward.data + image / s->groups * s->oc * j->onward.plane
-                                : NULL;
-        conv_panel(j, image, q, in, scratch, j->sums ? j->sums + t * ocg : NULL, onward);
+        conv_panel(j, image, q, in, scratch, j->sums ? j->sums + t * ocg : NULL, NULL);
     }
 }
 
@@ -442,39 +435,81 @@ static int conv_pgemm(const struct relvm_conv2d_shape *s, const float *x, const 
 
 /* --- two convs in a row ------------------------------------------------------------------- */
 
-/* Depth first: item i is image i through both convs on one thread, the first conv's output
- * going straight into the second's padded input in this thread's scratch (it stays in cache
- * and is never stored whole). */
+/* Item i is band i % bands of image i / bands: a run of b's panels, taken through both convs on
+ * one thread. The thread computes the rows of a's output those panels read straight into b's
+ * padded input in its own scratch, where they stay in cache and are never stored whole; then
+ * b's panels. Rows a neighbouring band also reads are computed by both, so threads never wait
+ * for each other or read each other's writes. */
 struct conv_pair {
     struct conv_pgemm *a, *b;
+    int64_t bands;
     _Atomic int failed;
 };
 
-static void conv_pair_images(void *ctx, int64_t begin, int64_t end) {
+/* a's panels [*lo, *hi) cover every row of a's output (b's input) that b's panels [q0, q1)
+ * read. */
+static void pair_rows(const struct conv_pgemm *a, const struct conv_pgemm *b, int64_t q0,
+                      int64_t q1, int64_t *lo, int64_t *hi) {
+    const struct relvm_conv2d_shape *sa = a->s, *sb = b->s;
+    const int64_t first = q0 * PG_PANEL / sb->ow;
+    const int64_t last = (relvm_min64(q1 * PG_PANEL, sb->oh * sb->ow) - 1) / sb->ow;
+    const int64_t top = relvm_max64(0, first * sb->sh - sb->pt);
+    const int64_t end = relvm_min64(sa->oh, last * sb->sh - sb->pt + (sb->kh - 1) * sb->dh + 1);
+    *lo = *hi = 0;
+    if (end > top) {
+        *lo = top * sa->ow / PG_PANEL;
+        *hi = (end * sa->ow + PG_PANEL - 1) / PG_PANEL;
+    }
+}
+
+/* Whose borders this thread's b input has zeroed (a thread may run several chunks of items). */
+static _Thread_local struct {
+    uint64_t call;
+    float *scratch;
+} mid_borders_for;
+
+static void conv_pair_items(void *ctx, int64_t begin, int64_t end) {
     struct conv_pair *pr = ctx;
     struct conv_pgemm *a = pr->a, *b = pr->b;
     const int64_t per_panel = relvm_max64(panel_scratch(a), panel_scratch(b));
     const int64_t pad_a = padded_scratch(a), pad_b = b->s->c * b->padded.plane;
-    float *scratch = relvm_scratch_floats(0, (size_t)(per_panel + pad_a + pad_b));
+    float *scratch = relvm_scratch_floats((size_t)(per_panel + pad_a + pad_b));
     if (!scratch) {
         pr->failed = 1;
         return;
     }
     struct padded_image mid = b->padded;
     mid.data = scratch + per_panel + pad_a;
-    zero_borders(b->s, b->s->c, mid); /* each image below writes the rest */
+    if (mid_borders_for.call != b->call || mid_borders_for.scratch != mid.data) {
+        zero_borders(b->s, b->s->c, mid); /* once a call: the items write only the rest */
+        mid_borders_for.call = b->call;
+        mid_borders_for.scratch = mid.data;
+    }
     const int64_t ocg_b = b->s->oc / b->s->groups;
-    for (int64_t n = begin; n < end; ++n) {
+    int64_t held = -1, held_lo = 0, held_hi = 0; /* mid holds a's panels [held_lo, held_hi) */
+    for (int64_t i = begin; i < end; ++i) {
+        const int64_t n = i / pr->bands, band = i % pr->bands;
+        const int64_t q0 = b->panels * band / pr->bands, q1 = b->panels * (band + 1) / pr->bands;
+        int64_t lo, hi;
+        pair_rows(a, b, q0, q1, &lo, &hi);
+        int64_t from = lo; /* the next band of the image just done reuses its rows */
+        if (held == n && held_lo <= lo && lo <= held_hi) {
+            from = relvm_max64(lo, held_hi);
+            held_hi = relvm_max64(hi, held_hi);
+        } else {
+            held = n;
+            held_lo = lo;
+            held_hi = hi;
+        }
         for (int64_t g = 0; g < a->s->groups; ++g) {
             const int64_t image = n * a->s->groups + g;
             const float *in = padded_input(a, image, scratch + per_panel);
-            for (int64_t q = 0; q < a->panels; ++q)
-                conv_panel(a, image, q, in, scratch, NULL, mid.data);
+            for (int64_t q = from; q < hi; ++q) conv_panel(a, image, q, in, scratch, NULL, mid.data);
         }
         for (int64_t g = 0; g < b->s->groups; ++g) {
             const int64_t image = n * b->s->groups + g;
             const float *in = mid.data + g * (b->s->c / b->s->groups) * mid.plane;
-            for (int64_t q = 0; q < b->panels; ++q) {
+            for (int64_t q = q0; q < q1; ++q) {
                 const int64_t t = image * b->panels + q;
                 conv_panel(b, image, q, in, scratch, b->sums ? b->sums + t * ocg_b : NULL,
                            NULL);
@@ -483,9 +518,28 @@ static void conv_pair_images(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
-/* Batches below this many images per thread run the pair stage by stage (each stage split
- * into panels over every thread) rather than an image per thread. */
-#define PAIR_DEPTH_FIRST_IMAGES 2
+/* A band's rows of b's padded input should stay within this many bytes (a share of L2). */
+#define PAIR_BAND_BYTES (512 << 10)
+
+static int64_t gcd64(int64_t x, int64_t y) {
+    while (y) {
+        const int64_t r = x % y;
+        x = y;
+        y = r;
+    }
+    return x;
+}
+
+/* Bands per image: enough that the items divide evenly among the threads (a batch of one
+ * image runs on every thread), and that a band's rows of b's input fit in cache. */
+static int64_t pair_bands(const struct conv_pgemm *b) {
+    const struct relvm_conv2d_shape *s = b->s;
+    const int64_t threads = relvm_threads_get();
+    int64_t bands = threads / gcd64(s->n, threads);
+    const int64_t image_bytes = s->c * b->padded.plane * (int64_t)sizeof(float);
+    while (image_bytes / bands > PAIR_BAND_BYTES && bands * 2 <= b->panels) bands *= 2;
+    return relvm_max64(1, relvm_min64(bands, b->panels));
+}
 
 static int conv_pair(const struct relvm_conv2d_shape *sa, const struct relvm_conv2d_shape *sb,
                      const float *x, const float *wa, const float *bias_a, int relu_a,
@@ -496,38 +550,18 @@ static int conv_pair(const struct relvm_conv2d_shape *sa, const struct relvm_con
     a.onward = b.padded;
     int status = conv_prepare(&a, 0);
     if (status == RELVM_OK) status = conv_prepare(&b, mean);
-    if (status != RELVM_OK) {
-        conv_release(&a);
-        conv_release(&b);
-        return status;
+    struct conv_pair pr = {&a, &b, pair_bands(&b), 0};
+    if (status == RELVM_OK) {
+        const int64_t fmas = relvm_max64(1, (sa->oc * sa->oh * sa->ow * a.k +
+                                             sb->oc * sb->oh * sb->ow * b.k) / pr.bands);
+        relvm_parallel_for(sa->n * pr.bands, relvm_max64(1, PG_GRAIN_FMAS / fmas),
+                           conv_pair_items, &pr);
+        if (pr.failed) status = RELVM_NO_MEMORY;
+        else if (mean) conv_finish_mean(&b);
     }
-    int failed = 0;
-    if (sa->n >= PAIR_DEPTH_FIRST_IMAGES * relvm_threads_get()) {
-        struct conv_pair pr = {&a, &b, 0}; /* b's input: each thread's own, in its scratch */
-        const int64_t fmas = relvm_max64(1, sa->oc * sa->oh * sa->ow * a.k +
-                                                sb->oc * sb->oh * sb->ow * b.k);
-        relvm_parallel_for(sa->n, relvm_max64(1, PG_GRAIN_FMAS / fmas), conv_pair_images, &pr);
-        failed = pr.failed;
-    } else { /* stage by stage, through a whole padded batch */
-        float *mid = relvm_scratch_floats(1, (size_t)(sb->n * sb->c * b.padded.plane));
-        if (!mid) {
-            conv_release(&a);
-            conv_release(&b);
-            return RELVM_NO_MEMORY;
-        }
-        a.onward.data = mid;
-        b.prepadded = mid;
-        struct padded_image all = b.padded;
-        all.data = mid;
-        zero_borders(sb, sb->n * sb->c, all);
-        conv_run(&a);
-        if (!a.failed) conv_run(&b);
-        failed = a.failed || b.failed;
-    }
-    if (mean && !failed) conv_finish_mean(&b);
     conv_release(&a);
     conv_release(&b);
-    return failed ? RELVM_NO_MEMORY : RELVM_OK;
+    return status;
 }
 
 /* --- depthwise: one input channel per group ---------------------------------------------- */
@@ -608,7 +642,7 @@ static void depthwise_planes(void *ctx, int64_t begin, int64_t end) {
     struct depthwise *j = ctx;
     const struct relvm_conv2d_shape *s = j->s;
     const int64_t mult = s->oc / s->groups;
-    float *buf = relvm_scratch_floats(0, (size_t)(j->ph * j->pw));
+    float *buf = relvm_scratch_floats((size_t)(j->ph * j->pw));
     if (!buf) {
         j->failed = 1;
         return;
@@ -666,7 +700,7 @@ static int conv_transpose_f32(const struct relvm_conv2d_shape *s, const float *x
                               const float *w, float *y) {
     const int64_t icg = s->c / s->groups, ocg = s->oc / s->groups;
     const int64_t rows = ocg * s->kh * s->kw, plane = s->h * s->w;
-    float *col = relvm_scratch_floats(0, (size_t)(rows * plane));
+    float *col = relvm_scratch_floats((size_t)(rows * plane));
     if (!col) return RELVM_NO_MEMORY;
     for (int64_t n = 0; n < s->n; ++n) {
         for (int64_t g = 0; g < s->groups; ++g) {

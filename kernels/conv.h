@@ -26,9 +26,9 @@ int relvm_conv2d_mean(int dtype, const struct relvm_conv2d_shape *s, const void 
 /* Two convs in a row, the first one's output never stored:
  * y = conv_b(epilogue_a(conv_a(x, wa)), wb), then b's epilogue (bias_b, relu_b) and, with
  * mean, b's output averaged over each plane as in relvm_conv2d_mean (y is then n x oc). The
- * first conv writes each tile straight into the second's padded input. Batches of several
- * images per thread run depth first: a thread takes an image through both convs while it is in
- * cache. Float32 on the GEMM path only: RELVM_UNSUPPORTED for depthwise convs, convs without
+ * first conv writes each tile straight into the second's padded input. Each thread takes an
+ * image, or a band of an image's rows (when there are fewer images than threads, or the image
+ * is large), through both convs while it is in cache. Float32 on the GEMM path only: RELVM_UNSUPPORTED for depthwise convs, convs without
  * input channels or with empty planes, and shapes where b does not read a's output
  * (b->c != a->oc, ...). */
 int relvm_conv2d_pair(int dtype, const struct relvm_conv2d_shape *a,

@@ -6,13 +6,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-/* Slots a thread holds at once: a kernel's working buffer, and one a calling thread keeps
- * while its pool runs parallel loops that use the first (a conv pair's whole padded batch). */
-#define RELVM_SCRATCH_SLOTS 2
-
 struct relvm_scratch {
-    float *data[RELVM_SCRATCH_SLOTS];
-    size_t cap[RELVM_SCRATCH_SLOTS];
+    float *data;
+    size_t cap;
 };
 
 static pthread_key_t relvm_scratch_key;
@@ -20,7 +16,7 @@ static pthread_once_t relvm_scratch_once = PTHREAD_ONCE_INIT;
 
 static void relvm_scratch_free(void *p) {
     struct relvm_scratch *s = p;
-    for (int i = 0; i < RELVM_SCRATCH_SLOTS; ++i) free(s->data[i]);
+    free(s->data);
     free(s);
 }
 
@@ -28,9 +24,9 @@ static void relvm_scratch_init(void) {
     pthread_key_create(&relvm_scratch_key, relvm_scratch_free);
 }
 
-/* `count` floats (at least one) in slot `slot` for the calling thread, or NULL when memory
- * runs out. Each source file that includes this header has its own buffers. */
-static float *relvm_scratch_floats(int slot, size_t count) {
+/* `count` floats (at least one) for the calling thread, or NULL when memory runs out. Each
+ * source file that includes this header has its own buffers. */
+static float *relvm_scratch_floats(size_t count) {
     pthread_once(&relvm_scratch_once, relvm_scratch_init);
     struct relvm_scratch *s = pthread_getspecific(relvm_scratch_key);
     if (!s) {
@@ -41,12 +37,12 @@ static float *relvm_scratch_floats(int slot, size_t count) {
         }
     }
     if (count == 0) count = 1;
-    if (s->cap[slot] < count) {
-        free(s->data[slot]);
+    if (s->cap < count) {
+        free(s->data);
         const size_t bytes = (count * sizeof(float) + 63) / 64 * 64; /* as aligned_alloc asks */
-        s->data[slot] = aligned_alloc(64, bytes);
-        s->cap[slot] = s->data[slot] ? count : 0;
+        s->data = aligned_alloc(64, bytes);
+        s->cap = s->data ? count : 0;
     }
-    return s->data[slot];
+    return s->data;
 }
 #endif

@@ -1,8 +1,8 @@
 """Two convs in a row as one C call (relvm_conv2d_pair), the first conv's output never stored.
 
-The pair is checked against two relvm_conv2d calls (and a NumPy mean) over many geometries, in
-both of its modes -- stage by stage (fewer than two images per thread) and depth first (an image
-per thread through both convs) -- and against an independent float64 NumPy conv. Then the Python
+The pair is checked against two relvm_conv2d calls (and a NumPy mean) over many geometries, with
+each image whole on a thread and cut into bands of rows (fewer images than threads, or images
+too large for cache), so that a band's first rows repeat its neighbour's last ones, and against an independent float64 NumPy conv. Then the Python
 side: which fused steps ``packed.match`` reads as a :class:`~relvm.backends.ckernels.packed.Pair`,
 and the fused kernel ``make_fused`` builds for them, with its fallback for shapes the C call
 does not take. The C tests are rerun under the AVX2 and SSE2 GEMM kernels in a subprocess.
@@ -10,6 +10,7 @@ does not take. The C tests are rerun under the AVX2 and SSE2 GEMM kernels in a s
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import NamedTuple
 
@@ -119,12 +120,15 @@ CASES = [
     ("one_channel_in_and_between", (1, 12, 12), Conv(1, 3, 1, 1), Conv(4, 3, 2, 1)),
     # borders of more than 64 columns are cleared as whole rows
     ("b_wide_padding", (2, 5, 7), Conv(4, 3, 1, 1), Conv(3, 3, 1, (1, 34, 1, 34))),
+    # b's first and last rows read only padding: a band of them needs no rows of a
+    ("b_tall_padding", (2, 5, 7), Conv(4, 3, 1, 1), Conv(3, 3, 1, (9, 1, 9, 1))),
 ]
 CASE_IDS = [c[0] for c in CASES]
 
-# (threads, n): fewer than two images per thread run stage by stage, else depth first.
-MODES = [(1, 1), (1, 5), (2, 1), (2, 3), (2, 5)]
-MODE_IDS = [f"t{t}-n{n}-{'depth' if n >= 2 * t else 'stage'}" for t, n in MODES]
+# (threads, n): each image is cut into threads / gcd(n, threads) bands (one band: the image
+# whole), so the items divide evenly among the threads.
+MODES = [(1, 1), (1, 5), (2, 1), (2, 3), (2, 4), (3, 1), (3, 2)]
+MODE_IDS = [f"t{t}-n{n}-bands{t // math.gcd(n, t)}" for t, n in MODES]
 
 # (bias a, relu a, bias b, relu b, mean)
 EPILOGUES = [
@@ -210,7 +214,7 @@ FLOAT64_CASES = [c for c in CASES if c[0] in (
 
 
 @pytest.mark.parametrize("mean", [False, True], ids=["full", "mean"])
-@pytest.mark.parametrize("nthreads,n", [(2, 1), (2, 5)], ids=["t2-n1-stage", "t2-n5-depth"])
+@pytest.mark.parametrize("nthreads,n", [(2, 1), (2, 5)], ids=["t2-n1-bands2", "t2-n5-bands2"])
 @pytest.mark.parametrize("case", FLOAT64_CASES, ids=[c[0] for c in FLOAT64_CASES])
 def test_pair_matches_float64_reference(restore_threads, case, nthreads, n, mean):
     """conv -> bias -> relu -> conv -> bias -> relu [-> mean] against a direct float64 conv."""
@@ -227,9 +231,9 @@ def test_pair_matches_float64_reference(restore_threads, case, nthreads, n, mean
 
 def test_pair_reads_new_input_values_on_every_call(restore_threads):
     """Threads keep the images they padded for a call; the next call (same shapes, same
-    arrays, new values) must pad them again, in both modes."""
+    arrays, new values) must pad them again, whole or in bands."""
     case = CASES[1]
-    for nthreads, n in ((1, 1), (1, 5), (2, 5)):
+    for nthreads, n in ((1, 1), (1, 5), (2, 1), (2, 5)):
         threads.set_num_threads(nthreads)
         x, wa, ba, wb, bb, _ = _arrays(case, n, seed=3)
         for _ in range(3):
@@ -241,9 +245,9 @@ def test_pair_reads_new_input_values_on_every_call(restore_threads):
             wa += 0.1
 
 
-def test_pair_after_a_larger_pair_and_modes_agree(restore_threads):
-    """Scratch left by a larger call (and by the other mode) does not leak into a smaller one;
-    stage by stage and depth first give the same numbers."""
+def test_pair_after_a_larger_pair_and_bands_agree(restore_threads):
+    """Scratch left by a larger call (and by one cut into bands) does not leak into a smaller
+    one; whole images and bands give the same numbers."""
     big, small = CASES[0], CASES[3]
     results = []
     for nthreads in (1, 2):
@@ -256,8 +260,25 @@ def test_pair_after_a_larger_pair_and_modes_agree(restore_threads):
             np.testing.assert_allclose(got, _two_convs(case, *args), rtol=1e-4, atol=1e-4)
             if case is small:
                 results.append(got)
-    # n = 3: depth first on one thread, stage by stage on two
+    # n = 3: whole images on one thread, two bands each on two
     np.testing.assert_allclose(results[0], results[1], rtol=1e-5, atol=1e-5)
+
+
+# b's padded input is 3.4 MB an image: cut into 8 bands or more (16 with two threads), each
+# reading 6 rows of its neighbours' through the dilated window; rows of 100 pixels are ragged.
+LARGE = ("large_ragged_b_dilation3", (3, 120, 100), Conv(64, 3, 1, 1),
+         Conv(8, 3, 1, 3, dilation=3))
+
+
+@pytest.mark.parametrize("nthreads,n", [(1, 1), (2, 1), (2, 2)], ids=["t1-n1", "t2-n1", "t2-n2"])
+def test_images_too_large_for_cache_run_in_bands(restore_threads, nthreads, n):
+    threads.set_num_threads(nthreads)
+    x, wa, ba, wb, bb, _ = _arrays(LARGE, n, seed=11)
+    for mean in (False, True):
+        args = (x, wa, ba, True, wb, bb, True, mean)
+        status, got = _pair(LARGE, *args)
+        assert status == 0
+        np.testing.assert_allclose(got, _two_convs(LARGE, *args), rtol=1e-4, atol=1e-4)
 
 
 def _shapes(n=2, c=3, h=6, w=7, a=Conv(4, 3, 1, 1), b=Conv(5, 3, 1, 1)):
