@@ -218,8 +218,10 @@ RELVM_EXPORT void relvm_parallel_for(int64_t n, int64_t grain, relvm_range_fn fn
     }
     const int64_t most = (n + grain - 1) / grain;
     const int participants = most < k ? (int)most : k;
-    /* Several chunks per thread even out uneven rows; never below the grain. */
-    int64_t chunk = (n + 4 * participants - 1) / (4 * participants);
+    /* Sixteen chunks per thread, never below the grain: a thread that finishes early steals
+     * at most a chunk's worth at the end, so a late or slower thread delays the loop by at most
+     * 1/16 of its share (with 4 chunks, the reference convnet at N=128 ran 12% slower). */
+    int64_t chunk = (n + 16 * participants - 1) / (16 * participants);
     if (chunk < grain) chunk = grain;
     struct loop l;
     l.fn = fn;

@@ -21,6 +21,28 @@ static inline __attribute__((always_inline)) PG_NAME(vec) PG_NAME(splat)(float x
     return __builtin_shuffle((PG_NAME(vec)){x}, (PG_NAME(mask)){0});
 }
 
+/* The sum of v's lanes: adds of v and v with its halves, quarters, ... swapped (constant
+ * shuffles; lane 0 ends up with the total). */
+static inline __attribute__((always_inline)) float PG_NAME(lanes_sum)(PG_NAME(vec) v) {
+    typedef PG_NAME(mask) mask;
+#if PG_VW == 16
+    v += __builtin_shuffle(v, (mask){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
+    v += __builtin_shuffle(v, (mask){4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11});
+    v += __builtin_shuffle(v, (mask){2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
+    v += __builtin_shuffle(v, (mask){1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14});
+#elif PG_VW == 8
+    v += __builtin_shuffle(v, (mask){4, 5, 6, 7, 0, 1, 2, 3});
+    v += __builtin_shuffle(v, (mask){2, 3, 0, 1, 6, 7, 4, 5});
+    v += __builtin_shuffle(v, (mask){1, 0, 3, 2, 5, 4, 7, 6});
+#elif PG_VW == 4
+    v += __builtin_shuffle(v, (mask){2, 3, 0, 1});
+    v += __builtin_shuffle(v, (mask){1, 0, 3, 2});
+#else
+#error "lanes_sum: no shuffles for this vector width"
+#endif
+    return v[0];
+}
+
 /* rows x PG_TW tile at column `col` of the panel: C[r][col + j] for r < rows, j < cols.
  * B's row p is read from the packed panel (panel + p * PG_PANEL + col) or, when `indirect`
  * (a constant at each call), as two vectors at base0 + off[p] and base1 + off[p]: a conv reads
@@ -87,15 +109,18 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
     }
     const vec cb0 = cb ? *(const uvec *)cb : (vec){0};
     const vec cb1 = cb ? *(const uvec *)(cb + PG_VW) : (vec){0};
+    /* e's fields in locals: stores into c could alias e, which would reload them every row. */
     const int relu = e->relu, whole = cols >= PG_TW;
+    const float *const row_bias = cb ? NULL : e->row_bias ? e->row_bias + row0 : NULL;
+    float *const row_sums = e->row_sums ? e->row_sums + row0 : NULL;
 #pragma GCC unroll 16
     for (int r = 0; r < rows; ++r) {
         vec v0 = acc[r][0], v1 = acc[r][1];
         if (cb) {
             v0 += cb0;
             v1 += cb1;
-        } else if (e->row_bias) {
-            const vec br = PG_NAME(splat)(e->row_bias[row0 + r]);
+        } else if (row_bias) {
+            const vec br = PG_NAME(splat)(row_bias[r]);
             v0 += br;
             v1 += br;
         }
@@ -103,12 +128,16 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
             v0 = (vec)((mask)v0 & ~(v0 < 0));
             v1 = (vec)((mask)v1 & ~(v1 < 0));
         }
-        if (e->row_sums) { /* c is NULL: sum the row instead */
-            float tmp[PG_TW], sum = 0.0f;
+        if (row_sums) { /* c is NULL: sum the row instead */
+            if (whole) {
+                row_sums[r] += PG_NAME(lanes_sum)(v0 + v1);
+                continue;
+            }
+            float tmp[PG_TW], sum = 0.0f; /* the last panel's ragged edge */
             *(uvec *)tmp = v0;
             *(uvec *)(tmp + PG_VW) = v1;
-            for (int64_t j = 0; j < (whole ? PG_TW : cols); ++j) sum += tmp[j];
-            e->row_sums[row0 + r] += sum;
+            for (int64_t j = 0; j < cols; ++j) sum += tmp[j];
+            row_sums[r] += sum;
             continue;
         }
         float *cr = c + r * ldc + col;
