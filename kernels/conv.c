@@ -216,6 +216,10 @@ struct conv_pgemm {
     pg_ipanel_fn *ifn; /* NULL: output rows are not whole vectors, so panels are packed */
     int width;         /* floats per vector of ifn */
     const int64_t *off;
+    /* With ifn: each group's weights packed for it (relvm_pgemm_pack_rows), given by the caller
+     * or packed for this call into `wowned`. */
+    const float *wpacked;
+    float *wowned;
     struct padded_image padded; /* geometry only */
     int64_t panels, k;
     int pointwise;  /* 1x1, stride 1, no padding: the input is read as it is */
@@ -238,7 +242,8 @@ static _Thread_local struct {
 static _Atomic uint64_t conv_calls;
 
 static struct conv_pgemm conv_job(const struct relvm_conv2d_shape *s, const float *x,
-                                  const float *w, float *y, const float *bias, int relu) {
+                                  const float *w, const float *wpacked, float *y,
+                                  const float *bias, int relu) {
     int width;
     pg_ipanel_fn *ifn = relvm_pgemm_ipanel_kernel(&width);
     const int64_t plane = s->oh * s->ow;
@@ -246,6 +251,7 @@ static struct conv_pgemm conv_job(const struct relvm_conv2d_shape *s, const floa
     j.s = s;
     j.x = x;
     j.w = w;
+    j.wpacked = wpacked;
     j.y = y;
     j.e.row_bias = bias;
     j.e.relu = relu;
@@ -349,7 +355,8 @@ static void conv_panel(const struct conv_pgemm *j, int64_t image, int64_t q, con
             const int64_t p = p0 + relvm_min64(v * j->width, npix - j->width);
             bases[v] = in + p / s->ow * s->sh * j->padded.rs + p % s->ow;
         }
-        j->ifn(ocg, j->k, wg, j->k, bases, j->off, yg, ldc, npix, &e, 0, 0);
+        j->ifn(ocg, j->k, j->wpacked + g * ocg * j->k, 0, bases, j->off, yg, ldc, npix, &e, 0,
+               0);
     } else {
         int64_t run_base[PG_PANEL];
         for (int64_t r = 0; r < runs.count; ++r)
@@ -378,20 +385,37 @@ static void conv_pgemm_tasks(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
-/* Sets up what j's tasks share: the unrolled offsets and, with `mean`, the partial sums. */
+/* Each group's weights (oc x k) as the indirect kernel reads them. */
+static void pack_weights(const struct relvm_conv2d_shape *s, int64_t k, const float *w,
+                         float *packed) {
+    const int64_t ocg = s->oc / s->groups;
+    for (int64_t g = 0; g < s->groups; ++g)
+        relvm_pgemm_pack_rows(ocg, k, w + g * ocg * k, k, packed + g * ocg * k);
+}
+
+/* Sets up what j's tasks share: the unrolled offsets, the packed weights (for ifn, unless the
+ * caller packed them) and, with `mean`, the partial sums. */
 static int conv_prepare(struct conv_pgemm *j, int mean) {
     const struct relvm_conv2d_shape *s = j->s;
     int64_t *off = malloc((size_t)relvm_max64(1, j->k) * sizeof(int64_t));
     const int64_t tasks = s->n * s->groups * j->panels, ocg = s->oc / s->groups;
     float *sums = mean ? malloc((size_t)relvm_max64(1, tasks * ocg) * sizeof(float)) : NULL;
-    if (!off || (mean && !sums)) {
+    const int pack = j->ifn && !j->wpacked;
+    float *wowned = pack ? malloc((size_t)relvm_max64(1, s->oc * j->k) * sizeof(float)) : NULL;
+    if (!off || (mean && !sums) || (pack && !wowned)) {
         free(off);
         free(sums);
+        free(wowned);
         return RELVM_NO_MEMORY;
     }
     unrolled_offsets(s, j->padded, s->c / s->groups, off);
+    if (pack) {
+        pack_weights(s, j->k, j->w, wowned);
+        j->wpacked = wowned;
+    }
     j->off = off;
     j->sums = sums;
+    j->wowned = wowned;
     return RELVM_OK;
 }
 
@@ -411,6 +435,7 @@ static void conv_finish_mean(const struct conv_pgemm *j) {
 static void conv_release(struct conv_pgemm *j) {
     free((void *)j->off);
     free(j->sums);
+    free(j->wowned);
 }
 
 static void conv_run(struct conv_pgemm *j) {
@@ -424,8 +449,8 @@ static void conv_run(struct conv_pgemm *j) {
  * plane: each task sums its panel's pixels per channel (nothing else is stored), then the
  * partial sums are added up here. */
 static int conv_pgemm(const struct relvm_conv2d_shape *s, const float *x, const float *w,
-                      float *y, const float *bias, int relu, int mean) {
-    struct conv_pgemm j = conv_job(s, x, w, y, bias, relu);
+                      const float *wpacked, float *y, const float *bias, int relu, int mean) {
+    struct conv_pgemm j = conv_job(s, x, w, wpacked, y, bias, relu);
     if (conv_prepare(&j, mean) != RELVM_OK) return RELVM_NO_MEMORY;
     conv_run(&j);
     if (mean && !j.failed) conv_finish_mean(&j);
@@ -543,9 +568,10 @@ static int64_t pair_bands(const struct conv_pgemm *b) {
 
 static int conv_pair(const struct relvm_conv2d_shape *sa, const struct relvm_conv2d_shape *sb,
                      const float *x, const float *wa, const float *bias_a, int relu_a,
-                     const float *wb, float *y, const float *bias_b, int relu_b, int mean) {
-    struct conv_pgemm a = conv_job(sa, x, wa, NULL, bias_a, relu_a);
-    struct conv_pgemm b = conv_job(sb, NULL, wb, y, bias_b, relu_b);
+                     const float *wb, float *y, const float *bias_b, int relu_b, int mean,
+                     const float *wpacked_a, const float *wpacked_b) {
+    struct conv_pgemm a = conv_job(sa, x, wa, wpacked_a, NULL, bias_a, relu_a);
+    struct conv_pgemm b = conv_job(sb, NULL, wb, wpacked_b, y, bias_b, relu_b);
     a.next = sb;
     a.onward = b.padded;
     int status = conv_prepare(&a, 0);
@@ -749,7 +775,8 @@ static void epilogue_planes(const struct relvm_conv2d_shape *s, float *y, const 
 }
 
 RELVM_EXPORT int relvm_conv2d(int dtype, const struct relvm_conv2d_shape *s, const void *x,
-                              const void *w, void *y, const void *bias, int relu) {
+                              const void *w, void *y, const void *bias, int relu,
+                              const void *wpacked) {
     if (dtype != RELVM_FLOAT32 || !valid_shape(s)) return RELVM_UNSUPPORTED;
     const int64_t total = s->n * s->oc * s->oh * s->ow;
     if (total == 0) return RELVM_OK;
@@ -763,11 +790,12 @@ RELVM_EXPORT int relvm_conv2d(int dtype, const struct relvm_conv2d_shape *s, con
         if (status == RELVM_OK) epilogue_planes(s, y, bias, relu);
         return status;
     }
-    return conv_pgemm(s, x, w, y, bias, relu, 0);
+    return conv_pgemm(s, x, w, wpacked, y, bias, relu, 0);
 }
 
 RELVM_EXPORT int relvm_conv2d_mean(int dtype, const struct relvm_conv2d_shape *s, const void *x,
-                                   const void *w, void *y, const void *bias, int relu) {
+                                   const void *w, void *y, const void *bias, int relu,
+                                   const void *wpacked) {
     /* The GEMM path only: depthwise convs and convs of no input channels are the caller's. */
     if (dtype != RELVM_FLOAT32 || !valid_shape(s) || s->c == 0 || s->c == s->groups)
         return RELVM_UNSUPPORTED;
@@ -776,14 +804,14 @@ RELVM_EXPORT int relvm_conv2d_mean(int dtype, const struct relvm_conv2d_shape *s
         for (int64_t i = 0; i < s->n * s->oc; ++i) ((float *)y)[i] = __builtin_nanf("");
         return RELVM_OK;
     }
-    return conv_pgemm(s, x, w, y, bias, relu, 1);
+    return conv_pgemm(s, x, w, wpacked, y, bias, relu, 1);
 }
 
 RELVM_EXPORT int relvm_conv2d_pair(int dtype, const struct relvm_conv2d_shape *a,
                                    const struct relvm_conv2d_shape *b, const void *x,
                                    const void *wa, const void *bias_a, int relu_a,
                                    const void *wb, void *y, const void *bias_b, int relu_b,
-                                   int mean) {
+                                   int mean, const void *wpacked_a, const void *wpacked_b) {
     /* Both on the GEMM path (no depthwise conv, input channels on both), b reading a's output. */
     if (dtype != RELVM_FLOAT32 || !valid_shape(a) || !valid_shape(b) || a->c == 0 ||
         b->c == 0 || (a->groups > 1 && a->c == a->groups) ||
@@ -792,7 +820,21 @@ RELVM_EXPORT int relvm_conv2d_pair(int dtype, const struct relvm_conv2d_shape *a
         return RELVM_UNSUPPORTED;
     if (a->h * a->w == 0 || b->h * b->w == 0 || b->oh * b->ow == 0) return RELVM_UNSUPPORTED;
     if (b->n * b->oc == 0) return RELVM_OK;
-    return conv_pair(a, b, x, wa, bias_a, relu_a, wb, y, bias_b, relu_b, mean);
+    return conv_pair(a, b, x, wa, bias_a, relu_a, wb, y, bias_b, relu_b, mean, wpacked_a,
+                     wpacked_b);
+}
+
+RELVM_EXPORT int64_t relvm_conv2d_packed_size(const struct relvm_conv2d_shape *s) {
+    if (!valid_shape(s) || s->c == 0 || s->c == s->groups) return 0;
+    int width;
+    relvm_pgemm_ipanel_kernel(&width);
+    return s->ow % width == 0 ? s->oc * (s->c / s->groups) * s->kh * s->kw : 0;
+}
+
+RELVM_EXPORT void relvm_conv2d_pack_weights(const struct relvm_conv2d_shape *s, const void *w,
+                                            void *packed) {
+    if (relvm_conv2d_packed_size(s) > 0)
+        pack_weights(s, s->c / s->groups * s->kh * s->kw, w, packed);
 }
 
 RELVM_EXPORT int relvm_conv2d_transpose(int dtype, const struct relvm_conv2d_shape *s,

@@ -13,28 +13,40 @@ struct relvm_conv2d_shape {
 /* y = conv2d(x, w) for float32, then + bias (one float per output channel; NULL: none) and,
  * with relu, max(., 0). Depthwise convs (one input channel per group) run a direct loop; the
  * rest run relvm's GEMM (pgemm.h) over the unrolled input (im2col), packed panel by panel into
- * cache, with the bias and relu applied in registers. */
+ * cache, with the bias and relu applied in registers. `wpacked` is w as
+ * relvm_conv2d_pack_weights packs it for s (a constant weight, packed once), or NULL: w is
+ * packed on each call where the GEMM needs it. */
 int relvm_conv2d(int dtype, const struct relvm_conv2d_shape *s, const void *x, const void *w,
-                 void *y, const void *bias, int relu);
+                 void *y, const void *bias, int relu, const void *wpacked);
+
+/* Floats relvm_conv2d_pack_weights writes for s: the weights laid out as the GEMM path reads
+ * them on this CPU; 0 when s's conv reads w as it is (then pass NULL for wpacked). */
+int64_t relvm_conv2d_packed_size(const struct relvm_conv2d_shape *s);
+
+/* w (oc, c / groups, kh, kw) into `packed`, relvm_conv2d_packed_size(s) floats. */
+void relvm_conv2d_pack_weights(const struct relvm_conv2d_shape *s, const void *w,
+                               void *packed);
 
 /* The same conv with its epilogue, then global_avg_pool2d: y (n, oc) is the mean over each
  * output plane, and the full output is never stored. Float32 convs on the GEMM path only:
  * RELVM_UNSUPPORTED for depthwise convs and convs without input channels. */
 int relvm_conv2d_mean(int dtype, const struct relvm_conv2d_shape *s, const void *x,
-                      const void *w, void *y, const void *bias, int relu);
+                      const void *w, void *y, const void *bias, int relu, const void *wpacked);
 
 /* Two convs in a row, the first one's output never stored:
  * y = conv_b(epilogue_a(conv_a(x, wa)), wb), then b's epilogue (bias_b, relu_b) and, with
  * mean, b's output averaged over each plane as in relvm_conv2d_mean (y is then n x oc). The
  * first conv writes each tile straight into the second's padded input. Each thread takes an
  * image, or a band of an image's rows (when there are fewer images than threads, or the image
- * is large), through both convs while it is in cache. Float32 on the GEMM path only: RELVM_UNSUPPORTED for depthwise convs, convs without
- * input channels or with empty planes, and shapes where b does not read a's output
+ * is large), through both convs while it is in cache. wpacked_a and wpacked_b are as for
+ * relvm_conv2d. Float32 on the GEMM path only: RELVM_UNSUPPORTED for depthwise convs, convs
+ * without input channels or with empty planes, and shapes where b does not read a's output
  * (b->c != a->oc, ...). */
 int relvm_conv2d_pair(int dtype, const struct relvm_conv2d_shape *a,
                       const struct relvm_conv2d_shape *b, const void *x, const void *wa,
                       const void *bias_a, int relu_a, const void *wb, void *y,
-                      const void *bias_b, int relu_b, int mean);
+                      const void *bias_b, int relu_b, int mean, const void *wpacked_a,
+                      const void *wpacked_b);
 
 /* y = conv2d_transpose(x, w) for float32, with w in IOHW layout (c, oc / groups, kh, kw) and
  * the same geometry struct: c/h/w describe the data, oc/oh/ow the output, pt/pl the crop at the

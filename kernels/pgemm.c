@@ -47,7 +47,7 @@
 
 static pg_panel_fn *chosen;
 static pg_ipanel_fn *chosen_indirect;
-static int chosen_width;
+static int chosen_width, chosen_rows;
 static const char *chosen_isa = "sse2";
 
 /* The best kernel this CPU runs; RELVM_PGEMM_ISA=avx2|sse2 asks for a lesser one (tests run
@@ -57,7 +57,7 @@ pg_panel_fn *relvm_pgemm_panel_kernel(void) {
     if (fn) return fn;
     fn = panel_base;
     pg_ipanel_fn *indirect = ipanel_base;
-    int width = 4;
+    int width = 4, rows = 4;
 #ifdef PG_MULTI_ISA
     const char *cap = getenv("RELVM_PGEMM_ISA");
     const int upto = !cap ? 2 : strcmp(cap, "avx2") == 0 ? 1 : strcmp(cap, "sse2") == 0 ? 0 : 2;
@@ -66,17 +66,20 @@ pg_panel_fn *relvm_pgemm_panel_kernel(void) {
         fn = panel_avx512;
         indirect = ipanel_avx512;
         width = 16;
+        rows = 12;
         chosen_isa = "avx512f";
     } else if (upto >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         fn = panel_avx2;
         indirect = ipanel_avx2;
         width = 8;
+        rows = 6;
         chosen_isa = "avx2";
     }
 #endif
     /* Every thread computes the same values; `chosen` is written last and read first. */
     chosen_indirect = indirect;
     chosen_width = width;
+    chosen_rows = rows;
     __atomic_store_n(&chosen, fn, __ATOMIC_RELEASE);
     return fn;
 }
@@ -85,6 +88,17 @@ pg_ipanel_fn *relvm_pgemm_ipanel_kernel(int *width) {
     relvm_pgemm_panel_kernel();
     *width = chosen_width;
     return chosen_indirect;
+}
+
+void relvm_pgemm_pack_rows(int64_t m, int64_t k, const float *a, int64_t lda, float *out) {
+    relvm_pgemm_panel_kernel();
+    const int64_t blocks = (m + chosen_rows - 1) / chosen_rows;
+    for (int64_t blk = 0, r0 = 0; blk < blocks; ++blk) {
+        const int64_t rows = pg_block_rows(m - r0, blocks - blk);
+        for (int64_t p = 0; p < k; ++p)
+            for (int64_t r = 0; r < rows; ++r) *out++ = a[(r0 + r) * lda + p];
+        r0 += rows;
+    }
 }
 
 RELVM_EXPORT const char *relvm_pgemm_isa(void) {

@@ -28,8 +28,14 @@ typedef void pg_panel_fn(int64_t m, int64_t k, const float *a, int64_t lda, cons
                          float *c, int64_t ldc, int64_t cols, const struct pg_epilogue *e,
                          int64_t row0, int64_t col0);
 
+/* Rows in the next of `blocks` balanced row blocks when `left` rows remain. */
+static inline int64_t pg_block_rows(int64_t left, int64_t blocks) {
+    return (left + blocks - 1) / blocks;
+}
+
 /* The same, with the panel not packed: vector v (of PG_PANEL / vector width) of B's row p is
- * read, unaligned, at bases[v] + off[p]. */
+ * read, unaligned, at bases[v] + off[p]; and A (m x k) packed by relvm_pgemm_pack_rows, so
+ * each k step's broadcasts read consecutive floats (lda is unused). */
 typedef void pg_ipanel_fn(int64_t m, int64_t k, const float *a, int64_t lda,
                           const float *const *bases, const int64_t *off, float *c, int64_t ldc,
                           int64_t cols, const struct pg_epilogue *e, int64_t row0, int64_t col0);
@@ -38,4 +44,7 @@ typedef void pg_ipanel_fn(int64_t m, int64_t k, const float *a, int64_t lda,
 pg_panel_fn *relvm_pgemm_panel_kernel(void);
 /* Its indirect form, and (in *width) how many floats each of its vectors holds. */
 pg_ipanel_fn *relvm_pgemm_ipanel_kernel(int *width);
+/* A (m x k, row stride lda) as the indirect kernel reads it, into `out` (m * k floats): block
+ * by block of the kernel's row blocks, k columns of the block's rows each. */
+void relvm_pgemm_pack_rows(int64_t m, int64_t k, const float *a, int64_t lda, float *out);
 #endif

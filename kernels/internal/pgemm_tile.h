@@ -55,6 +55,9 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
     typedef PG_NAME(vec) vec;
     typedef PG_NAME(uvec) uvec;
     typedef PG_NAME(mask) mask;
+    /* A's element (r, p): row-major with stride lda, or (indirect: a conv's weights, packed
+     * by relvm_pgemm_pack_rows) the block's k columns of `rows` floats each. */
+#define PG_A(r, p) (indirect ? a[(p) * rows + (r)] : a[(r) * lda + (p)])
     vec acc[PG_MR][2];
 #pragma GCC unroll 16
     for (int r = 0; r < rows; ++r) acc[r][0] = acc[r][1] = (vec){0};
@@ -76,7 +79,7 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
                                         : *(const vec *)(bu + PG_VW);
 #pragma GCC unroll 2
                 for (int r = 0; r < rows; ++r) {
-                    const vec ar = PG_NAME(splat)(a[r * lda + p + u]);
+                    const vec ar = PG_NAME(splat)(PG_A(r, p + u));
                     vec *sum = u == 0 ? acc[r] : part[u - 1][r];
                     sum[0] += ar * b0;
                     sum[1] += ar * b1;
@@ -94,7 +97,7 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
         const vec b1 = indirect ? *(const uvec *)(base1 + off[p]) : *(const vec *)(b + PG_VW);
 #pragma GCC unroll 16
         for (int r = 0; r < rows; ++r) {
-            const vec ar = PG_NAME(splat)(a[r * lda + p]);
+            const vec ar = PG_NAME(splat)(PG_A(r, p));
             acc[r][0] += ar * b0;
             acc[r][1] += ar * b1;
         }
@@ -153,15 +156,18 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
     }
 }
 
+#undef PG_A
+
 /* Rows [0, m) of C against one panel: `cols` (<= 32) columns at C's column col0. Row blocks
- * are balanced (m = 16 runs as 8 + 8, not 12 + 4) so no tile runs nearly empty. With
- * `indirect`, vector v of the panel's row p is read at bases[v] + off[p] instead. */
+ * are balanced (m = 16 runs as 8 + 8, not 12 + 4; see pg_block_rows) so no tile runs nearly
+ * empty. With `indirect`, vector v of the panel's row p is read at bases[v] + off[p] instead,
+ * and A is packed by relvm_pgemm_pack_rows (lda is unused). */
 #define PG_PANEL_BODY(INDIRECT)                                                                \
     const int64_t blocks = (m + PG_MR - 1) / PG_MR;                                            \
     int64_t r = 0;                                                                             \
     for (int64_t blk = 0; blk < blocks; ++blk) {                                               \
-        const int rows = (int)((m - r + (blocks - blk) - 1) / (blocks - blk));                 \
-        const float *ab = a + r * lda;                                                         \
+        const int rows = (int)pg_block_rows(m - r, blocks - blk);                              \
+        const float *ab = a + r * (INDIRECT ? k : lda);                                        \
         float *cb = c ? c + r * ldc : NULL; /* NULL: row sums, see pg_epilogue */              \
         for (int64_t col = 0; col < cols; col += PG_TW) {                                      \
             const int64_t left = cols - col;                                                   \

@@ -171,13 +171,26 @@ def _setup(case, n):
     return lib, sa, sb, (oh, ow), ptr
 
 
-def _pair(case, x, wa, ba, relu_a, wb, bb, relu_b, mean):
-    """relvm_conv2d_pair's status and output (NaN where it wrote nothing)."""
+def _packed(lib, shape, w):
+    """w as relvm_conv2d_pack_weights lays it out for ``shape`` (None where it is read as it is)."""
+    size = lib.relvm_conv2d_packed_size(shape)
+    if size == 0:
+        return None
+    out = np.full(size, np.nan, np.float32)
+    ffi = load()[0]
+    lib.relvm_conv2d_pack_weights(shape, ffi.from_buffer(w), ffi.from_buffer(out))
+    return out
+
+
+def _pair(case, x, wa, ba, relu_a, wb, bb, relu_b, mean, prepacked=False):
+    """relvm_conv2d_pair's status and output (NaN where it wrote nothing); with ``prepacked``,
+    the weights are packed beforehand (else the call packs them)."""
     n, b = x.shape[0], case[3]
     lib, sa, sb, mid_hw, ptr = _setup(case, n)
     y = np.full((n, b.oc) if mean else (n, b.oc) + b.out_hw(*mid_hw), np.nan, np.float32)
+    packs = (_packed(lib, sa, wa), _packed(lib, sb, wb)) if prepacked else (None, None)
     status = lib.relvm_conv2d_pair(0, sa, sb, ptr(x), ptr(wa), ptr(ba), int(relu_a), ptr(wb),
-                                   ptr(y), ptr(bb), int(relu_b), int(mean))
+                                   ptr(y), ptr(bb), int(relu_b), int(mean), *map(ptr, packs))
     return status, y
 
 
@@ -187,8 +200,9 @@ def _two_convs(case, x, wa, ba, relu_a, wb, bb, relu_b, mean):
     lib, sa, sb, mid_hw, ptr = _setup(case, n)
     mid = np.full((n, a.oc) + mid_hw, np.nan, np.float32)
     y = np.full((n, b.oc) + b.out_hw(*mid_hw), np.nan, np.float32)
-    assert lib.relvm_conv2d(0, sa, ptr(x), ptr(wa), ptr(mid), ptr(ba), int(relu_a)) == 0
-    assert lib.relvm_conv2d(0, sb, ptr(mid), ptr(wb), ptr(y), ptr(bb), int(relu_b)) == 0
+    null = ptr(None)
+    assert lib.relvm_conv2d(0, sa, ptr(x), ptr(wa), ptr(mid), ptr(ba), int(relu_a), null) == 0
+    assert lib.relvm_conv2d(0, sb, ptr(mid), ptr(wb), ptr(y), ptr(bb), int(relu_b), null) == 0
     return y.mean(axis=(2, 3)) if mean else y
 
 
@@ -227,6 +241,32 @@ def test_pair_matches_float64_reference(restore_threads, case, nthreads, n, mean
     if mean:
         want = want.mean(axis=(2, 3))
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("nthreads,n", [(1, 3), (2, 1)], ids=["t1-n3", "t2-n1-bands2"])
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_pair_with_weights_packed_beforehand_gives_the_same_numbers(restore_threads, case, nthreads, n):
+    """Weights packed once by relvm_conv2d_pack_weights (a constant's) and weights the call
+    packs itself give bit-identical outputs; convs whose rows are not whole vectors read their
+    weights as they are (packed size 0)."""
+    threads.set_num_threads(nthreads)
+    x, wa, ba, wb, bb, _ = _arrays(case, n, seed=21)
+    for mean in (False, True):
+        args = (x, wa, ba, True, wb, bb, True, mean)
+        status, want = _pair(case, *args)
+        assert status == 0
+        status, got = _pair(case, *args, prepacked=True)
+        assert status == 0
+        np.testing.assert_array_equal(got, want)
+
+
+def test_packed_size_is_zero_where_weights_are_read_as_they_are():
+    lib = load()[1]
+    whole, ragged = _shapes(w=32), _shapes(w=7)
+    assert lib.relvm_conv2d_packed_size(whole[0]) == 4 * 3 * 3 * 3
+    assert lib.relvm_conv2d_packed_size(ragged[0]) == 0
+    depthwise = _shapes(c=4, w=32, a=Conv(4, 3, 1, 1, groups=4))[0]
+    assert lib.relvm_conv2d_packed_size(depthwise) == 0
 
 
 def test_pair_reads_new_input_values_on_every_call(restore_threads):
@@ -294,7 +334,7 @@ def _call(sa, sb, dtype=0, mean=0):
     y = np.full(4096, 7.0, np.float32)
     p = ffi.from_buffer
     return lib.relvm_conv2d_pair(dtype, sa, sb, p(buf), p(buf), p(buf), 1, p(buf), p(y), p(buf),
-                                 1, mean), y
+                                 1, mean, ffi.NULL, ffi.NULL), y
 
 
 def _edited(**changes):

@@ -205,11 +205,11 @@ def test_conv_mean_of_empty_planes_is_nan_and_dense_takes_no_mean():
     y = np.zeros((2, 5), np.float32)
     x, w = np.zeros(1, np.float32), np.ones((5, 3), np.float32)
     assert lib.relvm_conv2d_mean(0, shape, ffi.from_buffer(x), ffi.from_buffer(w),
-                                 ffi.from_buffer(y), ffi.NULL, 0) == 0
+                                 ffi.from_buffer(y), ffi.NULL, 0, ffi.NULL) == 0
     assert np.isnan(y).all()
     shape.groups = 3  # depthwise: not this function's
     assert lib.relvm_conv2d_mean(0, shape, ffi.from_buffer(x), ffi.from_buffer(w),
-                                 ffi.from_buffer(y), ffi.NULL, 0) == -1
+                                 ffi.from_buffer(y), ffi.NULL, 0, ffi.NULL) == -1
     dense_mean = [{"op": "nn.dense", "attrs": {}, "args": [["in", 0], ["in", 1]]},
                   {"op": "nn.global_avg_pool2d", "attrs": {}, "args": [["step", 0]]}]
     assert packed.match(dense_mean) is None
@@ -229,7 +229,7 @@ def test_weights_packed_once_for_constants_and_never_kept_otherwise():
     constant = packed.make_dense(entry, Constants([w]))
     constant(x, w, out)
     np.testing.assert_allclose(out, x @ w.T, rtol=1e-5, atol=1e-5)
-    kept = packed.PackedWeights(Constants([w]))
+    kept = packed.dense_weights(Constants([w]))
     assert kept.get(w, 4, 6) is kept.get(w, 4, 6)  # packed once
     assert kept.get(w.copy(), 4, 6) is None  # an equal array that is not the constant
 
@@ -239,6 +239,24 @@ def test_weights_packed_once_for_constants_and_never_kept_otherwise():
     mutable *= -2  # the same array with new values: must not reuse a stale packing
     kernel(x, mutable, out)
     np.testing.assert_allclose(out, x @ mutable.T, rtol=1e-5, atol=1e-5)
+
+
+def test_conv_weights_packed_once_for_every_batch_size():
+    """A constant conv weight is packed once, and the plans of every batch size share that
+    copy; a conv whose output rows are not whole vectors reads its weight as it is."""
+    ffi = load()[0]
+    w = np.random.default_rng(6).standard_normal((8, 3, 3, 3)).astype(np.float32)
+    w.flags.writeable = False
+
+    def plan(n, width):
+        return ffi.new("struct relvm_conv2d_shape *", dict(
+            n=n, c=3, h=8, w=width, oc=8, kh=3, kw=3, oh=8, ow=width, sh=1, sw=1, pt=1, pl=1,
+            dh=1, dw=1, groups=1))
+    kept = packed.conv_weights(Constants([w]))
+    one, many = kept.get(w, plan(1, 32)), kept.get(w, plan(16, 32))
+    assert one is not None and one is many
+    assert kept.get(w, plan(1, 7)) is None  # ragged rows: the weight as it is
+    assert kept.get(w.copy(), plan(1, 32)) is None  # not the constant
 
 
 def test_vm_with_weights_as_inputs_sees_new_values_each_call():
@@ -256,6 +274,32 @@ def test_vm_with_weights_as_inputs_sees_new_values_each_call():
         np.testing.assert_allclose(got, np.maximum(x @ w.T + b, 0), rtol=1e-5, atol=1e-5)
         w *= -1.5  # in place: same object, new values
         b += 1
+
+
+def test_vm_with_conv_weights_as_inputs_sees_new_values_each_call():
+    """Conv weights that are inputs are packed by each call, never kept: a pair of convs
+    (one fused kernel) sees the new values written in place."""
+    text = """def @main(%x: Tensor[(n, 3, 8, 16), float32], %w1: Tensor[(8, 3, 3, 3), float32],
+                        %w2: Tensor[(4, 8, 3, 3), float32]) {
+      %0 = nn.relu(nn.conv2d(%x, %w1, padding=[1, 1], channels=8, kernel_size=[3, 3]));
+      nn.relu(nn.conv2d(%0, %w2, padding=[1, 1], channels=4, kernel_size=[3, 3]))
+    }"""
+    exe = relvm.build(relvm.parse(text))
+    assert any(k.name.startswith("fused_conv2d_relu_conv2d") for k in exe.kernels)
+    vm = relvm.VirtualMachine(exe)
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal((2, 3, 8, 16)).astype(np.float32)
+    w1 = (rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32)
+    w2 = (rng.standard_normal((4, 8, 3, 3)) * 0.3).astype(np.float32)
+    op = OPS["nn.conv2d"]
+    attrs = op.make_attrs({"padding": [1, 1], "kernel_size": [3, 3]})
+    for _ in range(3):
+        got = vm.invoke("main", x, w1, w2)
+        mid = np.maximum(op.reference(attrs, x, w1), 0)
+        want = np.maximum(op.reference(attrs, mid, w2), 0)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        w1 *= -1.5  # in place: same objects, new values
+        w2 += 0.1
 
 
 @pytest.mark.parametrize("isa", ["avx2", "sse2"])

@@ -153,7 +153,8 @@ def _planned_conv(entry, c_function: str, make_plan, *extra):
 
 @kernel("nn.conv2d", dtypes=("float32",), accepts=_conv_dtypes_ok)
 def make_conv2d(entry):
-    return _planned_conv(entry, "relvm_conv2d", _conv_plan, library()[0].NULL, 0)
+    null = library()[0].NULL  # no bias, no relu, weights packed by each call
+    return _planned_conv(entry, "relvm_conv2d", _conv_plan, null, 0, null)
 
 
 # --- conv2d_transpose -----------------------------------------------------------------------------

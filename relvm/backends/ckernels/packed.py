@@ -100,29 +100,53 @@ def _aligned(count: int) -> np.ndarray:
 
 
 class PackedWeights:
-    """The packed forms of a dense kernel's constant weights, packed once and kept (keyed by
+    """The packed forms of a kernel's constant weights, packed once and kept (keyed by
     identity: the VM hands a kernel the same read-only array on every call)."""
 
-    def __init__(self, constants):
+    def __init__(self, constants, size: Callable[..., int], pack: Callable[..., None]):
         self.constants = constants
-        self.kept: dict[int, tuple[np.ndarray, np.ndarray, Any]] = {}
+        self.size, self.pack = size, pack  # floats for a layout; pack(w pointer, out pointer)
+        self.kept: dict[tuple, tuple[np.ndarray, np.ndarray, Any]] = {}
 
-    def get(self, w: np.ndarray, k: int, n: int) -> Any:
-        """The packed ``w`` (a cffi pointer), or None when ``w`` is not one of the VM's
-        constants: its values may change, and packing it on every call would cost as much as
-        the product (the caller uses OpenBLAS instead)."""
-        kept = self.kept.get(id(w))
+    def get(self, w: np.ndarray, *layout: Any) -> Any:
+        """The packed ``w`` for ``layout`` (the C size and pack functions' leading arguments) as
+        a cffi pointer, or None when ``w`` is not one of the VM's constants: its values may
+        change, so the caller does without (OpenBLAS for a dense layer; a conv packs it on each
+        call). Layouts of the same size share one packed copy (a conv's plans for every batch
+        size pack its weights alike)."""
+        key = (id(w),) + layout
+        kept = self.kept.get(key)
         if kept is not None and kept[0] is w:
             return kept[2]
         if self.constants is None or not self.constants.holds(w):
             return None
-        ffi, lib = library()
-        packed = _aligned(int(lib.relvm_pgemm_packed_size(k, n)))
-        lib.relvm_pgemm_pack(1, k, n, ffi.from_buffer(w), ffi.from_buffer(packed))
+        size = int(self.size(*layout))
+        if size <= 0:
+            return None
         if len(self.kept) >= 64:
             self.kept.clear()
-        self.kept[id(w)] = (w, packed, ffi.from_buffer(packed))
-        return self.kept[id(w)][2]
+        same = self.kept.get((id(w), size))
+        if same is None or same[0] is not w:
+            ptr = library()[0].from_buffer
+            packed = _aligned(size)
+            self.pack(*layout, ptr(w), ptr(packed))
+            same = self.kept[(id(w), size)] = (w, packed, ptr(packed))
+        self.kept[key] = same
+        return same[2]
+
+
+def dense_weights(constants) -> PackedWeights:
+    """A dense layer's constant (n x k) weights, packed into the GEMM's panels:
+    ``get(w, k, n)``."""
+    lib = library()[1]
+    return PackedWeights(constants, lib.relvm_pgemm_packed_size,
+                         lambda k, n, w, out: lib.relvm_pgemm_pack(1, k, n, w, out))
+
+
+def conv_weights(constants) -> PackedWeights:
+    """A conv's constant weights as its GEMM path reads them: ``get(w, shape_plan)``."""
+    lib = library()[1]
+    return PackedWeights(constants, lib.relvm_conv2d_packed_size, lib.relvm_conv2d_pack_weights)
 
 
 def bind_call(c_function: Callable, c_args: Sequence[Any], at: dict[int, int],
@@ -212,7 +236,7 @@ def make_dense(entry, constants, epilogue: Epilogue | None = None,
     """``kernel(x, w, [bias], out)``: nn.dense (plus ``epilogue``) on relvm's GEMM."""
     ffi, lib = library()
     gemm, ptr, null = lib.relvm_pgemm, ffi.from_buffer, ffi.NULL
-    weights = PackedWeights(constants)
+    weights = dense_weights(constants)
     relu = int(bool(epilogue and epilogue.relu))
     bias_at = epilogue.bias if epilogue else None
 
@@ -248,11 +272,13 @@ def make_dense(entry, constants, epilogue: Epilogue | None = None,
     return _kernel(entry.name, plan_for, call, fallback, binder)
 
 
-def make_conv2d(entry, epilogue: Epilogue | None = None,
+def make_conv2d(entry, constants, epilogue: Epilogue | None = None,
                 fallback: Callable[[], Callable] | None = None) -> Callable:
     """``kernel(x, w, [bias], out)``: nn.conv2d (plus ``epilogue``) in one C call. With a mean
-    (global average pool), the conv's output is never stored: ``out`` is (n, oc, 1, 1)."""
+    (global average pool), the conv's output is never stored: ``out`` is (n, oc, 1, 1). A
+    constant weight is packed once (other weights are packed by each call)."""
     ffi, lib = library()
+    weights = conv_weights(constants)
     attrs = attrs_of(entry)
     mean = bool(epilogue and epilogue.mean)
     conv = lib.relvm_conv2d_mean if mean else lib.relvm_conv2d
@@ -271,20 +297,25 @@ def make_conv2d(entry, epilogue: Epilogue | None = None,
 
     def call(plan, args):  # dtype 0: float32, the only one this path takes
         x, w, out, b = _layer(args, bias_at)
-        return conv(0, plan, ptr(x), ptr(w), ptr(out), null if b is None else ptr(b), relu)
+        return conv(0, plan, ptr(x), ptr(w), ptr(out), null if b is None else ptr(b), relu,
+                    weights.get(w, plan) or null)
 
     def binder(plan, arrays, fixed, what):
         at = {2: 0, 3: 1, 4: len(arrays) - 1}
         if bias_at is not None:
             at[5] = bias_at
-        return bind_call(conv, [0, plan, None, None, None, null, relu], at, arrays, fixed, what)
+        packed = (weights.get(arrays[1], plan) if fixed[1] else None) or null
+        return bind_call(conv, [0, plan, None, None, None, null, relu, packed], at, arrays,
+                         fixed, what)
     return _kernel(entry.name, plan_for, call, fallback, binder)
 
 
-def make_conv_pair(entry, pair: Pair, fallback: Callable[[], Callable]) -> Callable:
+def make_conv_pair(entry, pair: Pair, constants, fallback: Callable[[], Callable]) -> Callable:
     """``kernel(*inputs, out)``: a fused conv pair in one C call (relvm_conv2d_pair), the
-    first conv's output never stored; shapes the C kernel does not take go to ``fallback()``."""
+    first conv's output never stored; shapes the C kernel does not take go to ``fallback()``.
+    Constant weights are packed once, as in :func:`make_conv2d`."""
     ffi, lib = library()
+    weights = conv_weights(constants)
     steps = entry.attrs["steps"]
     convs = [s for s in steps if s["op"] == "nn.conv2d"]
     attrs_a = attrs_of(type(entry)(entry.name, "nn.conv2d", convs[0]["attrs"], (), ()))
@@ -307,7 +338,9 @@ def make_conv_pair(entry, pair: Pair, fallback: Callable[[], Callable]) -> Calla
         return conv(0, plan[0], plan[1], ptr(args[0]), ptr(args[1]),
                     null if a.bias is None else ptr(args[a.bias]), int(a.relu),
                     ptr(args[wb_at]), ptr(args[-1]),
-                    null if b.bias is None else ptr(args[b.bias]), int(b.relu), int(b.mean))
+                    null if b.bias is None else ptr(args[b.bias]), int(b.relu), int(b.mean),
+                    weights.get(args[1], plan[0]) or null,
+                    weights.get(args[wb_at], plan[1]) or null)
 
     def binder(plan, arrays, fixed, what):
         at = {3: 0, 4: 1, 7: wb_at, 8: len(arrays) - 1}
@@ -315,8 +348,10 @@ def make_conv_pair(entry, pair: Pair, fallback: Callable[[], Callable]) -> Calla
             at[5] = a.bias
         if b.bias is not None:
             at[9] = b.bias
+        packed = [(weights.get(arrays[i], shape) if fixed[i] else None) or null
+                  for i, shape in ((1, plan[0]), (wb_at, plan[1]))]
         c_args = [0, plan[0], plan[1], None, None, null, int(a.relu), None, None, null,
-                  int(b.relu), int(b.mean)]
+                  int(b.relu), int(b.mean)] + packed
         return bind_call(conv, c_args, at, arrays, fixed, what)
     return _kernel(entry.name, plan_for, call, fallback, binder)
 
@@ -335,9 +370,9 @@ def make_fused(entry, constants, fallback: Callable[[], Callable]) -> Callable:
     steps = entry.attrs["steps"]
     epilogue = match(steps)
     if isinstance(epilogue, Pair):
-        return make_conv_pair(entry, epilogue, fallback)
+        return make_conv_pair(entry, epilogue, constants, fallback)
     anchor = type(entry)(entry.name, steps[0]["op"], steps[0]["attrs"], entry.inputs[:2],
                          entry.outputs)
     if anchor.op == "nn.dense":
         return make_dense(anchor, constants, epilogue, fallback)
-    return make_conv2d(anchor, epilogue, fallback)
+    return make_conv2d(anchor, constants, epilogue, fallback)
