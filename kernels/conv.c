@@ -106,39 +106,58 @@ static inline int64_t phase_at(const struct relvm_conv2d_shape *s, struct padded
     return col % s->sw * p.pws + col / s->sw;
 }
 
-/* Zero what no input pixel lands on: the rows above and below the image and, in the others,
- * the columns left and right of it (the interior is the writer's). */
-static void zero_borders(const struct relvm_conv2d_shape *s, int64_t channels,
-                         struct padded_image p) {
-    /* Where the border columns of a row are, found once (no division per element). */
-    int64_t at[64], count = 0;
+/* The border columns of a padded row (those no input pixel lands on), as positions in the
+ * row's phase layout: left ones first, then right ones. Found once per call (no division per
+ * element); `count` is -1 for borders of more than 64 columns (whole rows are cleared then). */
+struct border_columns {
+    int64_t at[64];
+    int64_t left, count;
+};
+
+static struct border_columns border_columns(const struct relvm_conv2d_shape *s,
+                                            struct padded_image p) {
+    struct border_columns b;
+    b.left = relvm_min64(s->pl, p.rs);
+    b.count = p.rs - s->w > 64 ? -1 : 0;
     const int64_t right = s->pl + s->w;
-    for (int64_t col = 0, phase = 0, index = 0; col < p.rs && count < 64; ++col) {
-        if (col < s->pl || col >= right) at[count++] = phase * p.pws + index;
-        if (++phase == s->sw) {
-            phase = 0;
-            ++index;
-        }
-    }
-    const int64_t bottom = s->pt + s->h, border = p.rs - s->w;
+    for (int64_t col = 0; col < p.rs && b.count >= 0; ++col)
+        if (col < s->pl || col >= right) b.at[b.count++] = phase_at(s, p, col);
+    return b;
+}
+
+/* Zero the rows above and below the image (no input row lands there). */
+static void zero_outer_rows(const struct relvm_conv2d_shape *s, int64_t channels,
+                            struct padded_image p) {
+    const int64_t bottom = s->pt + s->h;
     for (int64_t ci = 0; ci < channels; ++ci) {
         float *plane = p.data + ci * p.plane;
         memset(plane, 0, (size_t)(s->pt * p.rs) * sizeof(float));
         memset(plane + bottom * p.rs, 0, (size_t)((p.ph - bottom) * p.rs) * sizeof(float));
-        if (border > 64) { /* wide borders: whole rows, the interior written again after */
+    }
+}
+
+/* Zero what no input pixel lands on: the rows above and below the image and, in the others,
+ * the border columns (the interior is the writer's). */
+static void zero_borders(const struct relvm_conv2d_shape *s, int64_t channels,
+                         struct padded_image p) {
+    const struct border_columns b = border_columns(s, p);
+    zero_outer_rows(s, channels, p);
+    for (int64_t ci = 0; ci < channels; ++ci) {
+        float *plane = p.data + ci * p.plane;
+        if (b.count < 0) { /* wide borders: whole rows, the interior written again after */
             memset(plane + s->pt * p.rs, 0, (size_t)(s->h * p.rs) * sizeof(float));
             continue;
         }
-        for (int64_t iy = s->pt; iy < bottom; ++iy) {
+        for (int64_t iy = s->pt; iy < s->pt + s->h; ++iy) {
             float *row = plane + iy * p.rs;
-            for (int64_t i = 0; i < border; ++i) row[at[i]] = 0.0f;
+            for (int64_t i = 0; i < b.count; ++i) row[b.at[i]] = 0.0f;
         }
     }
 }
 
+/* The image's channels into p's interior, split into phases (the borders are zero_borders'). */
 static RELVM_VECTORIZE void pad_image(const struct relvm_conv2d_shape *s, const float *x,
                                       int64_t channels, struct padded_image p) {
-    zero_borders(s, channels, p);
     if (s->sw == 2) {
         /* Input column ix is padded column ix + pl. */
         const int64_t even_at = phase_at(s, p, s->pl), odd_at = phase_at(s, p, s->pl + 1);
@@ -228,6 +247,7 @@ struct conv_pgemm {
      * conv's padded input (geometry `onward`; conv_panel is told where) instead of y. */
     const struct relvm_conv2d_shape *next;
     struct padded_image onward; /* geometry only */
+    struct border_columns edges; /* onward's border columns, written with each row's ends */
     uint64_t call; /* tells this call's padded images from an earlier call's */
     _Atomic int failed; /* a thread could not get its scratch */
 };
@@ -289,6 +309,8 @@ static const float *padded_input(const struct conv_pgemm *j, int64_t image, floa
     if (padded_for.call != j->call || padded_for.image != image || padded_for.scratch != buf) {
         struct padded_image p = j->padded;
         p.data = buf;
+        /* Borders once a call (every image of the call has the same geometry), then the image. */
+        if (padded_for.call != j->call || padded_for.scratch != buf) zero_borders(s, icg, p);
         pad_image(s, x, icg, p);
         padded_for.call = j->call;
         padded_for.image = image;
@@ -299,15 +321,24 @@ static const float *padded_input(const struct conv_pgemm *j, int64_t image, floa
 
 /* A finished panel (rows of PG_PANEL floats, one per channel) into the next conv's padded
  * input, where `image` is its first channel's plane: each run of pixels along an output row
- * lands on a row of the padded image, split into the next conv's column phases. */
+ * lands on a row of the padded image, split into the next conv's column phases. A run that
+ * starts or ends a row also zeroes the row's border columns there (`edges`, unless they are
+ * too wide: then the caller zeroes them), in cache lines the run writes anyway. */
 static RELVM_VECTORIZE void store_onward(const struct relvm_conv2d_shape *next,
-                                         struct padded_image p, const float *tile,
+                                         struct padded_image p,
+                                         const struct border_columns *edges, const float *tile,
                                          int64_t channels, const struct pixel_runs *r,
                                          float *image) {
     for (int64_t q = 0; q < r->count; ++q) {
         const int64_t col = r->ox[q] + next->pl, len = r->len[q];
         float *row = image + (r->oy[q] + next->pt) * p.rs;
         const float *src = tile + r->at[q];
+        if (edges->count >= 0) {
+            const int64_t from = r->ox[q] == 0 ? 0 : edges->left;
+            const int64_t to = r->ox[q] + len == next->w ? edges->count : edges->left;
+            for (int64_t ch = 0; ch < channels && from < to; ++ch)
+                for (int64_t i = from; i < to; ++i) row[ch * p.plane + edges->at[i]] = 0.0f;
+        }
         if (next->sw == 1) {
             for (int64_t ch = 0; ch < channels; ++ch)
                 memcpy(row + ch * p.plane + col, src + ch * PG_PANEL, (size_t)len * sizeof(float));
@@ -365,7 +396,8 @@ static void conv_panel(const struct conv_pgemm *j, int64_t image, int64_t q, con
         j->fn(ocg, j->k, wg, j->k, packed, yg, ldc, npix, &e, 0, 0);
     }
     if (onward)
-        store_onward(j->next, j->onward, stage, ocg, &runs, onward + g * ocg * j->onward.plane);
+        store_onward(j->next, j->onward, &j->edges, stage, ocg, &runs,
+                     onward + g * ocg * j->onward.plane);
 }
 
 /* Task t: image t / panels (n * groups + g), panel t % panels. */
@@ -506,7 +538,9 @@ static void conv_pair_items(void *ctx, int64_t begin, int64_t end) {
     struct padded_image mid = b->padded;
     mid.data = scratch + per_panel + pad_a;
     if (mid_borders_for.call != b->call || mid_borders_for.scratch != mid.data) {
-        zero_borders(b->s, b->s->c, mid); /* once a call: the items write only the rest */
+        /* Once a call: the items write the rest (with the border columns, see store_onward). */
+        if (a->edges.count >= 0) zero_outer_rows(b->s, b->s->c, mid);
+        else zero_borders(b->s, b->s->c, mid);
         mid_borders_for.call = b->call;
         mid_borders_for.scratch = mid.data;
     }
@@ -574,6 +608,7 @@ static int conv_pair(const struct relvm_conv2d_shape *sa, const struct relvm_con
     struct conv_pgemm b = conv_job(sb, NULL, wb, wpacked_b, y, bias_b, relu_b);
     a.next = sb;
     a.onward = b.padded;
+    a.edges = border_columns(sb, b.padded);
     int status = conv_prepare(&a, 0);
     if (status == RELVM_OK) status = conv_prepare(&b, mean);
     struct conv_pair pr = {&a, &b, pair_bands(&b), 0};
