@@ -198,10 +198,13 @@ static RELVM_VECTORIZE void pad_image(const struct relvm_conv2d_shape *s, const 
  * (oy * sh * rs + ox): one entry per row, the same for every image and panel. */
 static void unrolled_offsets(const struct relvm_conv2d_shape *s, struct padded_image p,
                              int64_t channels, int64_t *off) {
-    for (int64_t ci = 0; ci < channels; ++ci)
-        for (int64_t i = 0; i < s->kh; ++i)
-            for (int64_t j = 0; j < s->kw; ++j)
-                *off++ = ci * p.plane + i * s->dh * p.rs + phase_at(s, p, j * s->dw);
+    const int64_t taps = s->kh * s->kw;
+    if (channels == 0) return;
+    for (int64_t i = 0; i < s->kh; ++i) /* the first channel's taps, then the others' from them */
+        for (int64_t j = 0; j < s->kw; ++j)
+            off[i * s->kw + j] = i * s->dh * p.rs + phase_at(s, p, j * s->dw);
+    for (int64_t ci = 1; ci < channels; ++ci)
+        for (int64_t t = 0; t < taps; ++t) off[ci * taps + t] = ci * p.plane + off[t];
 }
 
 /* One panel of the unrolled input, packed: row k holds, for each of the panel's pixels, the
