@@ -32,11 +32,9 @@ SOURCES = sorted(HERE.glob("*.c"))
 # never reads errno or FP exception flags. -ffp-contract=fast lets the AVX-512 clones fuse
 # a * b + c into one FMA (the polynomials of exp/tanh/erf run ~25% faster): a fused operation
 # rounds once instead of twice, so results only get closer to the float64 references.
-# -falign-loops=64 starts every loop on a cache line: the GEMM's inner loops otherwise ran 10%
-# slower or faster depending on where unrelated code moved them.
 CFLAGS = ["-O3", "-std=c11", "-Wall", "-Wextra", "-Werror", "-fno-strict-aliasing",
           "-fvisibility=hidden", "-Wno-unused-parameter", "-fno-math-errno",
-          "-fno-trapping-math", "-ffp-contract=fast", "-pthread", "-falign-loops=64"]
+          "-fno-trapping-math", "-ffp-contract=fast", "-pthread"]
 
 # The sanitizer build (RELVM_SANITIZE=address): ASan + UBSan (plus float-to-int casts out of
 # range, which GCC's "undefined" leaves out), -O1 with frame pointers so the reports have whole

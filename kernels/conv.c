@@ -339,8 +339,9 @@ static RELVM_VECTORIZE void store_onward(const struct relvm_conv2d_shape *next,
         if (edges->count >= 0) {
             const int64_t from = r->ox[q] == 0 ? 0 : edges->left;
             const int64_t to = r->ox[q] + len == next->w ? edges->count : edges->left;
-            for (int64_t ch = 0; ch < channels && from < to; ++ch)
-                for (int64_t i = from; i < to; ++i) row[ch * p.plane + edges->at[i]] = 0.0f;
+            for (int64_t i = from; i < to; ++i)
+                for (int64_t ch = 0, at = edges->at[i]; ch < channels; ++ch)
+                    row[ch * p.plane + at] = 0.0f;
         }
         if (next->sw == 1) {
             for (int64_t ch = 0; ch < channels; ++ch)
