@@ -41,8 +41,8 @@ struct pixel_runs {
 static void panel_runs(const struct relvm_conv2d_shape *s, int64_t p0, int64_t npix,
                        struct pixel_runs *r) {
     r->count = 0;
-    for (int64_t q = 0; q < npix;) {
-        const int64_t p = p0 + q, oy = p / s->ow, ox = p % s->ow;
+    int64_t oy = p0 / s->ow, ox = p0 - oy * s->ow; /* then each run starts a row */
+    for (int64_t q = 0; q < npix; ox = 0, ++oy) {
         const int64_t len = relvm_min64(s->ow - ox, npix - q);
         r->oy[r->count] = oy;
         r->ox[r->count] = ox;
@@ -386,9 +386,11 @@ static void conv_panel(const struct conv_pgemm *j, int64_t image, int64_t q, con
     if (!j->ifn || onward) panel_runs(s, p0, npix, &runs);
     if (j->ifn) { /* whole vectors along output rows: read the padded image in place */
         const float *bases[PG_PANEL];
+        const int64_t oy0 = p0 / s->ow, ox0 = p0 - oy0 * s->ow; /* one division a panel */
         for (int64_t v = 0; v * j->width < PG_PANEL; ++v) {
-            const int64_t p = p0 + relvm_min64(v * j->width, npix - j->width);
-            bases[v] = in + p / s->ow * s->sh * j->padded.rs + p % s->ow;
+            int64_t oy = oy0, ox = ox0 + relvm_min64(v * j->width, npix - j->width);
+            for (; ox >= s->ow; ox -= s->ow) ++oy;
+            bases[v] = in + oy * s->sh * j->padded.rs + ox;
         }
         j->ifn(ocg, j->k, j->wpacked + g * ocg * j->k, 0, bases, j->off, yg, ldc, npix, &e, 0,
                0);
