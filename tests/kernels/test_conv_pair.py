@@ -243,20 +243,24 @@ def test_pair_matches_float64_reference(restore_threads, case, nthreads, n, mean
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def _full_and_mean(case, n, seed):
+    """The arguments of conv -> bias -> relu -> conv -> bias -> relu, then with the mean."""
+    x, wa, ba, wb, bb, _ = _arrays(case, n, seed)
+    return [(x, wa, ba, True, wb, bb, True, mean) for mean in (False, True)]
+
+
 @pytest.mark.parametrize("nthreads,n", [(1, 3), (2, 1)], ids=["t1-n3", "t2-n1-bands2"])
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
-def test_pair_with_weights_packed_beforehand_gives_the_same_numbers(restore_threads, case, nthreads, n):
+def test_pair_with_weights_packed_beforehand_gives_the_same_numbers(restore_threads, case,
+                                                                    nthreads, n):
     """Weights packed once by relvm_conv2d_pack_weights (a constant's) and weights the call
     packs itself give bit-identical outputs; convs whose rows are not whole vectors read their
     weights as they are (packed size 0)."""
     threads.set_num_threads(nthreads)
-    x, wa, ba, wb, bb, _ = _arrays(case, n, seed=21)
-    for mean in (False, True):
-        args = (x, wa, ba, True, wb, bb, True, mean)
+    for args in _full_and_mean(case, n, seed=21):
         status, want = _pair(case, *args)
-        assert status == 0
-        status, got = _pair(case, *args, prepacked=True)
-        assert status == 0
+        packed_status, got = _pair(case, *args, prepacked=True)
+        assert status == packed_status == 0
         np.testing.assert_array_equal(got, want)
 
 
@@ -313,9 +317,7 @@ LARGE = ("large_ragged_b_dilation3", (3, 120, 100), Conv(64, 3, 1, 1),
 @pytest.mark.parametrize("nthreads,n", [(1, 1), (2, 1), (2, 2)], ids=["t1-n1", "t2-n1", "t2-n2"])
 def test_images_too_large_for_cache_run_in_bands(restore_threads, nthreads, n):
     threads.set_num_threads(nthreads)
-    x, wa, ba, wb, bb, _ = _arrays(LARGE, n, seed=11)
-    for mean in (False, True):
-        args = (x, wa, ba, True, wb, bb, True, mean)
+    for args in _full_and_mean(LARGE, n, seed=11):
         status, got = _pair(LARGE, *args)
         assert status == 0
         np.testing.assert_allclose(got, _two_convs(LARGE, *args), rtol=1e-4, atol=1e-4)
