@@ -569,7 +569,8 @@ static void conv_pair_items(void *ctx, int64_t begin, int64_t end) {
         for (int64_t g = 0; g < a->s->groups; ++g) {
             const int64_t image = n * a->s->groups + g;
             const float *in = padded_input(a, image, scratch + per_panel);
-            for (int64_t q = from; q < hi; ++q) conv_panel(a, image, q, in, scratch, NULL, mid.data);
+            for (int64_t q = from; q < hi; ++q)
+                conv_panel(a, image, q, in, scratch, NULL, mid.data);
         }
         for (int64_t g = 0; g < b->s->groups; ++g) {
             const int64_t image = n * b->s->groups + g;

@@ -64,7 +64,7 @@ pg_panel_fn *relvm_pgemm_panel_kernel(void) {
     if (fn) return fn;
     fn = panel_base;
     pg_ipanel_fn *indirect = ipanel_base;
-    int width = 4, rows = 4;
+    int width = 4, rows = tile_rows_base;
 #ifdef PG_MULTI_ISA
     const char *cap = getenv("RELVM_PGEMM_ISA");
     const int upto = !cap ? 2 : strcmp(cap, "avx2") == 0 ? 1 : strcmp(cap, "sse2") == 0 ? 0 : 2;
@@ -73,13 +73,13 @@ pg_panel_fn *relvm_pgemm_panel_kernel(void) {
         fn = panel_avx512;
         indirect = ipanel_avx512;
         width = 16;
-        rows = 12;
+        rows = tile_rows_avx512;
         chosen_isa = "avx512f";
     } else if (upto >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         fn = panel_avx2;
         indirect = ipanel_avx2;
         width = 8;
-        rows = 6;
+        rows = tile_rows_avx2;
         chosen_isa = "avx2";
     }
 #endif

@@ -21,6 +21,9 @@ static inline __attribute__((always_inline)) PG_NAME(vec) PG_NAME(splat)(float x
     return __builtin_shuffle((PG_NAME(vec)){x}, (PG_NAME(mask)){0});
 }
 
+/* Rows per tile of this instruction set (relvm_pgemm_pack_rows blocks A by it). */
+static const int PG_NAME(tile_rows) = PG_MR;
+
 /* The sum of v's lanes: adds of v and v with its halves, quarters, ... swapped (constant
  * shuffles; lane 0 ends up with the total). */
 static inline __attribute__((always_inline)) float PG_NAME(lanes_sum)(PG_NAME(vec) v) {

@@ -25,7 +25,7 @@ static void relvm_scratch_init(void) {
 }
 
 /* `count` floats (at least one) for the calling thread, or NULL when memory runs out. Each
- * source file that includes this header has its own buffers. */
+ * source file that includes this header has its own buffer. */
 static float *relvm_scratch_floats(size_t count) {
     pthread_once(&relvm_scratch_once, relvm_scratch_init);
     struct relvm_scratch *s = pthread_getspecific(relvm_scratch_key);

@@ -2,10 +2,11 @@
 
 The pair is checked against two relvm_conv2d calls (and a NumPy mean) over many geometries, with
 each image whole on a thread and cut into bands of rows (fewer images than threads, or images
-too large for cache), so that a band's first rows repeat its neighbour's last ones, and against an independent float64 NumPy conv. Then the Python
-side: which fused steps ``packed.match`` reads as a :class:`~relvm.backends.ckernels.packed.Pair`,
-and the fused kernel ``make_fused`` builds for them, with its fallback for shapes the C call
-does not take. The C tests are rerun under the AVX2 and SSE2 GEMM kernels in a subprocess.
+too large for cache), so that a band's first rows repeat its neighbour's last ones, and against
+an independent float64 NumPy conv. Then the Python side: which fused steps ``packed.match``
+reads as a :class:`~relvm.backends.ckernels.packed.Pair`, and the fused kernel ``make_fused``
+builds for them, with its fallback for shapes the C call does not take. The C tests are rerun
+under the AVX2 and SSE2 GEMM kernels in a subprocess.
 """
 
 from __future__ import annotations

@@ -106,6 +106,8 @@ class PackedWeights:
     def __init__(self, constants, size: Callable[..., int], pack: Callable[..., None]):
         self.constants = constants
         self.size, self.pack = size, pack  # floats for a layout; pack(w pointer, out pointer)
+        # (id(w), size) -> (w, its packed copy, a pointer to it); (id(w), *layout) -> the same
+        self.copies: dict[tuple, tuple[np.ndarray, np.ndarray, Any]] = {}
         self.kept: dict[tuple, tuple[np.ndarray, np.ndarray, Any]] = {}
 
     def get(self, w: np.ndarray, *layout: Any) -> Any:
@@ -125,12 +127,13 @@ class PackedWeights:
             return None
         if len(self.kept) >= 64:
             self.kept.clear()
-        same = self.kept.get((id(w), size))
+            self.copies.clear()
+        same = self.copies.get((id(w), size))
         if same is None or same[0] is not w:
             ptr = library()[0].from_buffer
             packed = _aligned(size)
             self.pack(*layout, ptr(w), ptr(packed))
-            same = self.kept[(id(w), size)] = (w, packed, ptr(packed))
+            same = self.copies[(id(w), size)] = (w, packed, ptr(packed))
         self.kept[key] = same
         return same[2]
 
