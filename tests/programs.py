@@ -561,3 +561,40 @@ def @main(%x: Tensor[(n, 6), float32], %s: Tensor[(3), int64]) {
   dyn.reshape(%x, %s)
 }""", lambda n, r: [f32(r, n, 6), np.array([-1, 3, 2], np.int64)],
      lambda x, s: x.reshape(-1, 3, 2), result_type="Tensor[(?, ?, ?), float32]")
+
+
+# --- fused kernels shared between groups that differ (issue 15) --------------------------------
+# Each pair of groups has the same op chain but other ranks, broadcasts or scalar positions;
+# one generated kernel (and its loop plan) must never serve both.
+
+case("fused_same_chain_other_operand", """
+def @main(%x: Tensor[(n, 4), float32], %y: Tensor[(n, 4), float32]) {
+  %0 = tanh(add(multiply(%x, 2f), %y));
+  %1 = tanh(add(multiply(%x, 2f), 1f));
+  (%0, %1)
+}""", lambda n, r: [f32(r, n, 4), f32(r, n, 4)],
+     lambda x, y: (np.tanh(x * 2 + y), np.tanh(x * 2 + np.float32(1))))
+
+case("fused_swish_two_ranks", """
+def @main(%a: Tensor[(n, 3, 4, 5), float32], %b: Tensor[(n, 6, 7), float32]) {
+  %0 = multiply(%a, sigmoid(%a));
+  %1 = multiply(%b, sigmoid(%b));
+  (%0, %1)
+}""", lambda n, r: [f32(r, n, 3, 4, 5), f32(r, n, 6, 7)],
+     lambda a, b: (a * _sigmoid(a), b * _sigmoid(b)), rtol=1e-5)
+
+case("fused_scalar_on_either_side", """
+def @main(%x: Tensor[(n, 5), float32]) {
+  %0 = nn.relu(subtract(%x, 1f));
+  %1 = nn.relu(subtract(1f, %x));
+  (%0, %1)
+}""", lambda n, r: [f32(r, n, 5)],
+     lambda x: (np.maximum(x - np.float32(1), 0), np.maximum(np.float32(1) - x, 0)))
+
+case("fused_same_chain_other_broadcast", """
+def @main(%x: Tensor[(n, 4), float32], %y: Tensor[(4), float32], %z: Tensor[(n, 1), float32]) {
+  %0 = exp(add(%x, %y));
+  %1 = exp(add(%x, %z));
+  (%0, %1)
+}""", lambda n, r: [f32(r, n, 4), f32(r, 4), f32(r, n, 1)],
+     lambda x, y, z: (np.exp(x + y), np.exp(x + z)))

@@ -208,9 +208,10 @@ def _col_dims(out: TensorType, views: list[tuple]) -> tuple[int, list[bool]]:
     return best, best_modes
 
 
-def plan_fused(index: int, steps: list[dict], in_types: list[TensorType], out_type: TensorType,
+def plan_fused(symbol: str, steps: list[dict], in_types: list[TensorType], out_type: TensorType,
                anchor_type: TensorType | None) -> FusedPlan:
-    """Generate the C of fused kernel ``index``. ``steps`` as in ``FusedOp.steps_json()``.
+    """Generate the C of a fused kernel named ``symbol``; ``steps`` as in
+    ``FusedOp.steps_json()``.
 
     With an anchor, step 0 is computed by the library; the loop starts from its output.
     Raises KeyError for an op this generator does not know.
@@ -263,7 +264,6 @@ def plan_fused(index: int, steps: list[dict], in_types: list[TensorType], out_ty
     operands = [Operand(o.input, o.dtype, o.trailing_ones, m) for o, m in zip(operands, modes)]
     if len(operands) > MAX_OPERANDS or out_type.ndim - col_dims > MAX_ROW_DIMS:
         raise KeyError("too many operands or dims for a fused kernel")
-    symbol = f"relvm_fused_{index}"
     return FusedPlan(symbol, operands, col_dims,
                      _source(symbol, operands, lines, exprs[-1], out_type.dtype))
 

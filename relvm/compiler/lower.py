@@ -34,6 +34,8 @@ RESHAPE_OPS = frozenset({"reshape", "reshape_like", "squeeze", "expand_dims", "n
                          "dyn.reshape"})
 
 ALIGN = 64
+#: The symbol of a fused kernel's C while its identity is decided (replaced by its own name).
+PLAN_SYMBOL = "relvm_fused_PLAN"
 
 
 @dataclass
@@ -59,23 +61,42 @@ class Program:
             self.constants.append(np.asarray(value, order="C"))
         return self.constant_index[key]
 
-    def kernel(self, op: Op, attrs: dict, inputs: tuple[str, ...], outputs: tuple[str, ...],
+    def kernel(self, op: Op, attrs: dict, inputs: list[TensorType], outputs: list[TensorType],
                groups: tuple[int, ...], call: Call | None = None) -> int:
+        """The index of the kernel entry for ``op`` on tensors of these types, made once.
+
+        A kernel's identity is everything its code depends on: op, attributes, the dtypes and
+        ranks of its flattened arguments and, for a generated fused kernel, its loop plan and
+        C source (two groups with the same steps but other broadcasts or scalar positions get
+        two kernels). Library kernels adapt to the shapes they get at run time.
+        """
+        plan: dict = {}
         if isinstance(op, FusedOp):
             kind, attrs = "fused", {"steps": op.steps_json()}
+            if self.codegen and call is not None:
+                plan = self.fused_plan(op, call)
         else:
             kind, attrs = op.name, _jsonable(attrs)
-        key = (kind, op.name, _freeze(attrs), inputs, outputs, groups)
+        in_dtypes = tuple(t.dtype for t in inputs)
+        out_dtypes = tuple(t.dtype for t in outputs)
+        in_ranks = tuple(t.ndim for t in inputs)
+        out_ranks = tuple(t.ndim for t in outputs)
+        key = (kind, op.name, _freeze(attrs), in_dtypes, out_dtypes, in_ranks, out_ranks, groups,
+               _freeze(plan))
         if key not in self.kernel_index:
-            self.kernel_index[key] = len(self.kernels)
-            if kind == "fused" and self.codegen and call is not None:
-                attrs = dict(attrs, **self.fused_plan(len(self.kernels), op, call))
-            self.kernels.append(KernelEntry(op.name, kind, attrs, inputs, outputs, groups))
+            index = self.kernel_index[key] = len(self.kernels)
+            if plan:
+                symbol = f"relvm_fused_{index}"
+                self.fused_sources.append(plan.pop("source").replace(PLAN_SYMBOL, symbol))
+                attrs = dict(attrs, plan=dict(plan, symbol=symbol))
+            self.kernels.append(KernelEntry(op.name, kind, attrs, in_dtypes, out_dtypes, groups,
+                                            in_ranks, out_ranks))
         return self.kernel_index[key]
 
-    def fused_plan(self, index: int, op: FusedOp, call: Call) -> dict:
-        """Generate C for a fused kernel: ``{"plan": ...}``, or ``{}`` if the generator lacks
-        an op (the backend then runs the steps one kernel at a time)."""
+    def fused_plan(self, op: FusedOp, call: Call) -> dict:
+        """The generated C of a fused kernel and its loop plan (``symbol`` a placeholder), or
+        ``{}`` if the generator lacks an op (the backend then runs the steps one kernel at a
+        time)."""
         from .codegen_c import plan_fused
 
         in_types = [a.checked_type for a in call.args]
@@ -84,11 +105,10 @@ class Program:
         if first.op.pattern == OUT_FUSABLE:
             anchor = first.op.infer(first.attrs, *[in_types[i] for _, i in first.args])
         try:
-            plan = plan_fused(index, op.steps_json(), in_types, call.checked_type, anchor)
+            plan = plan_fused(PLAN_SYMBOL, op.steps_json(), in_types, call.checked_type, anchor)
         except KeyError:
             return {}
-        self.fused_sources.append(plan.source)
-        return {"plan": plan.to_json()}
+        return dict(plan.to_json(), source=plan.source)
 
     def dim_program(self, statements: list[tuple]) -> int:
         self.dim_programs.append(tuple(statements))
@@ -384,7 +404,7 @@ class FunctionLowering:
                 self.emit("ComputeDims", self.program.dim_program(statements),
                           tuple(r for r, _, _ in leaves))
 
-    def flat_args(self, call: Call) -> tuple[list[int], list[str], tuple[int, ...]]:
+    def flat_args(self, call: Call) -> tuple[list[int], list[TensorType], tuple[int, ...]]:
         """Argument registers with tuple-typed arguments flattened into their tensors.
 
         Also returns the groups: per argument, -1 for a tensor or the tuple's field count.
@@ -406,11 +426,11 @@ class FunctionLowering:
                         parts.append((r, f))
                 for r, ft in parts:
                     regs.append(r)
-                    types.append(ft.dtype)
+                    types.append(ft)
                 groups.append(len(parts))
             else:
                 regs.append(self.lower(a))
-                types.append(t.dtype)
+                types.append(t)
                 groups.append(-1)
         return regs, types, tuple(groups)
 
@@ -427,8 +447,7 @@ class FunctionLowering:
             return dst
         outs = list(tensor_types(out_type))
         out_regs = [self.alloc(t) for t in outs]
-        k = self.program.kernel(op, dict(call.attrs), tuple(in_types),
-                                tuple(t.dtype for t in outs), groups, call)
+        k = self.program.kernel(op, dict(call.attrs), in_types, outs, groups, call)
         self.emit("InvokePacked", k, len(out_regs), tuple(in_regs + out_regs))
         if isinstance(out_type, TupleType):
             return self.pack(out_type, iter(out_regs))

@@ -81,7 +81,10 @@ class KernelEntry:
     ``name`` is what the disassembler and profiler show. ``inputs``/``outputs`` are the dtypes
     of the flattened arguments, for backends that specialise on them. ``groups`` gives, per op
     input, how many flattened tensors form it: -1 for a tensor, k for a tuple of k tensors
-    (``concatenate`` takes one tuple input, passed as its k tensors).
+    (``concatenate`` takes one tuple input, passed as its k tensors). ``input_ranks`` and
+    ``output_ranks`` are the ranks of the flattened arguments (empty when not recorded: files
+    written before relvm recorded them); the verifier checks them against the bytecode and
+    the VM never passes a kernel arrays of other dtypes or ranks.
     """
 
     name: str
@@ -90,6 +93,8 @@ class KernelEntry:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     groups: tuple[int, ...] = ()
+    input_ranks: tuple[int, ...] = ()
+    output_ranks: tuple[int, ...] = ()
 
 
 @dataclass

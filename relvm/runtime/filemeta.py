@@ -28,7 +28,8 @@ META_KEYS: dict[str, str] = {
                  "`instructions` locating its bytecode in `code`",
     "kernels": "the kernel table: `name`, `op`, `attrs` (float attributes may be `NaN` or "
                "`Infinity`, as Python's json writes them), `inputs` and `outputs` dtypes, "
-               "`groups`",
+               "`groups`, and `ranks`: `[input ranks, output ranks]` of the flattened "
+               "arguments (optional: files of relvm 0.1.0 lack it)",
     "dim_programs": "dim programs as nested lists of strings and integers (see "
                     "relvm/runtime/dimprog.py); compiled to closures at load, never evaluated",
     "upper_bounds": "largest value of named dims, e.g. `{\"n\": 64}`",
@@ -44,6 +45,8 @@ META_KEYS: dict[str, str] = {
 #: Registers or dims slots per frame: far above any real program, low enough that a bad file
 #: cannot make a frame allocate gigabytes.
 MAX_REGS = 1 << 20
+#: The largest tensor rank relvm handles (the C kernels' NEST_MAX_DIMS).
+MAX_RANK = 64
 INT64 = (-2**63, 2**63 - 1)
 
 
@@ -79,7 +82,8 @@ def to_meta(exe: Executable, code: list[CodeRange], constants: list[dict], write
         "backend": exe.backend,
         "functions": [_function_meta(fn, c) for fn, c in zip(exe.functions, code)],
         "kernels": [{"name": k.name, "op": k.op, "attrs": k.attrs, "inputs": list(k.inputs),
-                     "outputs": list(k.outputs), "groups": list(k.groups)}
+                     "outputs": list(k.outputs), "groups": list(k.groups),
+                     "ranks": [list(k.input_ranks), list(k.output_ranks)]}
                     for k in exe.kernels],
         "dim_programs": [_lists(p) for p in exe.dim_programs],
         "upper_bounds": dict(exe.upper_bounds),
@@ -270,9 +274,21 @@ def _kernel(k: Any, path: str) -> KernelEntry:
     groups = each(k["groups"], f"{path}.groups", lambda v, p: integer(v, p, -1, 1 << 20))
     if groups and sum(1 if g < 0 else g for g in groups) != len(inputs):
         raise _fail(f"{path}.groups", f"{list(groups)} does not cover {len(inputs)} inputs")
+    outputs = each(k["outputs"], f"{path}.outputs", dtype)
+    in_ranks = out_ranks = ()
+    if "ranks" in k:
+        ranks = lst(k["ranks"], f"{path}.ranks")
+        if len(ranks) != 2:
+            raise _fail(f"{path}.ranks", "expected [input ranks, output ranks]")
+        rank = lambda v, p: integer(v, p, 0, MAX_RANK)  # noqa: E731
+        in_ranks = each(ranks[0], f"{path}.ranks[0]", rank)
+        out_ranks = each(ranks[1], f"{path}.ranks[1]", rank)
+        if len(in_ranks) != len(inputs) or len(out_ranks) != len(outputs):
+            raise _fail(f"{path}.ranks", f"{len(in_ranks)} input and {len(out_ranks)} output "
+                        f"ranks for {len(inputs)} inputs and {len(outputs)} outputs")
     return KernelEntry(text(k["name"], f"{path}.name"), text(k["op"], f"{path}.op"),
-                       obj(k["attrs"], f"{path}.attrs", ()), inputs,
-                       each(k["outputs"], f"{path}.outputs", dtype), groups)
+                       obj(k["attrs"], f"{path}.attrs", ()), inputs, outputs, groups,
+                       in_ranks, out_ranks)
 
 
 def constant_entry(c: Any, path: str) -> ConstantEntry:

@@ -41,7 +41,7 @@ def run_case(steps, arrays, sym_shapes=None, out_dtype=None):
     want = np.asarray(run_steps(steps_from_json(steps), arrays))
     out_shape = want.shape
     out_sym = tuple(N if d == -1 else d for d in _sym_out(sym_shapes, out_shape))
-    plan = G.plan_fused(0, steps, in_types, TensorType(out_sym, _dt(want)), None)
+    plan = G.plan_fused("relvm_fused_0", steps, in_types, TensorType(out_sym, _dt(want)), None)
     lib = FusedLibrary(G.compile_library(G.PRELUDE + plan.source), [plan.symbol])
     kernel = make_fused_kernel(plan.to_json(), lib, len(arrays), None, (), None, None)
     out = np.full(out_shape, 7, want.dtype)
