@@ -26,6 +26,7 @@ from ..ir.types import FuncType, TensorType, TupleType, Type, tensor_types
 from ..ops.fused import FusedOp
 from ..ops.registry import OUT_FUSABLE, Op
 from ..runtime.bytecode import make
+from ..runtime.opcodes import Opcode
 from ..runtime.executable import KernelEntry, ParamSig, TensorSig
 from .dimtable import DimTable
 
@@ -163,6 +164,13 @@ class FunctionLowering:
         self._memo: list[dict[int, int]] = [{}]
         self._env: list[dict[int, int]] = [{}]
         self.allocs: dict[int, Any] = {}  # pc -> size Dim (bytes) of fresh kernel outputs
+        #: symbol key -> where the prologue reads it ("input %x dim 0"), for error messages
+        self.origins: dict[str, str] = {}
+        #: symbols the prologue binds; checks over only these run in the prologue
+        self.entry_symbols: set = set()
+        #: checks of assumptions over entry symbols, appended to the prologue
+        self.entry_checks: list[tuple] = []
+        self.checked: set[tuple] = set()
 
     # --- registers, scopes ---------------------------------------------------------------------
     def reg(self) -> int:
@@ -195,8 +203,16 @@ class FunctionLowering:
         for v, r in zip(self.params, param_regs):
             self._env[0][id(v)] = r
         prologue = self.prologue(param_regs, upper_bounds)
-        entry_symbols = set(self.dims.symbols)
+        entry_symbols = self.entry_symbols = set(self.dims.symbols)
         result = self.lower(self.func.body)
+        self.check_assumed(self.func, self.func_description())
+        if self.entry_checks:  # into the prologue's dim program, or one of their own
+            if prologue and prologue[-1][0] == Opcode.ComputeDims:
+                k = prologue[-1][1]
+                self.program.dim_programs[k] += tuple(self.entry_checks)
+            else:
+                prologue.append(make("ComputeDims", self.program.dim_program(self.entry_checks),
+                                     ()))
         self.emit("Ret", result)
         ret_type = self.func.checked_type.ret if isinstance(self.func.checked_type, FuncType) \
             else self.func.body.checked_type
@@ -253,7 +269,7 @@ class FunctionLowering:
                     value = shape if (coeff, const) == (1, 0) else \
                         ("floordiv", ("add", shape, ("const", -const)), ("const", coeff))
                     statements.append(("set", slot, value))
-                    origin[sym.key] = f"{what} dim {axis}"
+                    origin[sym.key] = self.origins[sym.key] = f"{what} dim {axis}"
                     if (coeff, const) != (1, 0):
                         statements.append(("check", shape, self.dims.expr(d),
                                            f"{what} dim {axis} is {{a}}, which is not "
@@ -279,6 +295,57 @@ class FunctionLowering:
             statements.append(("check", ("shape", arg, axis), self.dims.expr(d),
                                f"{what} dim {axis} is {{a}}, expected {D.dim_str(d)} = {{b}}"))
         return statements
+
+    # --- assumptions -------------------------------------------------------------------------
+    def check_assumed(self, node: Expr, what: str) -> None:
+        """Check at run time what type inference assumed at ``node`` without proof (``k``
+        equals ``16``; ``n`` broadcasts against ``4``), before anything relies on it.
+
+        Checks over the entry's own symbols, outside any branch, join the prologue: a failure
+        there is the caller's (a RelvmInputError naming the input and dim). A dim the frame
+        never computes cannot be checked here; the kernel's own operand check covers it.
+        """
+        statements = []
+        entry_only = len(self._memo) == 1
+        for kind, a, b in node.assumed:
+            if isinstance(a, int):  # the message names the run-time dim first
+                a, b = b, a
+            symbols = D.free_symbols(a) | D.free_symbols(b)
+            if not all(self.dims.knows(s) for s in symbols):
+                continue
+            tag = "check" if kind == "equal" else "broadcast"
+            key = (tag, D.dim_key(a), D.dim_key(b))
+            if key in self.checked:
+                continue
+            self.checked.add(key)
+            # From symbols only: a derived dim's slot may be computed after the check runs.
+            statement = (tag, self.dims.expr_from_symbols(a), self.dims.expr_from_symbols(b),
+                         self.assumption_message(kind, a, b, what))
+            if entry_only and symbols <= self.entry_symbols:
+                self.entry_checks.append(statement)
+            else:
+                statements.append(statement)
+        self.flush(statements)
+
+    def assumption_message(self, kind: str, a: D.Dim, b: D.Dim, what: str) -> str:
+        def describe(d: D.Dim, value: str) -> str:
+            if isinstance(d, int):
+                return str(d)
+            text = D.dim_str(d).replace("{", "{{").replace("}", "}}")
+            sym, coeff, const = _linear(d)
+            if sym is not None and (coeff, const) == (1, 0) and sym.key in self.origins:
+                return f"{self.origins[sym.key]} ({text})"
+            known = [f"{s.text()} is {self.origins[s.key]}" for s in D.free_symbols(d)
+                     if s.key in self.origins]
+            return f"{text} = {value}" + (f" ({', '.join(known)})" if known else "")
+        need = "equal" if kind == "equal" else "broadcast against"
+        left = describe(a, "{a}")
+        right = describe(b, "{b}")
+        value = "" if right.endswith("= {b}") or isinstance(b, int) else " = {b}"
+        return f"{left} is {{a}}, but {what} needs it to {need} {right}{value}"
+
+    def func_description(self) -> str:
+        return f"@{self.name}'s return type"
 
     # --- expressions ---------------------------------------------------------------------------
     def lower(self, e: Expr) -> int:
@@ -306,6 +373,7 @@ class FunctionLowering:
 
     def lower_Let(self, let: Let) -> int:
         self._env[-1][id(let.var)] = self.lower(let.value)
+        self.check_assumed(let, f"the annotation of %{let.var.name}{_at(let.var)}")
         return self.lower(let.body)
 
     def lower_Tuple(self, t: Tuple) -> int:
@@ -375,6 +443,8 @@ class FunctionLowering:
         if isinstance(call.op, Op):
             return self.lower_op(call, call.op)
         args = tuple(self.lower(a) for a in call.args)
+        callee = f"@{call.op.name}" if isinstance(call.op, GlobalVar) else "the closure"
+        self.check_assumed(call, f"the call of {callee}{_at(call)}")
         dst = self.reg()
         if isinstance(call.op, GlobalVar):
             self.emit("Invoke", self.program.function_index[call.op.name], args, dst)
@@ -436,6 +506,7 @@ class FunctionLowering:
 
     def lower_op(self, call: Call, op: Op) -> int:
         in_regs, in_types, groups = self.flat_args(call)
+        self.check_assumed(call, f"{_op_description(op)}{_at(call)}")
         out_type = call.checked_type
         if op.data_dependent:
             self.compute_data_dims(call, op, in_regs)
@@ -508,6 +579,17 @@ class FunctionLowering:
         else:
             raise RelvmCompileError(f"{op.name}: no run-time shape rule for this data-dependent op")
         self.emit("ComputeDims", self.program.dim_program(statements), args)
+
+
+def _at(node: Expr) -> str:
+    span = getattr(node, "span", None)
+    return f" at line {span.line}, column {span.column}" if span is not None else ""
+
+
+def _op_description(op: Op) -> str:
+    if isinstance(op, FusedOp):
+        return " -> ".join(s.op.name for s in op.steps)
+    return op.name
 
 
 def _linear(d: D.Dim) -> tuple[D.Sym | None, int, int]:

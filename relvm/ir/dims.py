@@ -18,8 +18,10 @@ of an ``argwhere`` result) print as ``?``; so does any expression containing one
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import itertools
-from typing import Iterable, Mapping, Union
+from typing import Iterable, Iterator, Mapping, Union
 
 Dim = Union[int, "DimExpr"]
 
@@ -422,6 +424,7 @@ def broadcast(a: Dim | Sym, b: Dim | Sym) -> Dim:
         return a
     if isinstance(a, int) and isinstance(b, int):
         raise ValueError(f"dims {a} and {b} do not broadcast")
+    assume("broadcast", a, b)
     if isinstance(a, int):
         return a  # b must be 1 or a at run time; a is the answer either way
     if isinstance(b, int):
@@ -447,6 +450,48 @@ def prove_equal(a: Dim, b: Dim) -> bool | None:
     if isinstance(diff, int):
         return diff == 0
     return None
+
+
+# --- assumptions: what type inference accepted without proof ----------------------------------------
+
+#: ``("equal", a, b)``: a == b; ``("broadcast", a, b)``: a and b broadcast (equal, or one is 1).
+Assumption = tuple
+_assumed: contextvars.ContextVar[list | None] = contextvars.ContextVar("assumed", default=None)
+
+
+@contextlib.contextmanager
+def assumptions() -> Iterator[list[Assumption]]:
+    """Collect the assumptions made while the block runs (type relations call :func:`assume`).
+
+    Type inference accepts dims it cannot compare (``k`` vs ``16``) and records each such
+    assumption; the compiler checks every one at run time, before anything relies on it.
+    """
+    found: list[Assumption] = []
+    token = _assumed.set(found)
+    try:
+        yield found
+    finally:
+        _assumed.reset(token)
+
+
+def assume(kind: str, a: Dim, b: Dim) -> None:
+    """Record that inference went on assuming ``a`` and ``b`` are equal (``kind`` "equal") or
+    broadcast ("broadcast"); nothing to record when it is provable either way."""
+    found = _assumed.get()
+    if found is None or prove_equal(a, b) is not None:
+        return
+    if kind == "broadcast" and (a == 1 or b == 1):
+        return
+    found.append((kind, a, b))
+
+
+def equal_or_assumed(a: Dim, b: Dim) -> bool:
+    """False when ``a`` and ``b`` provably differ; else True, recording the assumption that
+    they are equal when that depends on run-time values."""
+    proof = prove_equal(a, b)
+    if proof is None:
+        assume("equal", a, b)
+    return proof is not False
 
 
 def prove_nonnegative(x: Dim) -> bool:

@@ -33,10 +33,17 @@ class Expr:
     __slots__ = ()
     span: Optional[Span]
     checked_type: Optional[Type]
+    #: What type inference assumed here without proof (``dims.Assumption``s: ``k`` equals
+    #: ``16``, ``n`` broadcasts against ``4``); the compiler checks each at run time.
+    assumed: tuple = ()
 
     def with_type(self, t: Type) -> None:
         """Record the inferred type (type inference calls this once per node)."""
         object.__setattr__(self, "checked_type", t)
+
+    def with_assumed(self, found: list) -> None:
+        """Record what inference assumed at this node (once per inference run)."""
+        object.__setattr__(self, "assumed", tuple(found))
 
     def __str__(self) -> str:
         from .printer import print_expr

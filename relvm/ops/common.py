@@ -107,8 +107,19 @@ def out_dtype(attrs, dtype: str) -> str:
 
 
 def differ(a: Dim, b: Dim) -> bool:
-    """True only when ``a`` and ``b`` provably differ; unknowns are left to the VM."""
-    return D.prove_equal(a, b) is False
+    """True only when ``a`` and ``b`` provably differ. When it depends on run-time values the
+    relation goes on assuming they are equal, and records it (``dims.assume``): the compiler
+    checks every such assumption when the program runs."""
+    return not D.equal_or_assumed(a, b)
+
+
+def cannot_broadcast_to(d: Dim, want: Dim) -> bool:
+    """True only when ``d`` provably is neither 1 nor ``want``; else the relation goes on
+    assuming it broadcasts to ``want``, and records it."""
+    if D.prove_equal(d, 1) is False and D.prove_equal(d, want) is False:
+        return True
+    D.assume("broadcast", d, want)
+    return False
 
 
 def np_dtype(name: str) -> np.dtype:

@@ -22,7 +22,7 @@ import numpy as np
 from ..ir import dims as D
 from ..ir.dims import Dim
 from ..ir.types import TensorType
-from .common import check_dtype, fmt_shape, normalize_axis, tensor_arg
+from .common import check_dtype, differ, fmt_shape, normalize_axis, tensor_arg
 from .registry import INJECTIVE, INT, INTS, OPT_INT, OPT_INTS, OpTypeError, attr, choice, register
 from .transform import INDEX_DTYPES, at_run_time
 
@@ -173,7 +173,7 @@ def _take_axes(attrs, data_shape: Sequence[Dim], indices_shape: Sequence[Dim]) -
         raise OpTypeError(f"batch_dims {attrs.batch_dims} must be in [0, min(axis {axis}, rank "
                           f"{len(indices_shape)} of indices)]")
     for i in range(bdims):
-        if D.prove_equal(data_shape[i], indices_shape[i]) is False:
+        if differ(data_shape[i], indices_shape[i]):
             raise OpTypeError(f"data {fmt_shape(data_shape)} and indices "
                               f"{fmt_shape(indices_shape)} differ in batch dim {i}")
     return axis, bdims

@@ -32,7 +32,8 @@ import numpy as np
 
 from ..ir import dims as D
 from ..ir.types import TensorType, TupleType
-from .common import FLOATS, check_dtype, check_rank, fmt_shape, require, same_dtype, tensor_arg
+from .common import (FLOATS, check_dtype, check_rank, differ, fmt_shape, require, same_dtype,
+                     tensor_arg)
 from .image import OPT_FLOATS
 from .registry import BOOL, INT, OPAQUE, OPT_FLOAT, AttrKind, OpTypeError, attr, choice, register
 
@@ -81,7 +82,7 @@ def _check_activations(attrs, per_direction: int) -> None:
 
 
 def _check_dim(t: TensorType, name: str, axis: int, want: D.Dim, what: str) -> None:
-    if D.prove_equal(t.shape[axis], want) is False:
+    if differ(t.shape[axis], want):
         raise OpTypeError(f"{name} {fmt_shape(t.shape)} must have {what} {D.dim_str(want)} in "
                           f"dim {axis}")
 

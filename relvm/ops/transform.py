@@ -29,8 +29,8 @@ import numpy as np
 from ..ir import dims as D
 from ..ir.dims import Dim
 from ..ir.types import TensorType, TupleType, normalize_dim
-from .common import (check_rank, fmt_shape, normalize_axes, normalize_axis, np_dtype, same_dtype,
-                     tensor_arg, tuple_arg)
+from .common import (cannot_broadcast_to, check_rank, differ, fmt_shape, normalize_axes,
+                     normalize_axis, np_dtype, same_dtype, tensor_arg, tuple_arg)
 from .registry import (BROADCAST, DTYPE, DTYPE_OR_EMPTY, ELEMWISE, INJECTIVE, INT, INT_OR_INTS,
                        INTS, OPT_INT, OPT_INTS, OPS, AttrKind, OpTypeError, attr, register)
 
@@ -156,7 +156,7 @@ class _NewShape:
             a = _exact_div(d0, b, self.what)
         elif b == -1:
             b = _exact_div(d0, a, self.what)
-        elif D.prove_equal(a * b, d0) is False:
+        elif differ(a * b, d0):
             raise OpTypeError(f"{self.what}: -4 cannot split dim {D.dim_str(d0)} into {a} x {b}")
         self.emit(a, used=True)
         self.emit(b, used=True)
@@ -164,7 +164,7 @@ class _NewShape:
     def finish(self) -> tuple[Dim, ...]:
         if self.infer_at is None:
             n_in, n_out = product(self.ishape), product(self.out)
-            if D.prove_equal(n_in, n_out) is False:
+            if differ(n_in, n_out):
                 raise OpTypeError(f"{self.what}: {D.dim_str(n_in)} elements vs "
                                   f"{D.dim_str(n_out)}")
             return tuple(self.out)
@@ -248,7 +248,7 @@ def _reshape_like_shape(attrs, dshape: Sequence[Dim], lshape: Sequence[Dim]) -> 
     rb, re = _subrange(attrs.rhs_begin, attrs.rhs_end, len(lshape), "shape_like", "rhs")
     out = tuple(dshape[:lb]) + tuple(lshape[rb:re]) + tuple(dshape[le:])
     n_in, n_out = product(dshape), product(out)
-    if D.prove_equal(n_in, n_out) is False:
+    if differ(n_in, n_out):
         raise OpTypeError(f"cannot reshape data {fmt_shape(dshape)} like shape_like "
                           f"{fmt_shape(lshape)}: {D.dim_str(n_in)} elements vs {D.dim_str(n_out)}")
     return out
@@ -303,7 +303,7 @@ def _squeezed_axes(shape: Sequence[Dim], axis: Sequence[int] | None) -> set[int]
         return {i for i, d in enumerate(shape) if d == 1}
     axes = normalize_axes(axis, len(shape))
     for a in axes:
-        if D.prove_equal(shape[a], 1) is False:
+        if differ(shape[a], 1):
             raise OpTypeError(f"cannot squeeze axis {a} of data {fmt_shape(shape)}: its size is "
                               f"{D.dim_str(shape[a])}, not 1")
     return set(axes)
@@ -355,7 +355,7 @@ def _agreed_dim(named: Sequence[tuple[str, TensorType]], axis: int) -> Dim:
     """The common dim of every field at ``axis``; an error naming two fields that differ."""
     for j, (name, t) in enumerate(named):
         for prev_name, prev in named[:j]:
-            if D.prove_equal(prev.shape[axis], t.shape[axis]) is False:
+            if differ(prev.shape[axis], t.shape[axis]):
                 raise OpTypeError(f"{prev_name} {fmt_shape(prev.shape)} and {name} "
                                   f"{fmt_shape(t.shape)} differ in dim {axis}")
     # Where equality is only checked at run time, keep the most informative dim: a number, else
@@ -442,7 +442,7 @@ def _broadcast_to_type(attrs, data):
     if t.ndim > len(target):
         raise OpTypeError(f"{fail}: data has more dims")
     for d, want in zip(reversed(t.shape), reversed(target)):
-        if D.prove_equal(d, 1) is False and D.prove_equal(d, want) is False:
+        if cannot_broadcast_to(d, want):
             raise OpTypeError(f"{fail}: dim {D.dim_str(d)} vs {D.dim_str(want)}")
     return TensorType(target, t.dtype)
 

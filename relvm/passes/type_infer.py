@@ -82,7 +82,7 @@ def match(expected: Type, actual: Type, bindings: dict[D.Sym, D.Dim],
             else:
                 deferred.append((e, a))
         for e, a in deferred:
-            if D.prove_equal(D.substitute(e, bindings), a) is False:
+            if not D.equal_or_assumed(D.substitute(e, bindings), a):
                 raise _Mismatch(f"expected {_subst_type(expected, bindings)}, got {actual}")
         return
     if isinstance(expected, TupleType):
@@ -210,8 +210,14 @@ class _FunctionChecker:
             if isinstance(n, Let):
                 self.let_of[id(n.var)] = n
         for n in nodes:
-            n.with_type(self.type_of(n))
-        return self.function_type(self.func)
+            with D.assumptions() as found:
+                n.with_type(self.type_of(n))
+            if isinstance(n, (Call, Let, Function)):
+                n.with_assumed(found)
+        with D.assumptions() as found:
+            sig = self.function_type(self.func)
+        self.func.with_assumed(found)
+        return sig
 
     # One method per node kind; each returns the node's type.
     def type_of(self, node: Expr) -> Type:

@@ -199,6 +199,8 @@ def _format_statement(s: tuple) -> str:
         return f"d{s[1]} = {format_expr(s[2])}"
     if s[0] == "check":
         return f"check {format_expr(s[1])} == {format_expr(s[2])}"
+    if s[0] == "broadcast":
+        return f"check broadcast({format_expr(s[1])}, {format_expr(s[2])})"
     if s[0] == "bound":
         return f"check {format_expr(s[1])} <= {s[2]}"
     if s[0] in ("reshape", "reshape_allowzero"):
