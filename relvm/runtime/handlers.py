@@ -284,45 +284,88 @@ def invoke_closure(vm, fn, pc, ins) -> Step:
 
 @handler("InvokePacked")
 def invoke_packed(vm, fn, pc, ins) -> Step:
+    """Run kernel k on the argument registers (outputs last). Before the kernel first sees a
+    set of shapes, its operands are checked against its entry (``operands.py``); the step a
+    replay runs (``step.replayed``) skips that, its shapes being those of a checked call."""
     _, k, n_out, args = ins
     kernel = vm.kernel(k)
+    check = vm.operand_check(k)
+    seen = check.seen
     outs = args[len(args) - n_out:]
     nxt = pc + 1
     if len(args) == 2 and n_out == 1:
         a0, a1 = args
 
-        def step(f):
+        def replayed(f):
             r = f.regs
             out = r[a1]
             if out.size:
                 kernel(r[a0], out)
             return nxt
+
+        def step(f):
+            r = f.regs
+            x, out = r[a0], r[a1]
+            if (x.shape, out.shape) not in seen:
+                check((x, out))
+            if out.size:
+                kernel(x, out)
+            return nxt
     elif len(args) == 3 and n_out == 1:
         a0, a1, a2 = args
 
-        def step(f):
+        def replayed(f):
             r = f.regs
             out = r[a2]
             if out.size:
                 kernel(r[a0], r[a1], out)
             return nxt
+
+        def step(f):
+            r = f.regs
+            x, y, out = r[a0], r[a1], r[a2]
+            if (x.shape, y.shape, out.shape) not in seen:
+                check((x, y, out))
+            if out.size:
+                kernel(x, y, out)
+            return nxt
     elif len(args) == 4 and n_out == 1:  # a fused layer: data, weight, bias -> out
         a0, a1, a2, a3 = args
 
-        def step(f):
+        def replayed(f):
             r = f.regs
             out = r[a3]
             if out.size:
                 kernel(r[a0], r[a1], r[a2], out)
             return nxt
-    else:
+
         def step(f):
             r = f.regs
-            # A call whose outputs are all empty has nothing to compute.
-            if n_out and all(r[o].size == 0 for o in outs if isinstance(r[o], np.ndarray)):
-                return nxt
-            kernel(*[r[i] for i in args])
+            x, w, b, out = r[a0], r[a1], r[a2], r[a3]
+            if (x.shape, w.shape, b.shape, out.shape) not in seen:
+                check((x, w, b, out))
+            if out.size:
+                kernel(x, w, b, out)
             return nxt
+    else:
+        def run(arrays: list) -> int:
+            # A call whose outputs are all empty has nothing to compute.
+            if n_out and all(arrays[i].size == 0 for i in range(len(args) - n_out, len(args))):
+                return nxt
+            kernel(*arrays)
+            return nxt
+
+        def replayed(f):
+            r = f.regs
+            return run([r[i] for i in args])
+
+        def step(f):
+            r = f.regs
+            arrays = [r[i] for i in args]
+            if tuple([getattr(a, "shape", None) for a in arrays]) not in seen:
+                check(arrays)
+            return run(arrays)
+    step.replayed = replayed
     return step
 
 

@@ -160,7 +160,9 @@ class Replay:
         for pc, step in live_steps:
             ins = fn.instructions[pc]
             if BY_NUMBER[ins[0]].name == "InvokePacked":
-                step = _bound_step(kernel(ins[1]), ins, regs, keep, pc + 1) or step
+                # Its shapes are those of the call it was made from: checked then.
+                step = (_bound_step(kernel(ins[1]), ins, regs, keep, pc + 1)
+                        or getattr(step, "replayed", step))
             steps.append((pc, step))
         #: (pc, step) for each live instruction, in order.
         self.steps = tuple(steps)

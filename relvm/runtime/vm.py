@@ -23,6 +23,7 @@ from .handlers import ALIGNMENT, CALL, HANDLERS, RET
 from . import replay
 from .kernels import Constants, resolve_kernels
 from .opcodes import Opcode
+from .operands import OperandCheck
 from .signature import EntryPoint
 
 MAX_FRAMES = 1_000_000
@@ -121,6 +122,7 @@ class VirtualMachine:
             c.flags.writeable = False
             self._constants.append(c)
         self._kernels = resolve_kernels(exe, Constants(self._constants))
+        self._operand_checks: list[OperandCheck | None] = [None] * len(self._kernels)
         self._programs = [compile_program(p) for p in exe.dim_programs]
         self._steps: dict[int, list] = {}
         self._active = [0] * len(exe.functions)
@@ -143,6 +145,13 @@ class VirtualMachine:
     # --- services used by the handlers ---------------------------------------------------------
     def kernel(self, k: int) -> Callable:
         return self._kernels[k]
+
+    def operand_check(self, k: int) -> OperandCheck:
+        """The operand check of kernel ``k`` (one per kernel: the shapes it has accepted)."""
+        check = self._operand_checks[k]
+        if check is None:
+            check = self._operand_checks[k] = OperandCheck(self.exe.kernels[k])
+        return check
 
     def constant(self, k: int) -> np.ndarray:
         self.exe.verify_constant(k)  # a loaded file's constant: its checksum, on first use
