@@ -598,3 +598,23 @@ def @main(%x: Tensor[(n, 4), float32], %y: Tensor[(4), float32], %z: Tensor[(n, 
   (%0, %1)
 }""", lambda n, r: [f32(r, n, 4), f32(r, 4), f32(r, n, 1)],
      lambda x, y, z: (np.exp(x + y), np.exp(x + z)))
+
+
+# --- closures whose result mixes their own ? dims with captured ones (issue 15) ----------------
+
+case("closure_result_mixes_own_and_captured_any_dims", """
+def @main(%x: Tensor[(?), float32], %y: Tensor[(?), float32]) {
+  %f = fn (%a: Tensor[(?), float32]) { concatenate((%a, %x)) };
+  %g = %f(%y);
+  add(%f(%g), 1f)
+}""", lambda n, r: [f32(r, n + 1), f32(r, 2 * n)],
+     lambda x, y: np.concatenate([y, x, x]) + np.float32(1))
+
+case("function_result_dim_nothing_else_determines", """
+def @f(%a: Tensor[(m), float32]) -> Tensor[(m*2 + k), float32] {
+  concatenate((%a, %a, %a))
+}
+def @main(%x: Tensor[(n), float32]) {
+  %0 = @f(%x);
+  add(%0, %0)
+}""", lambda n, r: [f32(r, n)], lambda x: np.concatenate([x, x, x]) * np.float32(2))

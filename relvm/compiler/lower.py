@@ -250,7 +250,7 @@ class FunctionLowering:
 
     def bind_shapes(self, leaves: list[tuple[int, TensorType, str]],
                     upper_bounds: dict[str, int] | None = None,
-                    arg_base: int = 0) -> list[tuple]:
+                    arg_base: int = 0, node: Expr | None = None) -> list[tuple]:
         """Statements binding the symbols of ``leaves``' shapes (args numbered in order)."""
         statements: list[tuple] = []
         origin: dict[str, str] = {}
@@ -287,6 +287,11 @@ class FunctionLowering:
                                    f"(from {src})"))
         for arg, axis, d, what in compound:
             missing = [s for s in D.free_symbols(d) if not self.dims.knows(s)]
+            if missing and node is not None:
+                # A result's dim over symbols nothing else determines: what the program
+                # needs is this dim's value, read from the result itself.
+                statements.append(("set", self.dims.new_slot(d), ("shape", arg, axis)))
+                continue
             if missing:
                 raise RelvmCompileError(
                     f"@{self.name}: {what} dim {axis} is {D.dim_str(d)}, which does not "
@@ -409,7 +414,7 @@ class FunctionLowering:
         end_pc = len(self.code)
         self.code[if_pc] = make("If", cond, one, 1, else_pc - if_pc)
         self.code[goto_pc] = make("Goto", end_pc - goto_pc)
-        self.bind_result_dims(merge, node.checked_type)
+        self.bind_result_dims(merge, node.checked_type, node)
         return merge
 
     def lower_Function(self, fn: Function) -> int:
@@ -450,10 +455,10 @@ class FunctionLowering:
             self.emit("Invoke", self.program.function_index[call.op.name], args, dst)
         else:
             self.emit("InvokeClosure", self.lower(call.op), args, dst)
-        self.bind_result_dims(dst, call.checked_type)
+        self.bind_result_dims(dst, call.checked_type, call)
         return dst
 
-    def bind_result_dims(self, reg: int, t: Type) -> None:
+    def bind_result_dims(self, reg: int, t: Type, node: Expr) -> None:
         """After a value with possibly new symbols arrives (a call, an if), bind them."""
         leaves = []
         for path, tt in _tuple_leaves(t) if isinstance(t, TupleType) else \
@@ -469,7 +474,7 @@ class FunctionLowering:
                 leaf = nxt
             leaves.append((leaf, tt, "result"))
         if leaves:
-            statements = self.bind_shapes(leaves)
+            statements = self.bind_shapes(leaves, node=node)
             if statements:
                 self.emit("ComputeDims", self.program.dim_program(statements),
                           tuple(r for r, _, _ in leaves))

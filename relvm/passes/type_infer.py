@@ -266,11 +266,13 @@ class _FunctionChecker:
             raise self.error(f"{self.callee_name(call)} takes {len(callee.params)} arguments, "
                              f"got {len(arg_types)}", call)
         # Globals capture nothing: all their symbols are theirs to instantiate. Closures share
-        # their enclosing function's named symbols, so only their anonymous ones are bindable.
+        # their enclosing function's symbols -- its named ones, and the anonymous ones of what
+        # they capture -- so only the anonymous symbols of their own parameters are bindable.
         if isinstance(call.op, GlobalVar):
             bindable = lambda s: True  # noqa: E731
         else:
-            bindable = lambda s: s.anonymous  # noqa: E731
+            own = {s for p in callee.params for s in type_symbols(p) if s.anonymous}
+            bindable = own.__contains__
         try:
             return instantiate(callee, arg_types, bindable)
         except _Mismatch as e:
