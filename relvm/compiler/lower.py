@@ -171,6 +171,8 @@ class FunctionLowering:
         #: checks of assumptions over entry symbols, appended to the prologue
         self.entry_checks: list[tuple] = []
         self.checked: set[tuple] = set()
+        #: register -> the field registers of the tuple AllocADT made in it
+        self.tuple_fields: dict[int, tuple[int, ...]] = {}
 
     # --- registers, scopes ---------------------------------------------------------------------
     def reg(self) -> int:
@@ -383,14 +385,23 @@ class FunctionLowering:
 
     def lower_Tuple(self, t: Tuple) -> int:
         fields = tuple(self.lower(f) for f in t.fields)
+        return self.alloc_adt(fields)
+
+    def alloc_adt(self, fields: tuple[int, ...]) -> int:
         dst = self.reg()
         self.emit("AllocADT", dst, 0, fields)
+        self.tuple_fields[dst] = fields
         return dst
 
     def lower_TupleGetItem(self, g: TupleGetItem) -> int:
         if isinstance(g.tuple_value, Tuple):
             return self.lower(g.tuple_value.fields[g.index])
         src = self.lower(g.tuple_value)
+        fields = self.tuple_fields.get(src)
+        if fields is not None:
+            # A field of a tuple made here (a split's results): the field's own register, so
+            # a kernel writing it can write straight into the caller's output array.
+            return fields[g.index]
         dst = self.reg()
         self.emit("GetField", dst, src, g.index)
         return dst
@@ -532,10 +543,7 @@ class FunctionLowering:
     def pack(self, t: Type, regs) -> int:
         if not isinstance(t, TupleType):
             return next(regs)
-        fields = tuple(self.pack(f, regs) for f in t.fields)
-        dst = self.reg()
-        self.emit("AllocADT", dst, 0, fields)
-        return dst
+        return self.alloc_adt(tuple(self.pack(f, regs) for f in t.fields))
 
     def alloc(self, t: TensorType) -> int:
         statements: list[tuple] = []

@@ -146,3 +146,28 @@ def test_wrong_number_of_outputs() -> None:
     vm = vm_for(PLAIN)
     with pytest.raises(RelvmInputError, match="has 1 result tensors"):
         vm.invoke_with_outputs("main", [X], [])
+
+
+def test_split_fields_are_computed_into_the_callers_arrays() -> None:
+    vm = vm_for("""def @main(%x: Tensor[(n, 4), float32]) {
+      %0 = split(exp(%x), indices_or_sections=[1, 3], axis=1);
+      (%0.2, %0.0, %0.1)
+    }""")
+    outs = [np.empty((3, 1), np.float32), np.empty((3, 1), np.float32),
+            np.empty((3, 2), np.float32)]
+    results = vm.invoke_with_outputs("main", [X], outs)
+    want = np.split(np.exp(X), [1, 3], axis=1)
+    for out, w in zip(outs, (want[2], want[0], want[1])):
+        np.testing.assert_allclose(out, w, rtol=1e-6)
+    assert all(r is o for r, o in zip(results, outs))
+    assert vm.stats.output_copies == 0
+
+
+def test_a_reshaped_result_is_computed_into_the_callers_array() -> None:
+    vm = vm_for("""def @main(%x: Tensor[(n, 4), float32]) {
+      reshape(exp(%x), newshape=[-1, 2, 2])
+    }""")
+    out = np.empty((3, 2, 2), np.float32)
+    vm.invoke_with_outputs("main", [X], [out])
+    np.testing.assert_allclose(out, np.exp(X).reshape(3, 2, 2), rtol=1e-6)
+    assert vm.stats.output_copies == 0
