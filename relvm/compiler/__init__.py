@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping
 
 import numpy as np
@@ -149,8 +150,11 @@ def _compile(module: Module, bound: dict[int, np.ndarray], bounds: dict[str, int
         lowered.append(FunctionLowering(program, name, fn, captured + list(fn.params)).run({}))
     _check_backend_has_kernels(backend, program)
     order = sorted(lowered, key=lambda lo: program.function_index[lo.name])
-    functions = [plan_and_assemble(lo, program, bounds if lo.name == "main" else {})
+    single = {program.function_index[lo.name]: isinstance(lo.ret_type, TensorType)
+              for lo in lowered}
+    functions = [plan_and_assemble(lo, program, bounds if lo.name == "main" else {}, single)
                  for lo in order]
+    _bind_through_calls(functions)
     library, arch = None, ""
     if program.fused_sources:
         from ..runtime.fileformat import machine_tag
@@ -161,6 +165,24 @@ def _compile(module: Module, bound: dict[int, np.ndarray], bounds: dict[str, int
     return Executable(functions, program.constants, program.kernels, program.dim_programs,
                       upper_bounds=bounds, backend=backend, kernel_library=library,
                       kernel_arch=arch)
+
+
+def _bind_through_calls(functions: list) -> None:
+    """A result produced by a call is written in place only when the callee's result is:
+    drop the call pcs of callees with nothing to bind (until nothing changes: chains)."""
+    from ..runtime.opcodes import Opcode
+
+    changed = True
+    while changed:
+        changed = False
+        for fn in functions:
+            outputs = []
+            for o in fn.outputs:
+                pcs = tuple(p for p in o.alloc_pcs if fn.instructions[p][0] != Opcode.Invoke
+                            or functions[fn.instructions[p][1]].outputs[0].alloc_pcs)
+                changed |= pcs != o.alloc_pcs
+                outputs.append(dataclasses.replace(o, alloc_pcs=pcs))
+            fn.outputs = tuple(outputs)
 
 
 __all__ = ["build"]

@@ -50,8 +50,8 @@ class _Tensor:
     slot: int = -1
 
 
-def plan_and_assemble(lo: Lowered, program: Program,
-                      upper_bounds: dict[str, int]) -> VMFunction:
+def plan_and_assemble(lo: Lowered, program: Program, upper_bounds: dict[str, int],
+                      single: dict[int, bool]) -> VMFunction:
     body = lo.body
     entry_symbols = lo.entry_symbols
     uses: dict[int, list[int]] = {}
@@ -89,7 +89,8 @@ def plan_and_assemble(lo: Lowered, program: Program,
     shift = len(lo.prologue) + len(setup)
     code = list(lo.prologue) + setup + [_patch(ins, pc, pooled, storage_regs, offsets)
                                         for pc, ins in enumerate(body)]
-    outputs = _outputs(code, shift + len(body) - 1, lo, result_shapes)
+    outputs = _outputs(code, shift + len(body) - 1, lo, result_shapes, single,
+                       program.dim_programs)
     return VMFunction(lo.name, tuple(lo.params), num_regs, code, lo.dims.num_slots,
                       tuple(lo.dims.names), outputs, str(lo.ret_type), prologue_len)
 
@@ -199,8 +200,11 @@ def _result_shapes(lo: Lowered, entry_symbols: set, statements: list[tuple]):
     return shapes
 
 
-def _outputs(code: list[tuple], ret_pc: int, lo: Lowered, shapes: list) -> tuple[OutputSig, ...]:
-    """For each result tensor, the AllocTensor pcs that produce it (for zero-copy binding)."""
+def _outputs(code: list[tuple], ret_pc: int, lo: Lowered, shapes: list,
+             single: dict[int, bool], programs: list[tuple]) -> tuple[OutputSig, ...]:
+    """For each result tensor, the AllocTensor pcs that produce it (for zero-copy binding),
+    and the pcs of the Invokes whose result it is: a callee returning one tensor (``single``:
+    function index -> whether it does) writes it into the array its caller was given."""
     defs: dict[int, list[int]] = {}
     for pc, ins in enumerate(code):
         spec = BY_NUMBER[ins[0]]
@@ -217,6 +221,8 @@ def _outputs(code: list[tuple], ret_pc: int, lo: Lowered, shapes: list) -> tuple
                 leaves = [None]
             elif ins[0] in (Opcode.AllocTensor, Opcode.AllocTensorReg) and ins[2] < 0:
                 leaves = [[pc]]
+            elif ins[0] == Opcode.Invoke and ins[3] == reg and single.get(ins[1], False):
+                leaves = [[pc]]  # the callee's tensor result: it writes the caller's array
             elif ins[0] in (Opcode.ReshapeTensor, Opcode.Move):
                 leaves = producers(ins[2] if ins[0] == Opcode.ReshapeTensor else ins[1], depth + 1)
             elif ins[0] == Opcode.AllocADT:
@@ -240,11 +246,14 @@ def _outputs(code: list[tuple], ret_pc: int, lo: Lowered, shapes: list) -> tuple
     claimed: set[int] = set()
     out = []
     for t, pcs, shape in zip(leaf_types, leaf_pcs, shapes):
-        if pcs and len(pcs) > 1:
+        if pcs and (len(pcs) > 1 or code[pcs[0]][0] == Opcode.Invoke):
             # Producers on different branches share the caller's array. A tensor that is also
             # used elsewhere (say, made before the if and returned by one branch) must keep its
             # own buffer: the other branch's producer would overwrite it while still needed.
-            pcs = [p for p in pcs if _only_flows_to_result(code[p][1], code, readers)]
+            # A call's result is bound only when nothing else reads it (a recursive call's
+            # result read by the kernel that makes this frame's result must not share it).
+            pcs = [p for p in pcs
+                   if _only_flows_to_result(_dst(code[p]), code, readers, programs)]
         # Two results that are one tensor: only the first is written in place.
         pcs = tuple(p for p in (pcs or []) if p not in claimed)
         claimed.update(pcs)
@@ -252,9 +261,24 @@ def _outputs(code: list[tuple], ret_pc: int, lo: Lowered, shapes: list) -> tuple
     return tuple(out)
 
 
-def _only_flows_to_result(reg: int, code: list[tuple], readers: dict[int, list[int]]) -> bool:
+def _reads_values(node) -> bool:
+    """Whether a dim program reads tensor values (not only shapes)."""
+    if isinstance(node, tuple):
+        if node and node[0] in ("value", "nonzero", "arange_len", "reshape",
+                                "reshape_allowzero"):
+            return True
+        return any(_reads_values(x) for x in node)
+    return False
+
+
+def _dst(ins: tuple) -> int:
+    return ins[3] if ins[0] == Opcode.Invoke else ins[1]
+
+
+def _only_flows_to_result(reg: int, code: list[tuple], readers: dict[int, list[int]],
+                          programs: list[tuple]) -> bool:
     """True if the tensor in ``reg`` is only written by its kernel and passed on to the result
-    (through Move, ReshapeTensor, AllocADT and Ret)."""
+    (through Move, ReshapeTensor, AllocADT and Ret), or has only its shape read."""
     pending, seen = [reg], set()
     while pending:
         r = pending.pop()
@@ -273,7 +297,9 @@ def _only_flows_to_result(reg: int, code: list[tuple], readers: dict[int, list[i
                 pending.append(ins[2])
             elif op in (Opcode.ReshapeTensor, Opcode.AllocADT):
                 pending.append(ins[1])
-            elif op != Opcode.Ret:
+            elif op == Opcode.ComputeDims and _reads_values(programs[ins[1]]):
+                return False
+            elif op not in (Opcode.Ret, Opcode.ComputeDims, Opcode.ShapeOf):
                 return False
     return True
 

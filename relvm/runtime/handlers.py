@@ -257,13 +257,27 @@ def ret(vm, fn, pc, ins) -> Step:
 def invoke(vm, fn, pc, ins) -> Step:
     _, func, args, dst = ins
     nxt = pc + 1
+    if not any(pc in o.alloc_pcs for o in fn.outputs):
+        def step(f):
+            r = f.regs
+            f.pc = nxt
+            vm.pending = vm.new_frame(func, [r[i] for i in args], dst)
+            return CALL
+        return step
+    # The call's result is one of this function's results: with outputs bound, the callee
+    # writes it into the caller's array (its own result allocations bound to it).
+    callee_pcs = vm.exe.functions[func].outputs[0].alloc_pcs
 
-    def step(f):
+    def step_bound(f):
         r = f.regs
         f.pc = nxt
-        vm.pending = vm.new_frame(func, [r[i] for i in args], dst)
+        frame = vm.new_frame(func, [r[i] for i in args], dst)
+        out = f.bound.get(pc) if f.bound is not None else None
+        if out is not None:
+            frame.bound = {p: out for p in callee_pcs}
+        vm.pending = frame
         return CALL
-    return step
+    return step_bound
 
 
 @handler("InvokeClosure")

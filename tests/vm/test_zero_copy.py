@@ -171,3 +171,54 @@ def test_a_reshaped_result_is_computed_into_the_callers_array() -> None:
     vm.invoke_with_outputs("main", [X], [out])
     np.testing.assert_allclose(out, np.exp(X).reshape(3, 2, 2), rtol=1e-6)
     assert vm.stats.output_copies == 0
+
+
+HELPER = """def @h(%a: Tensor[(m, 4), float32]) { exp(%a) }
+def @id(%a: Tensor[(m, 4), float32]) { %a }
+"""
+
+
+def test_results_of_a_helper_called_twice_are_computed_into_the_callers_arrays() -> None:
+    vm = vm_for(HELPER + """def @main(%x: Tensor[(n, 4), float32]) {
+      (@h(%x), @h(negative(%x)))
+    }""")
+    outs = [np.empty((3, 4), np.float32), np.empty((3, 4), np.float32)]
+    results = vm.invoke_with_outputs("main", [X], outs)
+    np.testing.assert_allclose(outs[0], np.exp(X), rtol=1e-6)
+    np.testing.assert_allclose(outs[1], np.exp(-X), rtol=1e-6)
+    assert all(r is o for r, o in zip(results, outs))
+    assert vm.stats.output_copies == 0
+
+
+def test_a_helper_returning_its_input_is_copied_and_counted() -> None:
+    vm = vm_for(HELPER + """def @main(%x: Tensor[(n, 4), float32]) {
+      (@h(%x), @id(%x))
+    }""")
+    outs = [np.empty((3, 4), np.float32), np.empty((3, 4), np.float32)]
+    vm.invoke_with_outputs("main", [X], outs)
+    np.testing.assert_allclose(outs[0], np.exp(X), rtol=1e-6)
+    np.testing.assert_array_equal(outs[1], X)
+    assert vm.stats.output_copies == 1
+
+
+def test_a_recursive_call_whose_result_feeds_a_kernel_is_not_bound() -> None:
+    """Each frame's result is made from its callee's: only the outermost writes the caller's
+    array, so no kernel reads the array it writes."""
+    vm = vm_for("""
+def @f(%i: int64, %x: Tensor[(n, 4), float32]) -> Tensor[(n, 4), float32] {
+  if (less(%i, 1i64)) {
+    exp(%x)
+  } else {
+    %0 = @f(subtract(%i, 1i64), %x);
+    nn.dense(%0, %0, units=None)
+  }
+}
+def @main(%x: Tensor[(4, 4), float32]) { @f(3i64, %x) }""")
+    x = np.arange(16, dtype=np.float32).reshape(4, 4) / 40
+    out = np.empty((4, 4), np.float32)
+    vm.invoke_with_outputs("main", [x], [out])
+    want = np.exp(x.astype(np.float64))
+    for _ in range(3):
+        want = want @ want.T
+    np.testing.assert_allclose(out, want, rtol=1e-5)
+    assert vm.stats.output_copies == 0
