@@ -9,8 +9,9 @@ For a function that qualifies (:func:`plan`), the VM runs the first call with gi
 shapes as usual and keeps its frame's registers and dims as a :class:`Replay`. Later calls with
 the same shapes start from a copy of those registers, put the new inputs in, and run only the
 *live* instructions -- the very same steps the run loop would run, so there is one definition
-of what each opcode does. A replay is dropped when the VM's pooled storage changes
-(``vm.storage_epoch``), since the views it holds would then point at old buffers.
+of what each opcode does. Replays are kept per calling thread, as the pooled buffers they view
+are (``state.ThreadState``); a replay is dropped when its thread's pooled storage changes
+(``storage_epoch``), since the views it holds would then point at old buffers.
 
 A kernel may also offer ``kernel.bind(arrays, fixed)``: given the arrays of the kept call and
 which of them a replay passes again unchanged (``fixed``: kept registers, the very same objects),
