@@ -148,7 +148,7 @@ class Replay:
     """The registers and dims of one finished call, as the next call with its shapes starts,
     and the live steps to run from there (kernel steps bound, see the module docstring)."""
 
-    __slots__ = ("regs", "dims", "epoch", "steps")
+    __slots__ = ("regs", "dims", "epoch", "steps", "frame")
 
     def __init__(self, fn: VMFunction, regs: list, dims: list, n_inputs: int,
                  keep: Sequence[bool], epoch: int, live_steps: Sequence[tuple[int, Callable]],
@@ -165,3 +165,5 @@ class Replay:
             steps.append((pc, step))
         #: (pc, step) for each live instruction, in order.
         self.steps = tuple(steps)
+        #: The frame replayed calls run in, made by the VM at the first one and kept.
+        self.frame: Any = None

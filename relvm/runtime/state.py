@@ -261,11 +261,11 @@ class ThreadState:
                 outs: tuple | None) -> Any:
         """Run a straight-line entry, replaying its last call with the same input shapes when
         there is one (see ``replay.py``), else in full, keeping the call for next time."""
-        key = tuple([a.shape for a in inputs])
+        key = (inputs[0].shape,) if len(inputs) == 1 else tuple([a.shape for a in inputs])
         r = ep.replays.get(key)
-        owns = self._active[ep.index] == 0
         if r is None or r.epoch != self.storage_epoch:
-            frame = Frame(ep.fn, ep.index, ep.steps, inputs + ep.spare_regs, -1, owns, bound)
+            frame = Frame(ep.fn, ep.index, ep.steps, inputs + ep.spare_regs, -1,
+                          self._active[ep.index] == 0, bound)
             self._start(ep, frame, outs)
             result = self._loop_leaf(frame)
             if len(ep.replays) >= replay.MAX_REPLAYS:
@@ -274,8 +274,17 @@ class ThreadState:
                                             ep.keep, self.storage_epoch, ep.live_steps,
                                             self.kernel)
             return result
-        # The same shapes as the kept call: the prologue's checks passed for them then.
-        frame = Frame(ep.fn, ep.index, ep.steps, inputs + r.regs, -1, owns, bound, r.dims)
+        # The same shapes as the kept call: the prologue's checks passed for them then. The
+        # replay's frame is reused; its registers are None between calls (so it holds no
+        # array of an earlier call), else it is in use by a call that re-entered the VM.
+        # (Replayed steps never use storage the frame would own: pooled buffers are kept.)
+        frame = r.frame
+        if frame is None or frame.regs is not None:
+            frame = Frame(ep.fn, ep.index, ep.steps, None, -1, True, None, r.dims)
+            if r.frame is None:
+                r.frame = frame
+        frame.regs = inputs + r.regs
+        frame.bound = bound
         if outs is not None:
             ep.check_output_shapes(r.dims, outs)
         pc = -1
@@ -286,6 +295,8 @@ class ThreadState:
             raise
         except Exception as e:
             raise self._runtime_error(frame, pc, e) from None
+        finally:
+            frame.regs = None
         return self.ret_value
 
     def _finish_outputs(self, fn: VMFunction, result: Any, outs: tuple,
