@@ -12,7 +12,8 @@ while the call still reads it. Both checks compare the arrays' memory (exact for
 arrays, which inputs and outputs are by then) and are remembered for the very same array
 objects, which the entry point keeps, so the serving loop that passes the same arrays again
 pays two identity tests. An array's memory never moves, whatever is done to its shape, dtype or
-flags (those are checked on every call).
+flags (those are checked on every call; ``ndarray.resize``, which would move it, refuses an
+array something else references, as the entry point does).
 """
 
 from __future__ import annotations
