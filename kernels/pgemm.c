@@ -3,6 +3,7 @@
  * relu) applied before the tile is stored, so a fused dense layer touches its output once.
  * The inner kernel is one source (internal/pgemm_tile.h) compiled for AVX-512, AVX2+FMA and
  * SSE2; the CPU picks at run time, so the library runs on any x86-64. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include "relvm_config.h"
@@ -52,6 +53,8 @@
 #undef PG_VW
 #undef PG_MR
 
+/* Chosen once (pthread_once: kernels may run on several threads from their first call). */
+static pthread_once_t choose_once = PTHREAD_ONCE_INIT;
 static pg_panel_fn *chosen;
 static pg_ipanel_fn *chosen_indirect;
 static int chosen_width, chosen_rows;
@@ -59,10 +62,8 @@ static const char *chosen_isa = "sse2";
 
 /* The best kernel this CPU runs; RELVM_PGEMM_ISA=avx2|sse2 asks for a lesser one (tests run
  * every kernel on one machine that way). */
-pg_panel_fn *relvm_pgemm_panel_kernel(void) {
-    pg_panel_fn *fn = __atomic_load_n(&chosen, __ATOMIC_ACQUIRE);
-    if (fn) return fn;
-    fn = panel_base;
+static void choose(void) {
+    pg_panel_fn *fn = panel_base;
     pg_ipanel_fn *indirect = ipanel_base;
     int width = 4, rows = tile_rows_base;
 #ifdef PG_MULTI_ISA
@@ -83,12 +84,15 @@ pg_panel_fn *relvm_pgemm_panel_kernel(void) {
         chosen_isa = "avx2";
     }
 #endif
-    /* Every thread computes the same values; `chosen` is written last and read first. */
+    chosen = fn;
     chosen_indirect = indirect;
     chosen_width = width;
     chosen_rows = rows;
-    __atomic_store_n(&chosen, fn, __ATOMIC_RELEASE);
-    return fn;
+}
+
+pg_panel_fn *relvm_pgemm_panel_kernel(void) {
+    pthread_once(&choose_once, choose);
+    return chosen;
 }
 
 pg_ipanel_fn *relvm_pgemm_ipanel_kernel(int *width) {

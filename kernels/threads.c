@@ -3,6 +3,13 @@
  * One region runs at a time: BLAS jobs and relvm's loops never share the threads, which keeps
  * the process at k busy threads whatever the mix.
  *
+ * Several threads may call kernels at once (one VM called from many Python threads: cffi
+ * releases the GIL). A loop whose caller finds another thread's region running does not wait
+ * for it: it runs on the calling thread alone (the pool's threads are busy anyway), so the
+ * kernels of different calls are never serialised. A BLAS region cannot do that -- OpenBLAS's
+ * jobs wait on each other, so they must all run at once -- and waits for the pool instead
+ * (OpenBLAS itself runs one threaded product at a time).
+ *
  * A parallel loop hands out its chunks to whoever comes: the caller takes them too, and when it
  * has run out it closes the region's gate, so a worker that has not started by then (its core
  * busy with another process) never joins, and the caller waits only for workers already inside.
@@ -34,7 +41,7 @@ static struct {
     _Atomic uint64_t gate;
     job_fn job;          /* stable while the region runs: it cannot end before its workers */
     void *arg;
-    int nthreads;
+    _Atomic int nthreads; /* set from Python while other threads may be running kernels */
     int nworkers;
 } pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
           0, 0, 0, NULL, NULL, 1, 0};
@@ -125,9 +132,9 @@ static void ensure_workers(int count) {
 
 /* Run job(arg, i) for i in [0, participants): i = 0 on the caller, others on workers. With
  * `gated`, job is a loop that any subset of threads can finish: workers that have not joined
- * when the caller's job returns never run it. Otherwise every job runs, all at once. */
+ * when the caller's job returns never run it. Otherwise every job runs, all at once. The
+ * caller holds pool.region; it is released here. */
 static void run_region(job_fn job, void *arg, int participants, int gated) {
-    pthread_mutex_lock(&pool.region);
     ensure_workers(participants - 1);
     if (participants > pool.nworkers + 1) participants = pool.nworkers + 1;
     pool.job = job;
@@ -168,19 +175,21 @@ static void after_fork_in_child(void) {
     in_region = 0;
 }
 
+static pthread_once_t fork_handler_once = PTHREAD_ONCE_INIT;
+
+static void install_fork_handler(void) { pthread_atfork(NULL, NULL, after_fork_in_child); }
+
 RELVM_EXPORT int relvm_threads_set(int k) {
-    static int fork_handler_installed;
-    if (!fork_handler_installed) {
-        pthread_atfork(NULL, NULL, after_fork_in_child);
-        fork_handler_installed = 1;
-    }
+    pthread_once(&fork_handler_once, install_fork_handler);
     if (k < 1) k = 1;
     if (k > MAX_THREADS) k = MAX_THREADS;
-    pool.nthreads = k;
+    atomic_store_explicit(&pool.nthreads, k, memory_order_relaxed);
     return k;
 }
 
-RELVM_EXPORT int relvm_threads_get(void) { return pool.nthreads; }
+RELVM_EXPORT int relvm_threads_get(void) {
+    return atomic_load_explicit(&pool.nthreads, memory_order_relaxed);
+}
 
 /* A loop's items are split into one home block per participant; each thread claims chunks of
  * its own block first, then of the others' (whose owners may be late or absent). When every
@@ -211,8 +220,12 @@ static void loop_job(void *arg, int thread_index) {
 RELVM_EXPORT void relvm_parallel_for(int64_t n, int64_t grain, relvm_range_fn fn, void *ctx) {
     if (n <= 0) return;
     if (grain < 1) grain = 1;
-    const int k = pool.nthreads;
+    const int k = relvm_threads_get();
     if (k <= 1 || in_region || n <= grain) {
+        fn(ctx, 0, n);
+        return;
+    }
+    if (pthread_mutex_trylock(&pool.region) != 0) { /* another thread's region: don't wait */
         fn(ctx, 0, n);
         return;
     }
@@ -255,5 +268,6 @@ void relvm_blas_threads(int sync, void (*dojob)(int, void *, int), int numjobs, 
         blas_job(&b, 0);
         return;
     }
+    pthread_mutex_lock(&pool.region); /* the jobs need the pool's threads all at once */
     run_region(blas_job, &b, numjobs, 0);
 }

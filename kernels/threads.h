@@ -12,7 +12,8 @@ int relvm_threads_set(int k);
 int relvm_threads_get(void);
 
 /* Run fn over [0, n) in chunks of at least grain items; the caller works too and returns when
- * every chunk is done. Runs inline for one thread, small n, or inside another parallel loop. */
+ * every chunk is done. Runs inline for one thread, small n, inside another parallel loop, or
+ * while another thread's parallel region has the pool (it never waits for that region). */
 void relvm_parallel_for(int64_t n, int64_t grain, relvm_range_fn fn, void *ctx);
 
 /* OpenBLAS's openblas_threads_callback: job i runs on pool thread i, all numjobs at once

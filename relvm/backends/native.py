@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from typing import Any
 
 from ..runtime import threads
 
 _loaded: tuple[Any, Any] | None = None
+_lock = threading.Lock()  # threads whose first kernels load at once open OpenBLAS once
 
 
 def _use_pool() -> bool:
@@ -61,14 +63,17 @@ def load() -> tuple[Any, Any]:
     global _loaded
     if _loaded is not None:
         return _loaded
-    from .. import _kernels  # noqa: F401  (ImportError when relvm was installed without it)
+    with _lock:
+        if _loaded is not None:
+            return _loaded
+        from .. import _kernels  # noqa: F401  (ImportError when relvm was built without it)
 
-    ffi, lib = _kernels.ffi, _kernels.lib
-    path = _openblas_path()
-    if lib.relvm_blas_open(path.encode(), int(_use_pool())) != 0:
-        raise ImportError(f"relvm's C kernels could not open OpenBLAS at {path}")
-    threads._bind(lib)
-    _loaded = (ffi, lib)
+        ffi, lib = _kernels.ffi, _kernels.lib
+        path = _openblas_path()
+        if lib.relvm_blas_open(path.encode(), int(_use_pool())) != 0:
+            raise ImportError(f"relvm's C kernels could not open OpenBLAS at {path}")
+        threads._bind(lib)
+        _loaded = (ffi, lib)
     return _loaded
 
 

@@ -2,8 +2,10 @@
 
 A handler is a factory: given the VM, the function and one instruction (with its pc), it binds
 the instruction's fields once and returns a *step* ``step(frame) -> next_pc``. The run loop
-(``vm.py``) then executes ``pc = steps[pc](frame)`` with no decoding or dispatch per instruction.
-Steps that transfer control between frames return CALL or RET; the VM finishes the transfer.
+(``state.py``) then executes ``pc = steps[pc](frame)`` with no decoding or dispatch per
+instruction. Steps that transfer control between frames return CALL or RET; the VM finishes the
+transfer. The VM a factory is given is one thread's ``state.ThreadState``: steps are made per
+thread, so what they bind (kernels, pooled views) is that thread's.
 
 ``HANDLERS`` maps opcode numbers to factories; a test checks it covers ``opcodes.TABLE``.
 """
@@ -20,14 +22,14 @@ from .opcodes import BY_NAME
 
 if TYPE_CHECKING:  # pragma: no cover
     from .executable import VMFunction
-    from .vm import Frame, VirtualMachine
+    from .state import Frame, ThreadState
 
 CALL = -1
 RET = -2
 ALIGNMENT = 64
 
 Step = Callable[["Frame"], int]
-Factory = Callable[["VirtualMachine", "VMFunction", int, tuple], Step]
+Factory = Callable[["ThreadState", "VMFunction", int, tuple], Step]
 
 HANDLERS: dict[int, Factory] = {}
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import threading
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -28,13 +28,33 @@ class Constants:
     A constant never changes while the VM lives, so a kernel may prepare it once (the C
     backend packs dense weights for its GEMM) and reuse the result whenever the same array
     comes back. Only the VM's own (read-only) array objects count, not copies or views.
+
+    Each thread calling a VM has kernels of its own (they keep per-call state), but all share
+    the VM's Constants, and with it what was prepared from them (:meth:`prepared`): threads do
+    not each pack the weights again.
     """
 
     def __init__(self, arrays: Sequence[np.ndarray] = ()):
         self._ids = {id(a): a for a in arrays}
+        self._prepared: dict[tuple, Any] = {}
+        self._lock = threading.Lock()
 
     def holds(self, array: np.ndarray) -> bool:
         return self._ids.get(id(array)) is array
+
+    def prepared(self, array: np.ndarray, how: tuple, make: Callable[[], Any]) -> Any:
+        """What ``make()`` prepares from constant ``array``, made once per VM for each ``how``
+        (a hashable key naming everything the result depends on besides the array's values)
+        and shared by every thread's kernels; a lock keeps two threads from making it twice."""
+        assert self.holds(array)  # so its id is not reused while the VM lives
+        key = (id(array),) + how
+        got = self._prepared.get(key)
+        if got is None:
+            with self._lock:
+                got = self._prepared.get(key)
+                if got is None:
+                    got = self._prepared[key] = make()
+        return got
 
 
 def resolve_kernels(exe: Executable, constants: Constants | None = None

@@ -9,8 +9,9 @@ For a function that qualifies (:func:`plan`), the VM runs the first call with gi
 shapes as usual and keeps its frame's registers and dims as a :class:`Replay`. Later calls with
 the same shapes start from a copy of those registers, put the new inputs in, and run only the
 *live* instructions -- the very same steps the run loop would run, so there is one definition
-of what each opcode does. A replay is dropped when the VM's pooled storage changes
-(``vm.storage_epoch``), since the views it holds would then point at old buffers.
+of what each opcode does. Replays are kept per calling thread, as the pooled buffers they view
+are (``state.ThreadState``); a replay is dropped when its thread's pooled storage changes
+(``storage_epoch``), since the views it holds would then point at old buffers.
 
 A kernel may also offer ``kernel.bind(arrays, fixed)``: given the arrays of the kept call and
 which of them a replay passes again unchanged (``fixed``: kept registers, the very same objects),
@@ -147,7 +148,7 @@ class Replay:
     """The registers and dims of one finished call, as the next call with its shapes starts,
     and the live steps to run from there (kernel steps bound, see the module docstring)."""
 
-    __slots__ = ("regs", "dims", "epoch", "steps")
+    __slots__ = ("regs", "dims", "epoch", "steps", "frame")
 
     def __init__(self, fn: VMFunction, regs: list, dims: list, n_inputs: int,
                  keep: Sequence[bool], epoch: int, live_steps: Sequence[tuple[int, Callable]],
@@ -166,3 +167,5 @@ class Replay:
             steps.append((pc, step))
         #: (pc, step) for each live instruction, in order.
         self.steps = tuple(steps)
+        #: The frame replayed calls run in, made by the VM at the first one and kept.
+        self.frame: Any = None

@@ -1,8 +1,19 @@
 """Calling a VM function from Python: inputs and outputs checked against its signature.
 
-An :class:`EntryPoint` is built once per function per VM. It precomputes a checker for every
-parameter and result (NumPy dtype objects, ranks, static dims), so the per-call cost is a few
-attribute reads; the detailed error messages are only built when a check fails.
+An :class:`EntryPoint` is built once per function per VM thread (it keeps the thread's replays
+and the output arrays it last bound). It precomputes a checker for every parameter and result
+(NumPy dtype objects, ranks, static dims), so the per-call cost is a few attribute reads; the
+detailed error messages are only built when a check fails.
+
+Output arrays may not share memory with each other (two results cannot both land in one
+place); an output array that shares memory with an input is allowed, but its result is
+computed apart and copied at the end, since kernels writing into it would overwrite the input
+while the call still reads it. Both checks compare the arrays' memory (exact for C-contiguous
+arrays, which inputs and outputs are by then) and are remembered for the very same array
+objects, which the entry point keeps, so the serving loop that passes the same arrays again
+pays two identity tests. An array's memory never moves, whatever is done to its shape, dtype or
+flags (those are checked on every call; ``ndarray.resize``, which would move it, refuses an
+array something else references, as the entry point does).
 """
 
 from __future__ import annotations
@@ -54,7 +65,13 @@ class EntryPoint:
         self.keep: list[bool] = []
         self.replays: dict[tuple, Any] = {}
         self._last_outs: tuple = ()
+        self._last_inputs: list = []
         self._last_map: dict[int, np.ndarray] = {}
+        #: Which of the last bound outputs share memory with an input (their results are
+        #: computed apart and copied), and the last output arrays found not to share memory.
+        self.aliased: tuple[int, ...] | None = ()
+        self._outs_own = False  # every one of _last_outs owns its data
+        self._apart: tuple = ()
 
     # --- inputs --------------------------------------------------------------------------------
     def arrange(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
@@ -136,17 +153,18 @@ class EntryPoint:
         return check
 
     # --- outputs -------------------------------------------------------------------------------
-    def check_outputs(self, outs: Sequence[Any]) -> tuple:
-        """The caller's output arrays, checked (count, dtype, layout) before anything runs."""
+    def check_outputs(self, outs: Sequence[Any], label: str = "output_args") -> tuple:
+        """The caller's output arrays, checked (count, dtype, layout, no two sharing memory)
+        before anything runs; errors call the arrays ``label[i]``."""
         dt = self._only_dtype
         if dt is not None and len(outs) == 1:  # the usual case, every check passing
             out = outs[0]
             if type(out) is np.ndarray and out.dtype is dt and out.flags.carray:
                 last = self._last_outs
                 return last if last and last[0] is out else (out,)
-        return self._check_outputs(outs)
+        return self._check_outputs(outs, label)
 
-    def _check_outputs(self, outs: Sequence[Any]) -> tuple:
+    def _check_outputs(self, outs: Sequence[Any], label: str) -> tuple:
         fn = self.fn
         if len(outs) != len(self.out_dtypes):
             raise RelvmInputError(f"@{fn.name} has {len(self.out_dtypes)} result tensors "
@@ -165,18 +183,46 @@ class EntryPoint:
                 raise RelvmInputError(f"@{fn.name} output {i}: the array must be C-contiguous "
                                       f"and writeable")
             checked.append(arr)
-        return tuple(checked)
+        checked = tuple(checked)
+        if len(checked) > 1 and not _same_arrays(checked, self._apart):
+            for j, b in enumerate(checked):
+                for i, a in enumerate(checked[:j]):
+                    if not _apart(a, b):
+                        raise RelvmInputError(f"@{fn.name}: {label}[{i}] and {label}[{j}] share "
+                                              f"memory; each result needs an array of its own")
+            self._apart = checked
+        return checked
 
-    def bound_map(self, outs: tuple) -> dict[int, np.ndarray]:
-        """AllocTensor pc -> the caller's array it hands out instead of allocating.
+    def bound_map(self, inputs: list, outs: tuple) -> dict[int, np.ndarray]:
+        """AllocTensor pc -> the caller's array it hands out instead of allocating, for every
+        output that shares no memory with an input (``self.aliased`` lists the others).
 
-        The same arrays passed again (the usual serving loop) reuse the previous map.
+        The same output arrays passed again (the usual serving loop) reuse the previous map;
+        with the same inputs too, the memory check is skipped. Arrays that own their data
+        (fresh NumPy arrays, the usual new input) are apart without comparing addresses.
         """
         last = self._last_outs
-        if outs is last or (len(last) == len(outs) and all(map(operator.is_, last, outs))):
-            return self._last_map
-        self._last_outs = outs
-        self._last_map = {pc: out for pcs, out in zip(self.out_pcs, outs) for pc in pcs}
+        if outs is last or _same_arrays(outs, last):
+            seen = self._last_inputs
+            if (inputs[0] is seen[0] if len(inputs) == 1 == len(seen)
+                    else _same_arrays(inputs, seen)):
+                return self._last_map
+        else:
+            self._last_outs = outs
+            self._outs_own = all([o.flags.owndata for o in outs])
+            self.aliased = None  # the map is made again below
+        self._last_inputs = inputs
+        if len(inputs) == 1 and len(outs) == 1:  # the usual signature, without loops
+            x = inputs[0]
+            apart = (self._outs_own and type(x) is np.ndarray and x is not outs[0]
+                     and x.flags.owndata)
+        else:
+            apart = self._outs_own and _own_memory(inputs, outs)
+        aliased = () if apart else _sharing_inputs(inputs, outs)
+        if aliased is not self.aliased and aliased != self.aliased:
+            self.aliased = aliased
+            self._last_map = {pc: out for i, (pcs, out) in enumerate(zip(self.out_pcs, outs))
+                              if i not in aliased for pc in pcs}
         return self._last_map
 
     def check_output_shapes(self, dims: list, outs: tuple) -> None:
@@ -195,6 +241,40 @@ class EntryPoint:
                 if out.shape != shape:
                     raise RelvmInputError(f"@{self.fn.name} output {i}: expected shape {shape} "
                                           f"({self.fn.outputs[i].type_text}), got {out.shape}")
+
+
+def _same_arrays(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    """Whether ``a`` and ``b`` hold the very same objects, in order."""
+    if len(a) != len(b):
+        return False
+    if len(a) == 1:
+        return a[0] is b[0]
+    return all(map(operator.is_, a, b))
+
+
+def _own_memory(inputs: Sequence[Any], outs: tuple) -> bool:
+    """Whether every input is an array that owns its data and is none of ``outs`` (which own
+    theirs): then no two of them share memory."""
+    for v in inputs:
+        for a in (v if type(v) is tuple else (v,)):
+            if isinstance(a, np.ndarray) and (not a.flags.owndata or any(a is o for o in outs)):
+                return False
+    return True
+
+
+def _sharing_inputs(inputs: Sequence[Any], outs: tuple) -> tuple[int, ...]:
+    """The positions of the output arrays that share memory with an input (usually none)."""
+    arrays = [a for v in inputs for a in (v if type(v) is tuple else (v,))
+              if isinstance(a, np.ndarray)]
+    return tuple(i for i, out in enumerate(outs) if not all(_apart(a, out) for a in arrays))
+
+
+def _apart(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether ``a`` and ``b`` share no memory. Two arrays that each own their data are two
+    allocations; otherwise their byte ranges are compared (exact for C-contiguous arrays)."""
+    if a is not b and a.flags.owndata and b.flags.owndata:
+        return True
+    return not np.may_share_memory(a, b)
 
 
 def _as_array(value: Any, dtype: str) -> np.ndarray | None:

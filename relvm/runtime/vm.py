@@ -1,109 +1,49 @@
 """The VirtualMachine: runs an Executable's bytecode with TVM Relay VM's API, zero-copy outputs.
 
-The run loop keeps an explicit stack of frames, so recursion in a program never grows the
-Python stack. Each instruction was turned into a step at load (``handlers.py``), so the loop is
-``pc = steps[pc](frame)``. Set ``RELVM_TRACE=1`` to print every instruction as it runs.
+This module is the API: it checks and arranges a call's arguments and hands the call to the
+calling thread's :class:`~relvm.runtime.state.ThreadState`, where the run loop and everything a
+call changes live. The VM keeps only what calls share and never change, so one VM may be
+called from many threads at once.
 """
 
 from __future__ import annotations
 
-import os
-import sys
-import time
-from dataclasses import dataclass, field
+import threading
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import RelvmError, RelvmFormatError, RelvmInputError, RelvmRuntimeError
-from .bytecode import format_instruction
-from .dimprog import DimError, compile_program
-from .executable import Executable, OutputSig, VMFunction
-from .handlers import ALIGNMENT, CALL, HANDLERS, RET
-from . import replay
-from .kernels import Constants, resolve_kernels
-from .opcodes import Opcode
-from .operands import OperandCheck
+from .dimprog import compile_program
+from .executable import Executable
+from .kernels import Constants
 from .signature import EntryPoint
-
-MAX_FRAMES = 1_000_000
-#: Opcodes that push a frame; a function without them runs in the simpler _loop_leaf.
-_CALLS = (Opcode.Invoke, Opcode.InvokeClosure)
+from .state import Frame, InvokeStats, Profile, ThreadState, _leaves  # noqa: F401
+from ..errors import RelvmInputError
 
 
-class Frame:
-    """One activation of a VM function: registers, dims, pc, where its result goes."""
+class _PerThread(threading.local):
+    """The calling thread's ThreadState, made on its first use from that thread (threading.local
+    calls ``__init__`` once per thread) and freed with the thread."""
 
-    __slots__ = ("func", "index", "regs", "dims", "pc", "ret_reg", "steps", "bound",
-                 "owns_cache")
-
-    def __init__(self, func: VMFunction, index: int, steps: list, regs: list, ret_reg: int,
-                 owns_cache: bool, bound: dict[int, np.ndarray] | None = None):
-        self.func = func
-        self.index = index
-        self.regs = regs  # the arguments, then None up to func.num_regs
-        self.dims: list[int] = [0] * func.num_dims
-        self.pc = 0
-        self.ret_reg = ret_reg
-        self.steps = steps
-        self.bound = bound  # AllocTensor pc -> the caller's output array it hands out
-        self.owns_cache = owns_cache
-
-
-class InvokeStats:
-    """What the last invoke did.
-
-    ``allocations`` counts fresh buffers (results, escaping tensors, storage grown or not
-    reusable); ``allocated_bytes`` their size. ``peak_bytes`` bounds the memory the invoke used:
-    the VM's reusable storage plus what it allocated. ``output_copies`` counts results that
-    could not be written in place into bound output arrays and were copied; ``input_copies``
-    counts inputs copied because they were not C-contiguous.
-    """
-
-    # Class-level zeros, no __init__: one is made per invoke, and an invoke that allocates and
-    # copies nothing (the serving loop) then writes only peak_bytes.
-    FIELDS = ("allocations", "allocated_bytes", "peak_bytes", "output_copies", "input_copies")
-    allocations = 0
-    allocated_bytes = 0
-    peak_bytes = 0
-    output_copies = 0
-    input_copies = 0
-
-    def __repr__(self) -> str:
-        return "InvokeStats(" + ", ".join(f"{k}={getattr(self, k)}" for k in self.FIELDS) + ")"
-
-
-@dataclass
-class Profile:
-    """Per-kernel and per-opcode time and count over a profiled run."""
-
-    rows: dict[str, list[float]] = field(default_factory=dict)  # name -> [count, seconds]
-
-    def add(self, name: str, seconds: float) -> None:
-        row = self.rows.setdefault(name, [0, 0.0])
-        row[0] += 1
-        row[1] += seconds
-
-    def table(self) -> str:
-        total = sum(r[1] for r in self.rows.values()) or 1e-12
-        lines = [f"{'name':<40} {'count':>7} {'total us':>10} {'mean us':>9} {'%':>6}"]
-        for name, (count, secs) in sorted(self.rows.items(), key=lambda kv: -kv[1][1]):
-            lines.append(f"{name:<40} {count:>7} {secs * 1e6:>10.1f} "
-                         f"{secs * 1e6 / count:>9.2f} {100 * secs / total:>6.1f}")
-        return "\n".join(lines)
-
-    def __str__(self) -> str:
-        return self.table()
+    def __init__(self, exe: Executable, constants: Sequence[np.ndarray], known: Constants,
+                 programs: Sequence[Callable]):
+        self.state = ThreadState(exe, constants, known, programs)
 
 
 class VirtualMachine:
-    """Runs the functions of an :class:`Executable`.
+    """Runs the functions of an :class:`Executable`; safe to call from many threads at once.
+
+    Each thread that calls a VM gets its own execution state, made on its first call: its
+    kernels' plans and buffers, pooled storage, replays, statistics, and the inputs and outputs
+    it set. Calls from different threads therefore run at once, kernels included, and never see
+    each other's state: ``stats``, ``get_outputs``, ``set_input``/``set_output``/
+    ``bind_outputs`` followed by ``invoke`` are all per thread, as a thread calling on its own
+    expects. The VM shares the executable, its read-only constants and their packed forms.
 
     Parameters
     ----------
     exe : Executable
-        From ``relvm.build`` or ``relvm.load``. One executable may be shared by many VMs (one
-        per thread); a VM itself is not thread-safe.
+        From ``relvm.build`` or ``relvm.load``. One executable may be shared by many VMs.
 
     Examples
     --------
@@ -112,126 +52,62 @@ class VirtualMachine:
     >>> y = vm.invoke("main", x)
     >>> out = np.empty((len(x), 10), np.float32)
     >>> vm.invoke_with_outputs("main", input_args=[x], output_args=[out])  # writes into out
+    >>> from concurrent.futures import ThreadPoolExecutor
+    >>> ys = list(ThreadPoolExecutor(4).map(vm.invoke, ["main"] * 8, batches))  # one VM
     """
 
     def __init__(self, exe: Executable):
         self.exe = exe
-        self._constants: list[np.ndarray] = []
+        constants = []
         for c in exe.constants:
             c = np.asarray(c, order="C")
             c.flags.writeable = False
-            self._constants.append(c)
-        self._kernels = resolve_kernels(exe, Constants(self._constants))
-        self._operand_checks: list[OperandCheck | None] = [None] * len(self._kernels)
-        self._programs = [compile_program(p) for p in exe.dim_programs]
-        self._steps: dict[int, list] = {}
-        self._active = [0] * len(exe.functions)
-        self._cache: dict[tuple, np.ndarray] = {}
-        #: id(pooled buffer) -> {AllocTensor pc: (offset, shape, view)}: views made once.
-        self.pooled_views: dict[int, dict[int, tuple]] = {}
-        self._pooled = 0
-        #: Counts pooled-storage changes; a replay made before the last one is not used.
-        self.storage_epoch = 0
-        self._inputs: dict[str, list] = {}
-        self._entries: dict[str, EntryPoint] = {}
-        self._next_outputs: dict[str, tuple] = {}
-        self._bound_outputs: dict[str, tuple] = {}
-        self._outputs: list[np.ndarray] = []
-        self.stats = InvokeStats()
-        self.trace = os.environ.get("RELVM_TRACE", "") not in ("", "0")
-        self.ret_value: Any = None
-        self.pending: Frame | None = None
+            constants.append(c)
+        self._constants = tuple(constants)
+        self._known = Constants(self._constants)
+        self._programs = tuple(compile_program(p) for p in exe.dim_programs)
+        # The constructing thread's state is made now: a kernel the backend lacks is reported
+        # here, not at the first call.
+        self._local = _PerThread(exe, self._constants, self._known, self._programs)
 
-    # --- services used by the handlers ---------------------------------------------------------
-    def kernel(self, k: int) -> Callable:
-        return self._kernels[k]
-
-    def operand_check(self, k: int) -> OperandCheck:
-        """The operand check of kernel ``k`` (one per kernel: the shapes it has accepted)."""
-        check = self._operand_checks[k]
-        if check is None:
-            check = self._operand_checks[k] = OperandCheck(self.exe.kernels[k])
-        return check
-
-    def constant(self, k: int) -> np.ndarray:
-        self.exe.verify_constant(k)  # a loaded file's constant: its checksum, on first use
-        return self._constants[k]
-
-    def dim_program(self, k: int):
-        return self._programs[k]
-
-    def function_number(self, fn: VMFunction) -> int:
-        return self.exe.function_index[fn.name]
-
-    def steps(self, index: int) -> list:
-        steps = self._steps.get(index)
-        if steps is None:
-            fn = self.exe.functions[index]
-            steps = [HANDLERS[ins[0]](self, fn, pc, ins) for pc, ins in enumerate(fn.instructions)]
-            self._steps[index] = steps
-        return steps
-
-    def new_frame(self, index: int, args: list, ret_reg: int) -> Frame:
-        fn = self.exe.functions[index]
-        regs = args + [None] * (fn.num_regs - len(args))
-        return Frame(fn, index, self.steps(index), regs, ret_reg, self._active[index] == 0)
-
-    def count_allocation(self, shape: tuple, dtype: np.dtype) -> None:
-        n = dtype.itemsize
-        for d in shape:
-            n *= d
-        self.stats.allocations += 1
-        self.stats.allocated_bytes += n
-
-    def storage(self, key: tuple | None, nbytes: int, alignment: int) -> np.ndarray:
-        """A byte buffer of at least ``nbytes``; reused across invokes when ``key`` is given."""
-        if key is not None:
-            buf = self._cache.get(key)
-            if buf is not None and buf.nbytes >= nbytes:
-                return buf
-        buf = _aligned(nbytes, max(alignment, ALIGNMENT))
-        self.stats.allocations += 1
-        self.stats.allocated_bytes += nbytes
-        if key is not None:
-            self.storage_epoch += 1  # replays holding views of pooled buffers are stale
-            old = self._cache.get(key)
-            self._pooled += nbytes - (old.nbytes if old is not None else 0)
-            if old is not None:
-                del self.pooled_views[id(old)]
-            self._cache[key] = buf
-            self.pooled_views[id(buf)] = {}
-        return buf
+    # --- the calling thread's state ------------------------------------------------------------
+    @property
+    def stats(self) -> InvokeStats:
+        """What the calling thread's last invoke did (see :class:`InvokeStats`)."""
+        return self._local.state.stats
 
     @property
     def pooled_bytes(self) -> int:
-        """Bytes of reusable storage this VM holds between invokes."""
-        return self._pooled
+        """Bytes of reusable storage the calling thread holds between invokes."""
+        return self._local.state.pooled_bytes
 
-    def bind_view(self, fn: VMFunction, out: np.ndarray, shape: tuple, dtype: np.dtype):
-        """The caller's output array, viewed in the shape the producing instruction needs."""
-        if out.shape == shape:
-            return out
-        size = 1
-        for d in shape:
-            size *= d
-        if out.size != size:
-            raise RelvmInputError(f"@{fn.name}: output array of shape {out.shape} cannot hold "
-                                  f"the result of shape {shape}")
-        return out.reshape(shape)
+    @property
+    def pooled_views(self) -> dict[int, dict[int, tuple]]:
+        return self._local.state.pooled_views
 
-    # --- entry points ----------------------------------------------------------------------
+    @property
+    def storage_epoch(self) -> int:
+        return self._local.state.storage_epoch
+
+    @property
+    def trace(self) -> bool:
+        """Print every instruction the calling thread runs (``RELVM_TRACE=1`` sets it)."""
+        return self._local.state.trace
+
+    @trace.setter
+    def trace(self, on: bool) -> None:
+        self._local.state.trace = on
+
+    def kernel(self, k: int) -> Callable:
+        """The calling thread's kernel ``k`` of the executable's kernel table."""
+        return self._local.state.kernel(k)
+
+    def operand_check(self, k: int):
+        """The calling thread's operand check of kernel ``k`` (``operands.OperandCheck``)."""
+        return self._local.state.operand_check(k)
+
     def _entry(self, func: str) -> EntryPoint:
-        ep = self._entries.get(func)
-        if ep is None:
-            fn = self.exe.function(func)
-            ep = self._entries[func] = EntryPoint(fn, self.exe.function_index[func])
-            ep.steps = self.steps(ep.index)
-            ep.leaf = not any(ins[0] in _CALLS for ins in fn.instructions)
-            found = replay.plan(fn, self.exe.dim_programs) if ep.leaf else None
-            if found is not None:
-                live, ep.keep = found
-                ep.live_steps = tuple((pc, ep.steps[pc]) for pc in live)
-        return ep
+        return self._local.state.entry(func)
 
     # --- inputs --------------------------------------------------------------------------------
     def get_input_index(self, name: str, func: str = "main") -> int:
@@ -240,34 +116,40 @@ class VirtualMachine:
         return names.index(name) if name in names else -1
 
     def set_input(self, func: str = "main", *args: Any, **kwargs: Any) -> None:
-        """Set the inputs of ``func`` for the next invoke: positionally and/or by name.
+        """Set the inputs of ``func`` for the calling thread's next invoke: positionally and/or
+        by name.
 
         Arrays that are C-contiguous with the declared dtype are borrowed, not copied; any
         object with ``__dlpack__`` is accepted the same way.
         """
-        ep = self._entry(func)
+        st = self._local.state
+        ep = st.entry(func)
         values = args if not kwargs and len(args) == len(ep.names) else ep.arrange(args, kwargs)
-        self._inputs[func] = ep.convert(values)
+        st.inputs[func] = ep.convert(values)
 
     # --- outputs -------------------------------------------------------------------------------
     def get_num_outputs(self) -> int:
-        """Number of result tensors of the last ``invoke_stateful``."""
-        return len(self._outputs)
+        """Number of result tensors of the calling thread's last ``invoke_stateful``."""
+        return len(self._local.state.outputs)
 
     def get_outputs(self) -> list[np.ndarray]:
-        """Result tensors of the last ``invoke_stateful``, tuples flattened in order."""
-        return list(self._outputs)
+        """Result tensors of the calling thread's last ``invoke_stateful``, tuples flattened."""
+        return list(self._local.state.outputs)
 
     def set_output(self, func: str, *outs: Any) -> None:
-        """Arrays the next invoke of ``func`` writes its results into (that call only)."""
-        self._next_outputs[func] = self._entry(func).check_outputs(outs)
+        """Arrays the calling thread's next invoke of ``func`` writes its results into (that
+        call only). Arrays that share memory with each other are refused."""
+        st = self._local.state
+        st.next_outputs[func] = st.entry(func).check_outputs(outs, "outs")
 
     def bind_outputs(self, func: str, *outs: Any) -> None:
-        """Arrays every invoke of ``func`` writes its results into, until unbind_outputs."""
-        self._bound_outputs[func] = self._entry(func).check_outputs(outs)
+        """Arrays every invoke of ``func`` from the calling thread writes its results into,
+        until unbind_outputs. Arrays that share memory with each other are refused."""
+        st = self._local.state
+        st.bound_outputs[func] = st.entry(func).check_outputs(outs, "outs")
 
     def unbind_outputs(self, func: str) -> None:
-        self._bound_outputs.pop(func, None)
+        self._local.state.bound_outputs.pop(func, None)
 
     # --- invoking ------------------------------------------------------------------------------
     def invoke(self, func: str = "main", *args: Any, **kwargs: Any) -> Any:
@@ -276,304 +158,54 @@ class VirtualMachine:
         With outputs set (``set_output``/``bind_outputs``), results are written into those
         arrays and they are returned.
         """
+        st = self._local.state
+        ep = st.entries.get(func) or st.entry(func)
         if args or kwargs:
-            self.set_input(func, *args, **kwargs)
-        ep = self._entry(func)
-        outs = self._next_outputs.pop(func, None) or self._bound_outputs.get(func)
-        inputs = self._inputs.get(func)
+            values = (args if not kwargs and len(args) == len(ep.names)
+                      else ep.arrange(args, kwargs))
+            st.inputs[func] = ep.convert(values)
+        outs = st.next_outputs.pop(func, None) or st.bound_outputs.get(func)
+        inputs = st.inputs.get(func)
         if inputs is None and not ep.names:
             inputs = []  # a function without parameters needs no set_input
         if inputs is None:
             raise RelvmInputError(f"@{func}: inputs are not set; call set_input or pass them")
-        return self._invoke(ep, inputs, outs)
+        return st.call(ep, inputs, outs)
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
         """``invoke("main", ...)``."""
         return self.invoke("main", *args, **kwargs)
 
     def invoke_stateful(self, func: str = "main", *args: Any, **kwargs: Any) -> None:
-        """Run ``func`` and keep its results for ``get_outputs``."""
+        """Run ``func`` and keep its results for the calling thread's ``get_outputs``."""
         result = self.invoke(func, *args, **kwargs)
-        self._outputs = list(_leaves(result))
+        self._local.state.outputs = list(_leaves(result))
 
     def invoke_with_outputs(self, func: str, input_args: Mapping[str, Any] | Sequence[Any],
                             output_args: Sequence[Any]) -> Any:
         """Set inputs (dict by name or list by position), set outputs, invoke: zero-copy.
 
         Each result is written by the kernel that produces it straight into the caller's array;
-        where that is impossible (the result is an input or a constant, or two results are one
-        tensor) it is copied and ``stats.output_copies`` says so.
+        where that is impossible (the result is an input or a constant, two results are one
+        tensor, or the output array shares memory with an input, which the call must read
+        unchanged) it is computed apart and copied, and ``stats.output_copies`` says so.
+        Output arrays that share memory with each other are refused (``RelvmInputError``).
         """
-        ep = self._entries.get(func) or self._entry(func)
+        st = self._local.state
+        ep = st.entries.get(func) or st.entry(func)
         if type(input_args) in (list, tuple) and len(input_args) == len(ep.names):
             values = input_args
         elif isinstance(input_args, Mapping):
             values = ep.arrange((), input_args)
         else:
             values = ep.arrange(input_args, {})
-        self._inputs[func] = inputs = ep.convert(values)
-        return self._invoke(ep, inputs, ep.check_outputs(output_args))
-
-    def _invoke(self, ep: EntryPoint, inputs: list, outs: tuple | None) -> Any:
-        self.stats = stats = InvokeStats()
-        if ep.copies:
-            stats.input_copies = ep.copies
-            ep.copies = 0
-        index = ep.index
-        frame = Frame(ep.fn, index, ep.steps, inputs + ep.spare_regs, -1,
-                      self._active[index] == 0, None if outs is None else ep.bound_map(outs))
-        if ep.live_steps is not None and not self.trace:
-            result = self._replay(ep, inputs, frame, outs)
-        else:
-            self._start(ep, frame, outs)
-            if self.trace:
-                result = self._loop_observed(frame, self._trace_step)
-            elif ep.leaf:
-                result = self._loop_leaf(frame)
-            else:
-                result = self._loop(frame)
-        if outs is not None and (len(outs) != 1 or result is not outs[0]):
-            result = self._finish_outputs(ep.fn, result, outs)
-        stats.peak_bytes = self._pooled + stats.allocated_bytes
-        return result
-
-    def _start(self, ep: EntryPoint, frame: Frame, outs: tuple | None) -> None:
-        """The entry dims (checking the inputs), then the bound output shapes, before any
-        kernel runs."""
-        if ep.fn.prologue:
-            self._run_prologue(frame)
-        if outs is not None:
-            ep.check_output_shapes(frame.dims, outs)
-
-    def _replay(self, ep: EntryPoint, inputs: list, frame: Frame, outs: tuple | None) -> Any:
-        """Run a straight-line entry, replaying its last call with the same input shapes when
-        there is one (see ``replay.py``), else in full, keeping the call for next time."""
-        key = tuple([a.shape for a in inputs])
-        r = ep.replays.get(key)
-        if r is None or r.epoch != self.storage_epoch:
-            self._start(ep, frame, outs)
-            result = self._loop_leaf(frame)
-            if len(ep.replays) >= replay.MAX_REPLAYS:
-                ep.replays.clear()
-            ep.replays[key] = replay.Replay(ep.fn, frame.regs, frame.dims, len(inputs),
-                                            ep.keep, self.storage_epoch, ep.live_steps,
-                                            self.kernel)
-            return result
-        # The same shapes as the kept call: the prologue's checks passed for them then.
-        frame.regs = inputs + r.regs
-        frame.dims = r.dims
-        if outs is not None:
-            ep.check_output_shapes(r.dims, outs)
-        pc = -1
-        try:
-            for pc, step in r.steps:
-                step(frame)
-        except (RelvmInputError, RelvmFormatError):
-            raise
-        except Exception as e:
-            raise self._runtime_error(frame, pc, e) from None
-        return self.ret_value
-
-    def _finish_outputs(self, fn: VMFunction, result: Any, outs: tuple) -> Any:
-        leaves = list(_leaves(result))
-        for i, (r, out) in enumerate(zip(leaves, outs)):
-            if r is out or _same_memory(r, out):
-                continue
-            if not isinstance(r, np.ndarray) or r.shape != out.shape:
-                raise RelvmRuntimeError(f"@{fn.name} result {i} of shape "
-                                        f"{getattr(r, 'shape', None)} does not fit output "
-                                        f"array of shape {out.shape}")
-            np.copyto(out, r)
-            self.stats.output_copies += 1
-        return _rebuild(result, iter(outs))
-
-    # --- the run loop --------------------------------------------------------------------------
-    def _loop_leaf(self, f: Frame) -> Any:
-        """The run loop for a function that calls no other: one frame, no stack to keep."""
-        steps = f.steps
-        pc = f.pc
-        try:
-            while pc >= 0:
-                pc = steps[pc](f)
-        except (RelvmInputError, RelvmFormatError):
-            raise
-        except Exception as e:
-            raise self._runtime_error(f, pc, e) from None
-        return self.ret_value
-
-    def _loop(self, frame: Frame) -> Any:
-        stack = [frame]
-        active = self._active
-        f = frame
-        active[f.index] += 1
-        steps = f.steps
-        pc = f.pc
-        try:
-            while True:
-                pc = steps[pc](f)
-                if pc >= 0:
-                    continue
-                if pc == CALL:
-                    f = self.pending
-                    if len(stack) >= MAX_FRAMES:
-                        raise RelvmRuntimeError(f"call depth exceeds {MAX_FRAMES} frames "
-                                                f"(unbounded recursion?)")
-                    stack.append(f)
-                    active[f.index] += 1
-                    steps = f.steps
-                    pc = 0
-                    continue
-                value = self.ret_value  # RET
-                active[f.index] -= 1
-                stack.pop()
-                if not stack:
-                    return value
-                callee = f
-                f = stack[-1]
-                f.regs[callee.ret_reg] = value
-                steps = f.steps
-                pc = f.pc
-        except (RelvmInputError, RelvmFormatError):
-            raise
-        except Exception as e:
-            raise self._runtime_error(f, pc, e) from None
-        finally:
-            # Normally every frame was popped; after an error, release the ones still active.
-            for g in stack:
-                active[g.index] -= 1
-
-    def _runtime_error(self, f: Frame, pc: int, e: Exception) -> RelvmError:
-        """Name the function, pc, instruction and the shapes of its registers."""
-        if pc < 0:
-            pc = f.pc
-        fn = f.func
-        ins = fn.instructions[pc] if 0 <= pc < len(fn.instructions) else None
-        text = format_instruction(ins, self.exe, fn) if ins is not None else "?"
-        shapes = ""
-        if ins is not None:
-            regs = [v for v in ins[1:] if isinstance(v, tuple)] + [ins[1:]]
-            seen = sorted({r for group in regs for r in group
-                           if isinstance(r, int) and 0 <= r < len(f.regs)
-                           and isinstance(f.regs[r], np.ndarray)})
-            if seen:
-                shapes = "; registers: " + ", ".join(
-                    f"${r}: {f.regs[r].dtype}{list(f.regs[r].shape)}" for r in seen)
-        what = str(e) if isinstance(e, (RelvmError, DimError)) else f"{type(e).__name__}: {e}"
-        return RelvmRuntimeError(f"@{fn.name} pc {pc}: {text}: {what}{shapes}")
-
-    # --- observed runs: tracing and profiling --------------------------------------------------
-    def _loop_observed(self, frame: Frame, observe: Callable) -> Any:
-        """The run loop with ``observe(frame, pc, step)`` around every step (slow path)."""
-        stack = [frame]
-        f = frame
-        self._active[f.index] += 1
-        pc = f.pc
-        try:
-            while True:
-                nxt = observe(f, pc, f.steps[pc])
-                if nxt >= 0:
-                    pc = nxt
-                    continue
-                if nxt == CALL:
-                    f = self.pending
-                    stack.append(f)
-                    self._active[f.index] += 1
-                    pc = 0
-                    continue
-                value = self.ret_value
-                self._active[f.index] -= 1
-                stack.pop()
-                if not stack:
-                    return value
-                callee, f = f, stack[-1]
-                f.regs[callee.ret_reg] = value
-                pc = f.pc
-        except (RelvmInputError, RelvmFormatError):
-            raise
-        except Exception as e:
-            raise self._runtime_error(f, pc, e) from None
-        finally:
-            for g in stack:
-                self._active[g.index] -= 1
-
-    def _trace_step(self, f: Frame, pc: int, step) -> int:
-        nxt = step(f)
-        ins = f.func.instructions[pc]
-        regs = [v for v in ins[1:2] if isinstance(v, int) and 0 <= v < len(f.regs)]
-        shown = ", ".join(f"${r}={_describe(f.regs[r])}" for r in regs)
-        print(f"[relvm] @{f.func.name} {pc:>4}: {format_instruction(ins, self.exe, f.func)}"
-              + (f"  -> {shown}" if shown else ""), file=sys.stderr)
-        return nxt
+        st.inputs[func] = inputs = ep.convert(values)
+        return st.call(ep, inputs, ep.check_outputs(output_args))
 
     def profile(self, func: str = "main", *args: Any, **kwargs: Any) -> Profile:
         """Run ``func`` once and time every instruction: per kernel and per opcode."""
-        from .opcodes import BY_NUMBER
-
         if args or kwargs:
             self.set_input(func, *args, **kwargs)
-        prof = Profile()
+        st = self._local.state
+        return st.profile(st.entry(func), st.inputs[func])
 
-        def observe(f: Frame, pc: int, step) -> int:
-            ins = f.func.instructions[pc]
-            start = time.perf_counter()
-            nxt = step(f)
-            secs = time.perf_counter() - start
-            spec = BY_NUMBER[ins[0]]
-            name = (f"kernel {self.exe.kernels[ins[1]].name}" if spec.name == "InvokePacked"
-                    else spec.text_name)
-            prof.add(name, secs)
-            return nxt
-
-        frame = self.new_frame(self._entry(func).index, self._inputs[func], -1)
-        self._run_prologue(frame)
-        self._loop_observed(frame, observe)
-        return prof
-
-    def _run_prologue(self, frame: Frame) -> None:
-        """Run the entry dims computation; its failures are the caller's (RelvmInputError)."""
-        fn = frame.func
-        try:
-            for pc in range(fn.prologue):
-                frame.steps[pc](frame)
-        except DimError as e:
-            raise RelvmInputError(f"@{fn.name}: {e}") from None
-        except RelvmError:
-            raise
-        except Exception as e:  # only a malformed executable gets here
-            raise self._runtime_error(frame, pc, e) from None
-        frame.pc = fn.prologue
-
-
-def _aligned(nbytes: int, alignment: int) -> np.ndarray:
-    raw = np.empty(nbytes + alignment, np.uint8)
-    start = (-raw.ctypes.data) % alignment
-    return raw[start:start + nbytes]
-
-
-def _leaves(value: Any):
-    if isinstance(value, tuple):
-        for v in value:
-            yield from _leaves(v)
-    else:
-        yield value
-
-
-def _same_memory(r: Any, out: np.ndarray) -> bool:
-    if not isinstance(r, np.ndarray) or r.shape != out.shape:
-        return False
-    return r.size == 0 or r.__array_interface__["data"][0] == out.__array_interface__["data"][0]
-
-
-def _rebuild(result: Any, outs) -> Any:
-    """``result`` with each leaf replaced by the next output array (same nesting)."""
-    if isinstance(result, tuple):
-        return tuple(_rebuild(r, outs) for r in result)
-    return next(outs)
-
-
-def _describe(v: Any) -> str:
-    if isinstance(v, np.ndarray):
-        return f"{v.dtype}{list(v.shape)}"
-    if isinstance(v, tuple):
-        return "(" + ", ".join(_describe(x) for x in v) + ")"
-    return type(v).__name__

@@ -14,9 +14,11 @@ set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 
 # The default selection: every kernel test (each C source file's kernels and the generated
-# fused kernels), the end-to-end programs and the differential shape fuzzer (whole models on
-# the C kernels, fused and unfused, at random symbolic dims).
+# fused kernels, the pool with several callers), the end-to-end programs, one VM called from
+# many threads, and the differential shape fuzzer (whole models on the C kernels, fused and
+# unfused, at random symbolic dims).
 default_tests=(tests/kernels tests/e2e tests/passes/test_fuse_and_fold.py tests/vm/test_replay.py
+               tests/vm/test_threads.py
                "tests/fuzz/test_differential.py::test_every_leg_matches_the_reference")
 
 # One compiler for the kernel library, the fused kernels and the preloaded runtime.

@@ -205,3 +205,40 @@ def test_bind_call_places_fixed_pointers_once_and_the_others_per_call() -> None:
         failing()
     # an array that is not fixed and has no place in the call cannot be bound
     assert packed.bind_call(c_function, ["ok", None], {1: 0}, [a, b], [True, False], "") is None
+
+
+def test_a_replayed_call_keeps_no_registers_between_calls() -> None:
+    vm = _vm(MLP)
+    x = np.ones((2, 784), np.float32)
+    for _ in range(3):
+        vm.invoke("main", x)
+    (r,) = vm._entry("main").replays.values()
+    assert r.frame is not None and r.frame.regs is None  # its frame is reused, and empty
+
+
+def test_a_kernel_that_reenters_the_vm_gets_a_frame_of_its_own(monkeypatch) -> None:
+    """A replayed call whose kernel calls the VM again (same thread, same shapes: a replay
+    too) must not share the outer call's frame."""
+    from relvm.backends import numpy_ref
+
+    make = numpy_ref.make_kernel
+    inner: list = []
+
+    def reentering(entry, constants=None):
+        kernel = make(entry, constants)
+
+        def run(x, out):
+            if inner == [None]:
+                inner[0] = "calling"  # once: the inner call's kernel does not call again
+                inner[0] = vm.invoke("main", x + 1)
+            kernel(x, out)
+        return run
+    monkeypatch.setattr(numpy_ref, "make_kernel", reentering)
+    vm = relvm.VirtualMachine(relvm.build(relvm.parse(
+        "def @main(%x: Tensor[(3), float32]) { exp(%x) }"), backend="numpy"))
+    x = np.zeros(3, np.float32)
+    vm.invoke("main", x)
+    vm.invoke("main", x)  # a replay: its frame is kept
+    inner.append(None)
+    np.testing.assert_allclose(vm.invoke("main", x), np.exp(x))
+    np.testing.assert_allclose(inner[0], np.exp(x + 1))

@@ -100,26 +100,29 @@ def _aligned(count: int) -> np.ndarray:
 
 
 class PackedWeights:
-    """The packed forms of a kernel's constant weights, packed once and kept (keyed by
-    identity: the VM hands a kernel the same read-only array on every call)."""
+    """The packed forms of a kernel's constant weights, packed once per VM and kept (keyed by
+    identity: the VM hands a kernel the same read-only array on every call). The packed copies
+    belong to the VM's :class:`~relvm.runtime.kernels.Constants`, so the kernels of every
+    thread calling the VM share them; this object keeps one kernel's lookups."""
 
-    def __init__(self, constants, size: Callable[..., int], pack: Callable[..., None]):
+    def __init__(self, constants, kind: str, size: Callable[..., int],
+                 pack: Callable[..., None], reads: Callable[..., tuple]):
         self.constants = constants
+        self.kind = kind
         self.size, self.pack = size, pack  # floats for a layout; pack(w pointer, out pointer)
-        # (id(w), size) -> (w, its packed copy, a pointer to it); (id(w), *layout) -> the same
-        self.copies: dict[tuple, tuple[np.ndarray, np.ndarray, Any]] = {}
-        self.kept: dict[tuple, tuple[np.ndarray, np.ndarray, Any]] = {}
+        self.reads = reads  # a layout -> everything of it the packing depends on (hashable)
+        self.kept: dict[tuple, tuple[np.ndarray, Any]] = {}  # (id(w), *layout) -> (w, pointer)
 
     def get(self, w: np.ndarray, *layout: Any) -> Any:
         """The packed ``w`` for ``layout`` (the C size and pack functions' leading arguments) as
         a cffi pointer, or None when ``w`` is not one of the VM's constants: its values may
         change, so the caller does without (OpenBLAS for a dense layer; a conv packs it on each
-        call). Layouts of the same size share one packed copy (a conv's plans for every batch
+        call). Layouts that pack alike share one packed copy (a conv's plans for every batch
         size pack its weights alike)."""
         key = (id(w),) + layout
         kept = self.kept.get(key)
         if kept is not None and kept[0] is w:
-            return kept[2]
+            return kept[1]
         if self.constants is None or not self.constants.holds(w):
             return None
         size = int(self.size(*layout))
@@ -127,29 +130,34 @@ class PackedWeights:
             return None
         if len(self.kept) >= 64:
             self.kept.clear()
-            self.copies.clear()
-        same = self.copies.get((id(w), size))
-        if same is None or same[0] is not w:
-            ptr = library()[0].from_buffer
-            packed = _aligned(size)
-            self.pack(*layout, ptr(w), ptr(packed))
-            same = self.copies[(id(w), size)] = (w, packed, ptr(packed))
-        self.kept[key] = same
-        return same[2]
+        how = (self.kind, size) + self.reads(*layout)
+        _, pointer = self.constants.prepared(w, how, lambda: self._packed(w, layout, size))
+        self.kept[key] = (w, pointer)
+        return pointer
+
+    def _packed(self, w: np.ndarray, layout: tuple, size: int) -> tuple[np.ndarray, Any]:
+        ptr = library()[0].from_buffer
+        packed = _aligned(size)
+        self.pack(*layout, ptr(w), ptr(packed))
+        return packed, ptr(packed)
 
 
 def dense_weights(constants) -> PackedWeights:
     """A dense layer's constant (n x k) weights, packed into the GEMM's panels:
     ``get(w, k, n)``."""
     lib = library()[1]
-    return PackedWeights(constants, lib.relvm_pgemm_packed_size,
-                         lambda k, n, w, out: lib.relvm_pgemm_pack(1, k, n, w, out))
+    return PackedWeights(constants, "dense", lib.relvm_pgemm_packed_size,
+                         lambda k, n, w, out: lib.relvm_pgemm_pack(1, k, n, w, out),
+                         lambda k, n: (k, n))
 
 
 def conv_weights(constants) -> PackedWeights:
-    """A conv's constant weights as its GEMM path reads them: ``get(w, shape_plan)``."""
+    """A conv's constant weights as its GEMM path reads them: ``get(w, shape_plan)`` (the
+    packing reads the plan's channels, groups and kernel size)."""
     lib = library()[1]
-    return PackedWeights(constants, lib.relvm_conv2d_packed_size, lib.relvm_conv2d_pack_weights)
+    return PackedWeights(constants, "conv", lib.relvm_conv2d_packed_size,
+                         lib.relvm_conv2d_pack_weights,
+                         lambda s: (s.oc, s.c, s.groups, s.kh, s.kw))
 
 
 def bind_call(c_function: Callable, c_args: Sequence[Any], at: dict[int, int],
