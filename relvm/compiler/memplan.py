@@ -87,7 +87,8 @@ def plan_and_assemble(lo: Lowered, program: Program,
             num_regs += 1
 
     shift = len(lo.prologue) + len(setup)
-    code = list(lo.prologue) + setup + [_patch(ins, pc, pooled, storage_regs, offsets)
+    pooled_at = {t.pc: t for t in pooled}
+    code = list(lo.prologue) + setup + [_patch(ins, pooled_at.get(pc), storage_regs, offsets)
                                         for pc, ins in enumerate(body)]
     outputs = _outputs(code, shift + len(body) - 1, lo, result_shapes)
     return VMFunction(lo.name, tuple(lo.params), num_regs, code, lo.dims.num_slots,
@@ -175,13 +176,12 @@ def _arena_layout(slots: list[D.Dim], upper_bounds: dict[str, int]):
     return total, offsets
 
 
-def _patch(ins: tuple, pc: int, pooled: list[_Tensor], storage_regs: list[int],
-           offsets: list[int]) -> tuple:
-    for t in pooled:
-        if t.pc == pc:
-            _, dst, _, _, shape, dtype = ins
-            return make("AllocTensor", dst, storage_regs[t.slot], offsets[t.slot], shape, dtype)
-    return ins
+def _patch(ins: tuple, t: _Tensor | None, storage_regs: list[int], offsets: list[int]) -> tuple:
+    """The instruction, or for a pooled tensor ``t`` its AllocTensor placed in its slot."""
+    if t is None:
+        return ins
+    _, dst, _, _, shape, dtype = ins
+    return make("AllocTensor", dst, storage_regs[t.slot], offsets[t.slot], shape, dtype)
 
 
 def _result_shapes(lo: Lowered, entry_symbols: set, statements: list[tuple]):
