@@ -172,6 +172,21 @@ def _clip(x: str, a_min: float, a_max: float, dtype: str) -> str:
     return m if hi == info.max else f"({m} > {_c_int(hi, dtype)} ? {_c_int(hi, dtype)} : {m})"
 
 
+#: The fill ops: a step whose value does not depend on its position. Their shape is the
+#: group's (fusion only joins steps of the output's shape), so each is one C constant or the
+#: fill value cast as ``cast`` casts it. ``zeros`` and ``ones`` have no inputs at all.
+FILLS = ("zeros", "ones", "full", "zeros_like", "ones_like", "full_like")
+
+
+def _fill(op: str, args: list[str], arg_types: list[str], out_dtype: str) -> str:
+    if op in ("zeros", "zeros_like"):
+        return "0"
+    if op in ("ones", "ones_like"):
+        return "1"
+    fill = 0 if op == "full" else 1  # full(fill_value); full_like(data, fill_value)
+    return _cast(args[fill], arg_types[fill], out_dtype)
+
+
 def _cast(x: str, src: str, dst: str) -> str:
     if dst == "bool":
         return f"({x} != 0)"
@@ -286,7 +301,9 @@ def plan_fused(symbol: str, steps: list[dict], in_types: list[TensorType], out_t
                 args.append(f"v{operand(i, t, ones)}")
                 arg_types.append(t.dtype)
         out_dtype = _step_dtype(s, arg_types)
-        if len(args) == 1:
+        if s["op"] in FILLS:
+            e = _fill(s["op"], args, arg_types, out_dtype)
+        elif len(args) == 1:
             e = _unary(s["op"], s["attrs"], args[0], arg_types[0], out_dtype)
         elif s["op"] == "where":
             e = f"({args[0]} ? {args[1]} : {args[2]})"
@@ -305,13 +322,19 @@ def plan_fused(symbol: str, steps: list[dict], in_types: list[TensorType], out_t
 
 def _step_dtype(step: dict, arg_types: list[str]) -> str:
     op = step["op"]
-    if op == "cast":
+    if op in ("cast", "zeros", "ones"):
         return step["attrs"]["dtype"]
+    if op == "full":
+        return step["attrs"]["dtype"] or arg_types[0]
+    if op in ("zeros_like", "ones_like", "full_like"):
+        return arg_types[0]
     if op in ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
               "logical_and", "logical_or", "logical_not"):
         return "bool"
     if op == "where":
         return arg_types[1]
+    if not arg_types:
+        raise KeyError(op)  # an op without inputs this generator does not know
     return arg_types[0]
 
 
