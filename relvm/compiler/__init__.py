@@ -10,6 +10,7 @@ from .. import dtypes
 from .._stack import run_with_deep_stack
 from ..errors import RelvmCompileError
 from ..ir import dims as D
+from ..ir.limits import MAX_DEPTH, deepest_node
 from ..ir.nodes import Module
 from ..ir.types import TensorType
 from ..runtime.executable import Executable
@@ -58,6 +59,7 @@ def build(module: Module, params: Mapping[str, Any] | None = None, *,
     if backend not in BACKENDS:
         raise RelvmCompileError(f"unknown backend {backend!r}; relvm has {', '.join(BACKENDS)}")
     bounds = _check_bounds(upper_bounds)
+    _check_depth(module)
     if any(f.checked_type is None for f in module.functions.values()):
         infer_module(module)
     bound = _bind_params(module, dict(params or {}))
@@ -75,6 +77,15 @@ def _check_backend_has_kernels(backend: str, program: Program) -> None:
     if missing:
         raise RelvmCompileError("the c backend has no kernel for " + "; ".join(missing)
                                 + ' (build with backend="numpy" to run them on NumPy)')
+
+
+def _check_depth(module: Module) -> None:
+    """Refuse a module nested deeper than the compiler's stack is sized for (``MAX_DEPTH``);
+    the parser refuses such text, but a module may be built another way (ONNX import)."""
+    for name, fn in module.functions.items():
+        if deepest_node(fn.body, MAX_DEPTH) is not None:
+            raise RelvmCompileError(f"@{name} nests expressions more than {MAX_DEPTH} deep (a "
+                                    "chain of lets or calls; relvm's limit)")
 
 
 def _check_bounds(upper_bounds: Mapping[str, int] | None) -> dict[str, int]:
