@@ -10,7 +10,7 @@ from .. import dtypes
 from .._stack import run_with_deep_stack
 from ..errors import RelvmCompileError
 from ..ir import dims as D
-from ..ir.limits import MAX_DEPTH, deepest_node
+from ..ir.limits import MAX_DEPTH, MAX_TENSOR_BYTES, deepest_node
 from ..ir.nodes import Module
 from ..ir.types import TensorType
 from ..runtime.executable import Executable
@@ -95,6 +95,9 @@ def _check_bounds(upper_bounds: Mapping[str, int] | None) -> dict[str, int]:
                 or v < 0:
             raise RelvmCompileError(f"upper_bounds must map dim names to non-negative ints, "
                                     f"got {k!r}: {v!r}")
+        if v > MAX_TENSOR_BYTES:
+            raise RelvmCompileError(f"upper_bounds: {k}={v} is over relvm's limit for a dim "
+                                    "(2**48)")
         out[k] = int(v)
     return out
 

@@ -16,7 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import dtypes
+from ..errors import RelvmCompileError
 from ..ir import dims as D
+from ..ir.limits import MAX_TENSOR_BYTES
 from ..ir.types import TensorType, TupleType, Type
 from ..runtime.bytecode import make
 from ..runtime.executable import OutputSig, VMFunction
@@ -173,6 +175,10 @@ def _arena_layout(slots: list[D.Dim], upper_bounds: dict[str, int]):
     for size in sizes:
         offsets.append(total)
         total += -(-size // ALIGN) * ALIGN
+    if total > MAX_TENSOR_BYTES:
+        # No machine has the memory, and the instruction's operand is an int64.
+        raise RelvmCompileError(f"at upper_bounds {upper_bounds} the memory arena would be "
+                                f"{total} bytes, over relvm's limit of 2**48; lower the bounds")
     return total, offsets
 
 

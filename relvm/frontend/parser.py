@@ -76,6 +76,9 @@ def parse(text: str, constants: Any = None, source_name: str | None = None) -> M
     >>> str(m["main"].checked_type)
     'fn (Tensor[(n), float32]) -> Tensor[(n), float32]'
     """
+    if not isinstance(text, str):
+        raise RelvmTypeError(f"parse takes the program as a str, not {type(text).__name__}"
+                             + (" (decode it first)" if isinstance(text, bytes) else ""))
     try:
         check_nesting(text)
         tree = parse_tree(text)

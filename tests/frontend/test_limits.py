@@ -116,6 +116,15 @@ def test_hostile_program_is_a_located_error_within_a_second(name, text, cls, mes
     assert (e.value.line, e.value.column) == (line, column)
 
 
+@pytest.mark.parametrize("value,message", [
+    (b"def @main() { 1f }", "parse takes the program as a str, not bytes (decode it first)"),
+    (None, "parse takes the program as a str, not NoneType")])
+def test_a_program_that_is_not_text_is_a_relvm_error(value, message) -> None:
+    with pytest.raises(RelvmTypeError) as e:
+        relvm.parse(value)
+    assert e.value.message == message
+
+
 def test_a_huge_but_legal_parameter_builds_at_once() -> None:
     """A 16 GiB input is within the limits; building must not fill or plan anything that size
     (its ones() is left to run time, not folded into a 16 GiB constant)."""
@@ -136,6 +145,22 @@ def test_a_tuple_past_the_limit_is_refused() -> None:
     with pytest.raises(RelvmTypeError) as e:
         relvm.parse("def @main(%x: (" + ", ".join(["float32"] * 70000) + ")) { %x }")
     assert e.value.message == "parameter %x has 70000 fields; relvm's limit for a tuple is 65536"
+
+
+@pytest.mark.parametrize("bounds,message", [
+    ({"n": 2**62, "m": 1}, "upper_bounds: n=4611686018427387904 is over relvm's limit for a dim "
+     "(2**48)"),
+    ({"n": 2**40, "m": 2**40}, "at upper_bounds {'n': 1099511627776, 'm': 1099511627776} the "
+     "memory arena would be 9671406556917033397649408 bytes, over relvm's limit of 2**48; lower "
+     "the bounds"),
+])
+def test_huge_upper_bounds_are_a_compile_error(bounds, message) -> None:
+    """They overflowed the int64 operands of the arena's alloc_storage (an OverflowError)."""
+    mod = relvm.parse("def @main(%x: Tensor[(n, m), float32]) {\n"
+                      "  %0 = add(%x, 1f);\n  %1 = multiply(%0, %0);\n  exp(%1)\n}")
+    with pytest.raises(relvm.RelvmCompileError) as e:
+        relvm.build(mod, upper_bounds=bounds, fuse=False)
+    assert str(e.value) == message
 
 
 def test_limits_agree_with_the_runtime() -> None:
