@@ -66,9 +66,11 @@ def parse(text: str, constants: Any = None, source_name: str | None = None) -> M
     Raises
     ------
     RelvmSyntaxError
-        Malformed text, an unknown name, op, dtype or global, a duplicate definition.
+        Malformed text, an unknown name, op, dtype or global, a duplicate definition, nesting
+        past relvm's limits (``relvm.ir.limits``).
     RelvmTypeError
-        A bad attribute, the wrong number of op inputs, or a type error.
+        A bad attribute, the wrong number of op inputs, a type error, a type past relvm's
+        limits (rank, size), or ``text`` that is not a str.
 
     Examples
     --------
