@@ -9,7 +9,7 @@ signature, and a deterministic subset is also built with fusion (generated C).
 
 A finding is an exception outside ``relvm.RelvmError``, a crashed worker process or a mutant
 over the 2 s limit. The CI run checks 10,000 mutants (about 15 s on two cores);
-``RELVM_FUZZ_LONG=1`` checks 100,000 with every 10th fused.
+``RELVM_FUZZ_LONG=1`` checks 100,000 with every 10th fused, and a chain at the real depth limit.
 """
 
 from __future__ import annotations
@@ -40,6 +40,29 @@ def test_ten_thousand_mutants_are_programs_or_relvm_errors() -> None:
     for stage in ("parse:RelvmSyntaxError", "parse:RelvmTypeError", "build:RelvmCompileError",
                   "run:RelvmRuntimeError", "done"):
         assert report.stages.get(stage, 0) > count // 1000, report.stages
+
+
+def test_the_deepest_chain_builds_and_one_binding_more_is_refused(monkeypatch) -> None:
+    """At relvm's depth limit (long run: the real 100,000 levels, some 2 minutes; CI: the same
+    code at a limit of 2,000), a let chain parses and builds, and one binding more is refused."""
+    import numpy as np
+
+    import relvm
+    from relvm.frontend import parser
+    from relvm.ir.limits import MAX_DEPTH
+
+    limit = MAX_DEPTH if LONG else 2_000
+    monkeypatch.setattr(parser, "MAX_DEPTH", limit)
+
+    def chain(n: int) -> str:  # n lets are n + 2 levels: the parameter, a let each, the tail
+        lets = "".join(f"  let %v{i + 1} = add(%v{i}, 1f);\n" for i in range(n))
+        return f"def @main(%v0: Tensor[(2), float32]) {{\n{lets}  %v{n}\n}}"
+
+    exe = relvm.build(relvm.parse(chain(limit - 2)), fuse=False)
+    got = relvm.VirtualMachine(exe).invoke("main", np.zeros(2, np.float32))
+    np.testing.assert_array_equal(got, np.full(2, limit - 2, np.float32))
+    with pytest.raises(relvm.RelvmSyntaxError, match="more than .* deep"):
+        relvm.parse(chain(limit - 1))
 
 
 def test_mutants_are_deterministic() -> None:
