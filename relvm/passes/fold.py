@@ -34,7 +34,7 @@ class _FoldConstants(Rewriter):
         if not isinstance(call.op, Op) or not all(isinstance(a, Constant) for a in call.args):
             return call
         read = sum(a.data.nbytes for a in call.args if a.data is not None)
-        made = _result_bytes(call)
+        made = result_bytes(call)
         if made is None or made > max(read, MAX_GROWTH_BYTES):
             return call
         try:
@@ -50,8 +50,9 @@ class _FoldConstants(Rewriter):
         return g
 
 
-def _result_bytes(call: Call) -> int | None:
-    """The bytes ``call`` would make, from its type; None where that cannot be known cheaply."""
+def result_bytes(call: Call) -> int | None:
+    """The bytes ``call`` (an op on constants) would make, from its type, without running it;
+    None where that cannot be known cheaply."""
     result = call.checked_type or _inferred(call)
     types = list(tensor_types(result)) if result is not None else []
     if types and all(t.is_static for t in types):

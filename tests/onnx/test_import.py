@@ -308,6 +308,28 @@ def test_clip_with_min_above_max_gives_max():
     assert_same(m, np.array([-1, 0, 3], np.float32))
 
 
+def _constant_of_shape_plus_x(shape):
+    nodes = [helper.make_node("ConstantOfShape", ["s"], ["z"],
+                              value=numpy_helper.from_array(np.array([1], np.int64))),
+             helper.make_node("Add", ["z", "x"], ["y"])]
+    return model(nodes, [tensor("x", I64, [1])], [tensor("y", I64, None)],
+                 [numpy_helper.from_array(np.array(shape, np.int64), "s")])
+
+
+def test_a_huge_constant_of_shape_is_not_filled_at_import():
+    """ConstantOfShape([2**31]) was folded at import: a minute filling 16 GB."""
+    import time
+
+    start = time.perf_counter()
+    mod, params = from_onnx(_constant_of_shape_plus_x([2**31]))
+    assert time.perf_counter() - start < 1.0
+    assert "full(" in relvm.print_module(mod)
+    with pytest.raises(relvm.RelvmTypeError) as e:
+        from_onnx(_constant_of_shape_plus_x([99999999999999]))
+    assert e.value.message == ("full: the result has shape (99999999999999) of int64: over 2**48 "
+                               "bytes, relvm's limit for a tensor")
+
+
 def test_scalar_initializer_stays_a_scalar():
     m = model([helper.make_node("Mul", ["x", "k"], ["y"])], [tensor("x", F, ["n"])],
               [tensor("y", F, ["n"])], [numpy_helper.from_array(np.array(3, np.float32), "k")])
