@@ -1,4 +1,4 @@
-"""Mutation fuzzing of program text (``relvm.testing.mutation``): the programs of
+"""Mutation fuzzing of program text (``relvm.testing.mutation``, ``.campaign``): the programs of
 ``tests/programs.py`` and ``relvm/examples`` are mutated -- characters flipped, tokens deleted,
 duplicated, swapped or inserted, numbers made huge, negative or fractional, dtypes, attribute
 names and values, dims and ops changed, brackets deleted, operands nested hundreds deep, and,
@@ -19,7 +19,8 @@ import os
 import pytest
 
 from relvm import examples
-from relvm.testing.mutation import Seed, campaign, check, mutant
+from relvm.testing.campaign import campaign, check
+from relvm.testing.mutation import Seed, mutant
 
 from programs import CASES
 
