@@ -269,7 +269,7 @@ class _FunctionChecker:
             bindable = lambda s: s.anonymous  # noqa: E731
         try:
             result = instantiate(callee, arg_types, bindable)
-        except _Mismatch as e:
+        except (_Mismatch, D.DimTooLarge) as e:  # D.DimTooLarge: the callee's dims substituted
             raise self.error(f"{self.callee_name(call)}: {e}", call) from None
         return self.within_limits(result, call, f"{self.callee_name(call)}: the result ")
 

@@ -141,6 +141,17 @@ def test_a_huge_but_legal_parameter_builds_at_once() -> None:
     assert len(back.constants) == 0
 
 
+def test_a_call_whose_dims_grow_past_the_limit_is_a_type_error() -> None:
+    """The callee's n*n*...*n, with n bound to a sum of seven symbols, has 6,435 terms."""
+    text = ("def @f(%x: Tensor[(n), float32], %z: Tensor[(n*n*n*n*n*n*n*n), float32]) { %z }\n"
+            "def @main(%y: Tensor[(a+b+c+d+e+f+g), float32], %w: Tensor[(1), float32]) {\n"
+            "  @f(%y, %w)\n}")
+    with pytest.raises(RelvmTypeError) as e:
+        relvm.parse(text)
+    assert e.value.message == "@f: a dim of more than 256 terms is over relvm's limit"
+    assert (e.value.line, e.value.column) == (3, 3)
+
+
 def test_a_tuple_past_the_limit_is_refused() -> None:
     """Not timed: the text itself is half a megabyte."""
     with pytest.raises(RelvmTypeError) as e:
