@@ -183,10 +183,10 @@ def _worker(conn, seeds: Sequence[Seed], seed: int, indices: Sequence[int], fuse
     # would make the timings measure the machine, not relvm.
     relvm.set_num_threads(1)
     # A mutant may recurse forever (@f calling @f with the argument that stopped it changed):
-    # the VM's call-depth error then comes after 1,000 frames, not a million.
+    # the VM's call-depth error then comes after 200 frames, not a million.
     from ..runtime import vm
 
-    vm.MAX_FRAMES = 1_000
+    vm.MAX_FRAMES = 200
     for i in indices:
         conn.send(("start", i))
         _, text, _ = mutant(seeds, i, seed)

@@ -95,6 +95,6 @@ def test_an_exception_outside_the_family_is_a_finding(monkeypatch) -> None:
 def test_check_reports_the_stage_and_error(monkeypatch, text, stage, error) -> None:
     from relvm.runtime import vm
 
-    monkeypatch.setattr(vm, "MAX_FRAMES", 1_000)  # as the campaign's workers do
+    monkeypatch.setattr(vm, "MAX_FRAMES", 200)  # as the campaign's workers do
     outcome = check(text, run=True)
     assert (outcome.stage, outcome.error, outcome.finding) == (stage, error, None)
