@@ -284,6 +284,18 @@ class _Scope:
         return list(out)
 
 
+def _dim_arithmetic(method):
+    """A dim method whose arithmetic past relvm's limits (``D.MAX_TERMS``) is a syntax error
+    where it is written."""
+    def checked(self, tree: Tree):
+        try:
+            return method(self, tree)
+        except D.DimTooLarge as e:
+            raise self.error(str(e), tree) from None
+    checked.__name__ = method.__name__
+    return checked
+
+
 class _Builder(Interpreter):
     """Builds IR from lark's tree; one method per rule alias of ``grammar/relay.lark``."""
 
@@ -573,10 +585,12 @@ class _Builder(Interpreter):
             raise self.error(f"a dimension name cannot contain '.': {name}", name)
         return D.as_expr(D.Sym(str(name)))
 
+    @_dim_arithmetic
     def dim_neg(self, tree: Tree) -> D.Dim | float:
         value = self.visit(tree.children[0])
         return -value if isinstance(value, (int, float)) else 0 - value
 
+    @_dim_arithmetic
     def dim_call(self, tree: Tree) -> D.Dim:
         name = tree.children[0]
         functions = {"max": D.dim_max, "min": D.dim_min}
@@ -584,21 +598,26 @@ class _Builder(Interpreter):
             raise self.error(f"unknown dimension function {name}; expected max or min", name)
         return functions[str(name)](*self.dim_operands(tree, 1))
 
+    @_dim_arithmetic
     def dim_add(self, tree: Tree) -> D.Dim:
         a, b = self.dim_operands(tree)
         return a + b
 
+    @_dim_arithmetic
     def dim_sub(self, tree: Tree) -> D.Dim:
         a, b = self.dim_operands(tree)
         return a - b
 
+    @_dim_arithmetic
     def dim_mul(self, tree: Tree) -> D.Dim:
         a, b = self.dim_operands(tree)
         return a * b
 
+    @_dim_arithmetic
     def dim_div(self, tree: Tree) -> D.Dim:
         return self.divide(tree, D.floordiv)
 
+    @_dim_arithmetic
     def dim_mod(self, tree: Tree) -> D.Dim:
         return self.divide(tree, D.mod)
 
@@ -615,9 +634,3 @@ class _Builder(Interpreter):
             raise self.error("arithmetic in attributes is for integers and dims only", tree)
         return operands
 
-    # Dim arithmetic past relvm's limits (D.MAX_TERMS) is a syntax error where it is written.
-    def visit(self, tree: Tree) -> Any:
-        try:
-            return super().visit(tree)
-        except D.DimTooLarge as e:
-            raise self.error(str(e), tree) from None
