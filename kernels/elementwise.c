@@ -124,6 +124,9 @@ struct params {
     int64_t ilo, ihi;     /* integer bounds of clip */
 };
 
+/* min(max(x, lo), hi), as the reference computes it: with lo > hi every element is hi; a NaN
+ * in x, lo or hi gives NaN (the comparisons below fail for it and pass it on). The bounds come
+ * already rounded to T (relvm/ops/elementwise.py: clip_bounds). */
 #define CLIP_FLOAT(S, T)                                                                      \
     static RELVM_VECTORIZE void clip_##S(const struct params *p, const T *x, T *o, int64_t n) { \
         const T lo = (T)p->lo, hi = (T)p->hi;                                                 \

@@ -7,8 +7,8 @@ import sys
 import threading
 from typing import Any, Callable
 
-STACK_BYTES = 512 * 1024 * 1024
-RECURSION_LIMIT = 200_000
+STACK_BYTES = 1024 * 1024 * 1024
+RECURSION_LIMIT = 1_000_000
 
 
 def run_with_deep_stack(fn: Callable[[], Any]) -> Any:

@@ -11,6 +11,7 @@ from .. import dtypes
 from .._stack import run_with_deep_stack
 from ..errors import RelvmCompileError
 from ..ir import dims as D
+from ..ir.limits import MAX_DEPTH, MAX_TENSOR_BYTES, deepest_node
 from ..ir.nodes import Module
 from ..ir.types import TensorType
 from ..runtime.executable import Executable
@@ -59,6 +60,7 @@ def build(module: Module, params: Mapping[str, Any] | None = None, *,
     if backend not in BACKENDS:
         raise RelvmCompileError(f"unknown backend {backend!r}; relvm has {', '.join(BACKENDS)}")
     bounds = _check_bounds(upper_bounds)
+    _check_depth(module)
     if any(f.checked_type is None for f in module.functions.values()):
         infer_module(module)
     bound = _bind_params(module, dict(params or {}))
@@ -78,6 +80,15 @@ def _check_backend_has_kernels(backend: str, program: Program) -> None:
                                 + ' (build with backend="numpy" to run them on NumPy)')
 
 
+def _check_depth(module: Module) -> None:
+    """Refuse a module nested deeper than the compiler's stack is sized for (``MAX_DEPTH``);
+    the parser refuses such text, but a module may be built another way (ONNX import)."""
+    for name, fn in module.functions.items():
+        if deepest_node(fn.body, MAX_DEPTH) is not None:
+            raise RelvmCompileError(f"@{name} nests expressions more than {MAX_DEPTH} deep (a "
+                                    "chain of lets or calls; relvm's limit)")
+
+
 def _check_bounds(upper_bounds: Mapping[str, int] | None) -> dict[str, int]:
     out = {}
     for k, v in (upper_bounds or {}).items():
@@ -85,6 +96,9 @@ def _check_bounds(upper_bounds: Mapping[str, int] | None) -> dict[str, int]:
                 or v < 0:
             raise RelvmCompileError(f"upper_bounds must map dim names to non-negative ints, "
                                     f"got {k!r}: {v!r}")
+        if v > MAX_TENSOR_BYTES:
+            raise RelvmCompileError(f"upper_bounds: {k}={v} is over relvm's limit for a dim "
+                                    "(2**48)")
         out[k] = int(v)
     return out
 

@@ -41,6 +41,7 @@ from ..errors import RelvmCompileError
 from ..ir import dims as D
 from ..backends.fused import FUSED_CDEF, MAX_OPERANDS, MAX_ROW_DIMS
 from ..ir.types import TensorType
+from ..ops.elementwise import clip_bounds
 
 CTYPES = {"float32": "float", "float64": "double", "float16": "_Float16", "int64": "int64_t",
           "int32": "int32_t", "int8": "int8_t", "uint8": "uint8_t", "bool": "uint8_t"}
@@ -118,23 +119,72 @@ def _unary(op: str, attrs: dict, x: str, dtype: str, out_dtype: str) -> str:
     if op in simple:
         return simple[op]
     if op == "nn.leaky_relu":
-        return f"({x} > 0 ? {x} : {x} * ({_ctype(dtype)}){float(attrs['alpha'])!r})"
+        return f"({x} > 0 ? {x} : {x} * {_c_float(attrs['alpha'], dtype)})"
     if op == "clip":
-        lo, hi = float(attrs["a_min"]), float(attrs["a_max"])
-        if not is_float:
-            info = np.iinfo(dtype)
-            lo, hi = max(math.ceil(lo), info.min), min(math.floor(hi), info.max)
-            # A test the type's range decides is left out: C compilers reject an always-true
-            # or always-false comparison (-Werror=type-limits).
-            inner = x if hi >= info.max else str(hi) if hi < info.min else (
-                f"({x} > {hi} ? {hi} : {x})")
-            return inner if lo <= info.min else str(lo) if lo > info.max else (
-                f"({x} < {lo} ? {lo} : {inner})")
-        return (f"({x} != {x} ? {x} : ({x} < ({_ctype(dtype)}){lo!r} ? ({_ctype(dtype)}){lo!r} : "
-                f"({x} > ({_ctype(dtype)}){hi!r} ? ({_ctype(dtype)}){hi!r} : {x})))")
+        return _clip(x, attrs["a_min"], attrs["a_max"], dtype)
     if op == "cast":
         return _cast(x, dtype, out_dtype)
     raise KeyError(op)
+
+
+def _c_float(value: float, dtype: str) -> str:
+    """A C constant of ``dtype``'s compute type equal to ``value`` rounded to ``dtype``.
+
+    Infinities and NaN are math.h's macros: Python's repr ('inf', 'nan') is no C.
+    """
+    rounded = _rounded(value, dtype)
+    if math.isnan(rounded):
+        return f"(({_ctype(dtype)})NAN)"
+    if math.isinf(rounded):
+        return f"(({_ctype(dtype)}){'-' if rounded < 0 else ''}INFINITY)"
+    return f"(({_ctype(dtype)}){rounded!r})"
+
+
+def _rounded(value: float, dtype: str) -> float:
+    with np.errstate(over="ignore"):
+        return float(np.dtype(dtype).type(value))
+
+
+def _c_int(value: int, dtype: str) -> str:
+    """A C constant of an integer dtype; int64's minimum has no literal of its own."""
+    if value == np.iinfo(np.int64).min:
+        return "(-9223372036854775807LL - 1)"
+    return f"(({CTYPES[dtype]}){value}{'LL' if dtype == 'int64' else ''})"
+
+
+def _clip(x: str, a_min: float, a_max: float, dtype: str) -> str:
+    """min(max(x, lo), hi) with the reference's bounds (``clip_bounds``): hi where lo > hi, and
+    NaN wherever x or a bound is NaN. A comparison a bound makes constant is left out (C
+    compilers reject an always-true test under -Werror=type-limits; an infinite bound needs none).
+    """
+    lo, hi = (v.item() for v in clip_bounds(a_min, a_max, dtype))
+    if dtype.startswith("float"):
+        if math.isnan(lo) or math.isnan(hi):
+            return _c_float(math.nan, dtype)
+        c_lo, c_hi = _c_float(lo, dtype), _c_float(hi, dtype)
+        # NaN fails both tests and passes through.
+        m = x if lo == -math.inf else f"({x} < {c_lo} ? {c_lo} : {x})"
+        return m if hi == math.inf else f"({m} > {c_hi} ? {c_hi} : {m})"
+    info = np.iinfo(dtype)
+    if lo > hi:
+        return _c_int(hi, dtype)
+    m = x if lo == info.min else f"({x} < {_c_int(lo, dtype)} ? {_c_int(lo, dtype)} : {x})"
+    return m if hi == info.max else f"({m} > {_c_int(hi, dtype)} ? {_c_int(hi, dtype)} : {m})"
+
+
+#: The fill ops: a step whose value does not depend on its position. Their shape is the
+#: group's (fusion only joins steps of the output's shape), so each is one C constant or the
+#: fill value cast as ``cast`` casts it. ``zeros`` and ``ones`` have no inputs at all.
+FILLS = ("zeros", "ones", "full", "zeros_like", "ones_like", "full_like")
+
+
+def _fill(op: str, args: list[str], arg_types: list[str], out_dtype: str) -> str:
+    if op in ("zeros", "zeros_like"):
+        return "0"
+    if op in ("ones", "ones_like"):
+        return "1"
+    fill = 0 if op == "full" else 1  # full(fill_value); full_like(data, fill_value)
+    return _cast(args[fill], arg_types[fill], out_dtype)
 
 
 def _cast(x: str, src: str, dst: str) -> str:
@@ -251,7 +301,9 @@ def plan_fused(symbol: str, steps: list[dict], in_types: list[TensorType], out_t
                 args.append(f"v{operand(i, t, ones)}")
                 arg_types.append(t.dtype)
         out_dtype = _step_dtype(s, arg_types)
-        if len(args) == 1:
+        if s["op"] in FILLS:
+            e = _fill(s["op"], args, arg_types, out_dtype)
+        elif len(args) == 1:
             e = _unary(s["op"], s["attrs"], args[0], arg_types[0], out_dtype)
         elif s["op"] == "where":
             e = f"({args[0]} ? {args[1]} : {args[2]})"
@@ -270,13 +322,19 @@ def plan_fused(symbol: str, steps: list[dict], in_types: list[TensorType], out_t
 
 def _step_dtype(step: dict, arg_types: list[str]) -> str:
     op = step["op"]
-    if op == "cast":
+    if op in ("cast", "zeros", "ones"):
         return step["attrs"]["dtype"]
+    if op == "full":
+        return step["attrs"]["dtype"] or arg_types[0]
+    if op in ("zeros_like", "ones_like", "full_like"):
+        return arg_types[0]
     if op in ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
               "logical_and", "logical_or", "logical_not"):
         return "bool"
     if op == "where":
         return arg_types[1]
+    if not arg_types:
+        raise KeyError(op)  # an op without inputs this generator does not know
     return arg_types[0]
 
 

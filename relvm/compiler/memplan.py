@@ -16,7 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import dtypes
+from ..errors import RelvmCompileError
 from ..ir import dims as D
+from ..ir.limits import MAX_TENSOR_BYTES
 from ..ir.types import TensorType, TupleType, Type
 from ..runtime.bytecode import make
 from ..runtime.executable import OutputSig, VMFunction
@@ -87,7 +89,8 @@ def plan_and_assemble(lo: Lowered, program: Program, upper_bounds: dict[str, int
             num_regs += 1
 
     shift = len(lo.prologue) + len(setup)
-    code = list(lo.prologue) + setup + [_patch(ins, pc, pooled, storage_regs, offsets)
+    pooled_at = {t.pc: t for t in pooled}
+    code = list(lo.prologue) + setup + [_patch(ins, pooled_at.get(pc), storage_regs, offsets)
                                         for pc, ins in enumerate(body)]
     outputs = _outputs(code, shift + len(body) - 1, lo, result_shapes, single,
                        program.dim_programs)
@@ -173,16 +176,19 @@ def _arena_layout(slots: list[D.Dim], upper_bounds: dict[str, int]):
     for size in sizes:
         offsets.append(total)
         total += -(-size // ALIGN) * ALIGN
+    if total > MAX_TENSOR_BYTES:
+        # No machine has the memory, and the instruction's operand is an int64.
+        raise RelvmCompileError(f"at upper_bounds {upper_bounds} the memory arena would be "
+                                f"{total} bytes, over relvm's limit of 2**48; lower the bounds")
     return total, offsets
 
 
-def _patch(ins: tuple, pc: int, pooled: list[_Tensor], storage_regs: list[int],
-           offsets: list[int]) -> tuple:
-    for t in pooled:
-        if t.pc == pc:
-            _, dst, _, _, shape, dtype = ins
-            return make("AllocTensor", dst, storage_regs[t.slot], offsets[t.slot], shape, dtype)
-    return ins
+def _patch(ins: tuple, t: _Tensor | None, storage_regs: list[int], offsets: list[int]) -> tuple:
+    """The instruction, or for a pooled tensor ``t`` its AllocTensor placed in its slot."""
+    if t is None:
+        return ins
+    _, dst, _, _, shape, dtype = ins
+    return make("AllocTensor", dst, storage_regs[t.slot], offsets[t.slot], shape, dtype)
 
 
 def _result_shapes(lo: Lowered, entry_symbols: set, statements: list[tuple]):

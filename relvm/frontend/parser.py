@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import re
 from typing import Any, Mapping
 
@@ -30,8 +31,10 @@ from lark import Token, Tree
 from lark.visitors import Interpreter
 
 from .. import dtypes
+from .._stack import run_with_deep_stack
 from ..errors import RelvmError, RelvmSyntaxError, RelvmTypeError
 from ..ir import dims as D
+from ..ir.limits import MAX_DEPTH, MAX_NESTING, MAX_SYNTAX_DEPTH, deepest_node
 from ..ir.nodes import (Call, Constant, Expr, Function, GlobalVar, If, Let, Module, Span, Tuple,
                         TupleGetItem, Var)
 from ..ir.types import FuncType, TensorType, TupleType, Type
@@ -63,9 +66,11 @@ def parse(text: str, constants: Any = None, source_name: str | None = None) -> M
     Raises
     ------
     RelvmSyntaxError
-        Malformed text, an unknown name, op, dtype or global, a duplicate definition.
+        Malformed text, an unknown name, op, dtype or global, a duplicate definition, nesting
+        past relvm's limits (``relvm.ir.limits``).
     RelvmTypeError
-        A bad attribute, the wrong number of op inputs, or a type error.
+        A bad attribute, the wrong number of op inputs, a type error, a type past relvm's
+        limits (rank, size), or ``text`` that is not a str.
 
     Examples
     --------
@@ -73,15 +78,21 @@ def parse(text: str, constants: Any = None, source_name: str | None = None) -> M
     >>> str(m["main"].checked_type)
     'fn (Tensor[(n), float32]) -> Tensor[(n), float32]'
     """
+    if not isinstance(text, str):
+        raise RelvmTypeError(f"parse takes the program as a str, not {type(text).__name__}"
+                             + (" (decode it first)" if isinstance(text, bytes) else ""))
     try:
+        check_nesting(text)
         tree = parse_tree(text)
-        try:
-            functions = _Builder(text, _constant_table(constants)).visit(tree)
-        except RecursionError:
-            raise RelvmSyntaxError("the program is nested too deeply to parse", None, None,
-                                   text) from None
-        module = Module(functions, source=text)
-        infer_module(module)
+        table = _constant_table(constants)
+
+        def build() -> Module:
+            module = Module(_Builder(text, table).visit(tree), source=text)
+            check_depth(module)
+            return infer_module(module)
+        # The tree walk, dims and checks recurse per level of nesting: a deep program gets a
+        # deep stack (the limits above keep it within it).
+        module = build() if _tree_depth(tree, text) <= _SHALLOW else run_with_deep_stack(build)
     except (RelvmSyntaxError, RelvmTypeError) as e:
         if source_name:
             raise type(e)(f"{source_name}: {e.message}", e.line, e.column, text) from None
@@ -102,6 +113,68 @@ def _constant_table(constants: Any) -> dict[int, np.ndarray]:
     except (TypeError, ValueError):
         raise RelvmTypeError("constants must be a list of arrays, or a dict from int index k "
                              "(as in meta[relay.Constant][k]) to array") from None
+
+
+# --- nesting --------------------------------------------------------------------------------
+
+#: What the bracket scan reads: comments, strings and the metadata tail (skipped), brackets.
+_BRACKETS = re.compile(r'//[^\n]*|/\*[\s\S]*?(?:\*/|\Z)|"(?:[^"\\\n]|\\.)*"'
+                       r'|#\[metadata\][\s\S]*|[(\[{]|[)\]}]')
+_OPENING = "([{"
+#: Trees no deeper than this are walked on the caller's stack.
+_SHALLOW = 100
+
+
+def check_nesting(text: str) -> None:
+    """Refuse brackets nested past ``MAX_NESTING`` before the parser spends time on them."""
+    depth = 0
+    for m in _BRACKETS.finditer(text):
+        c = m.group()
+        if c in _OPENING:
+            depth += 1
+            if depth > MAX_NESTING:
+                line = text.count("\n", 0, m.start()) + 1
+                column = m.start() - text.rfind("\n", 0, m.start())
+                raise RelvmSyntaxError(f"brackets nested more than {MAX_NESTING} deep "
+                                       "(relvm's limit)", line, column, text)
+        elif c in ")]}":
+            depth = max(depth - 1, 0)
+
+
+def _tree_depth(tree: Tree, text: str) -> int:
+    """The depth of lark's tree; past ``MAX_SYNTAX_DEPTH`` (chains of operators or projections
+    without brackets: ``n+1+1+...``) a syntax error at the deepest point."""
+    deepest = 0
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_SYNTAX_DEPTH:
+            span = _span(node) or _first_token_span(node)
+            raise RelvmSyntaxError(f"the program's syntax nests more than {MAX_SYNTAX_DEPTH} "
+                                   "levels deep (relvm's limit)",
+                                   span.line if span else None, span.column if span else None,
+                                   text)
+        deepest = max(deepest, depth)
+        stack.extend((c, depth + 1) for c in node.children if isinstance(c, Tree))
+    return deepest
+
+
+def _first_token_span(tree: Tree) -> Span | None:
+    for token in tree.scan_values(lambda v: isinstance(v, Token)):
+        return _span(token)
+    return None
+
+
+def check_depth(module: Module) -> None:
+    """Refuse IR nested past ``MAX_DEPTH`` (a let chain, a graph-form chain of calls)."""
+    for fn in module.functions.values():
+        node = deepest_node(fn.body, MAX_DEPTH)
+        if node is not None:
+            span = node.span
+            raise RelvmSyntaxError(f"the program nests expressions more than {MAX_DEPTH} "
+                                   "deep (a chain of lets or calls; relvm's limit)",
+                                   span.line if span else None,
+                                   span.column if span else None, module.source)
 
 
 # --- literals ---------------------------------------------------------------------------------
@@ -125,6 +198,11 @@ def _split_number(text: str) -> tuple[str, str | None, bool]:
     return digits, LITERAL_SUFFIXES.get(suffix), "." in digits or "e" in digits.lower()
 
 
+def _shortened(text: str) -> str:
+    """A numeral for a message: hundreds of digits are cut to their ends."""
+    return text if len(text) <= 30 else f"{text[:12]}...{text[-6:]} ({len(text)} characters)"
+
+
 def scalar_literal(text: str, negative: bool = False) -> np.ndarray:
     """The 0-d array a literal such as ``2``, ``0.5f``, ``3i64`` denotes (negated if asked).
 
@@ -139,7 +217,7 @@ def scalar_literal(text: str, negative: bool = False) -> np.ndarray:
         with np.errstate(over="ignore"):
             array = np.array(value, dtype=dtype)
         if not np.isfinite(array):
-            raise ValueError(f"literal {sign}{text} is out of range for {dtype}")
+            raise ValueError(f"literal {sign}{_shortened(text)} is out of range for {dtype}")
         return array
     if fractional:
         raise ValueError(f"integer literal {sign}{text} cannot have a fraction or an exponent; "
@@ -148,7 +226,7 @@ def scalar_literal(text: str, negative: bool = False) -> np.ndarray:
     info = np.iinfo(dtype)
     if not info.min <= value <= info.max:
         hint = "; add a suffix such as i64" if dtype == "int32" else ""
-        raise ValueError(f"literal {sign}{text} is out of range for {dtype} "
+        raise ValueError(f"literal {sign}{_shortened(text)} is out of range for {dtype} "
                          f"({info.min}..{info.max}){hint}")
     return np.array(value, dtype=dtype)
 
@@ -160,7 +238,11 @@ def attr_number(text: str) -> int | float:
     """
     digits, dtype, fractional = _split_number(text)
     if dtype in dtypes.FLOAT_DTYPES or (dtype is None and fractional):
-        return float(digits)
+        value = float(digits)
+        if math.isinf(value):
+            raise ValueError(f"number {_shortened(text)} is out of range for a float64 "
+                             "attribute; write inf for infinity")
+        return value
     if fractional:
         raise ValueError(f"integer {text} cannot have a fraction or an exponent")
     return int(digits)
@@ -200,6 +282,18 @@ class _Scope:
             out.update(dict.fromkeys(scope.names))
             scope = scope.parent
         return list(out)
+
+
+def _dim_arithmetic(method):
+    """A dim method whose arithmetic past relvm's limits (``D.MAX_TERMS``) is a syntax error
+    where it is written."""
+    def checked(self, tree: Tree):
+        try:
+            return method(self, tree)
+        except D.DimTooLarge as e:
+            raise self.error(str(e), tree) from None
+    checked.__name__ = method.__name__
+    return checked
 
 
 class _Builder(Interpreter):
@@ -471,7 +565,7 @@ class _Builder(Interpreter):
         if not token.isdigit():
             raise self.error(f"expected an integer for {what}, got {token}", token)
         if len(token) > 18:  # beyond int64, and beyond any real shape
-            raise self.error(f"{token} is too large for {what}", token)
+            raise self.error(f"{_shortened(str(token))} is too large for {what}", token)
         return int(token)
 
     # Dims: ints and DimExprs, through the canonical arithmetic of relvm.ir.dims.
@@ -491,10 +585,12 @@ class _Builder(Interpreter):
             raise self.error(f"a dimension name cannot contain '.': {name}", name)
         return D.as_expr(D.Sym(str(name)))
 
+    @_dim_arithmetic
     def dim_neg(self, tree: Tree) -> D.Dim | float:
         value = self.visit(tree.children[0])
         return -value if isinstance(value, (int, float)) else 0 - value
 
+    @_dim_arithmetic
     def dim_call(self, tree: Tree) -> D.Dim:
         name = tree.children[0]
         functions = {"max": D.dim_max, "min": D.dim_min}
@@ -502,21 +598,26 @@ class _Builder(Interpreter):
             raise self.error(f"unknown dimension function {name}; expected max or min", name)
         return functions[str(name)](*self.dim_operands(tree, 1))
 
+    @_dim_arithmetic
     def dim_add(self, tree: Tree) -> D.Dim:
         a, b = self.dim_operands(tree)
         return a + b
 
+    @_dim_arithmetic
     def dim_sub(self, tree: Tree) -> D.Dim:
         a, b = self.dim_operands(tree)
         return a - b
 
+    @_dim_arithmetic
     def dim_mul(self, tree: Tree) -> D.Dim:
         a, b = self.dim_operands(tree)
         return a * b
 
+    @_dim_arithmetic
     def dim_div(self, tree: Tree) -> D.Dim:
         return self.divide(tree, D.floordiv)
 
+    @_dim_arithmetic
     def dim_mod(self, tree: Tree) -> D.Dim:
         return self.divide(tree, D.mod)
 
@@ -532,3 +633,4 @@ class _Builder(Interpreter):
         if any(isinstance(x, float) for x in operands):
             raise self.error("arithmetic in attributes is for integers and dims only", tree)
         return operands
+

@@ -25,6 +25,16 @@ from typing import Iterable, Iterator, Mapping, Union
 
 Dim = Union[int, "DimExpr"]
 
+#: The most terms one dim may have, and atoms in one of its monomials. A program's dims are short
+#: sums (``n*3 + 2``); the bounds stop a written product of sums from growing exponentially
+#: (``(a+b)*(c+d)*...``). Part of relvm's limits (``relvm.ir.limits``).
+MAX_TERMS = 256
+MAX_DEGREE = 64
+
+
+class DimTooLarge(ValueError):
+    """A dim past ``MAX_TERMS`` or ``MAX_DEGREE``."""
+
 _anon_ids = itertools.count(1)
 
 
@@ -226,8 +236,15 @@ class DimExpr:
         if o is None:
             return NotImplemented
         out: dict[Monomial, int] = {}
-        for m1, c1 in _as_dict(self).items():
-            for m2, c2 in _as_dict(o).items():
+        left, right = _as_dict(self), _as_dict(o)
+        if len(left) * len(right) > MAX_TERMS * MAX_TERMS:
+            raise DimTooLarge(f"a product of dims with {len(left)} and {len(right)} terms is "
+                              f"over relvm's limit of {MAX_TERMS} terms")
+        for m1, c1 in left.items():
+            for m2, c2 in right.items():
+                if len(m1) + len(m2) > MAX_DEGREE:
+                    raise DimTooLarge(f"a product of more than {MAX_DEGREE} dims in one term "
+                                      "is over relvm's limit")
                 m = tuple(sorted(m1 + m2, key=lambda a: a.key))
                 out[m] = out.get(m, 0) + c1 * c2
         return _from_dict(out)
@@ -290,6 +307,8 @@ def _mono_key(m: Monomial) -> tuple:
 
 
 def _from_dict(d: Mapping[Monomial, int]) -> Dim:
+    if len(d) > MAX_TERMS and sum(1 for c in d.values() if c) > MAX_TERMS:
+        raise DimTooLarge(f"a dim of more than {MAX_TERMS} terms is over relvm's limit")
     terms = tuple(sorted(((m, c) for m, c in d.items() if c), key=lambda t: _mono_key(t[0])))
     if not terms:
         return 0

@@ -9,6 +9,7 @@ import numpy as np
 from .. import dtypes
 from ..ir import dims as D
 from ..ir.dims import Dim
+from ..ir.limits import MAX_RANK
 from ..ir.types import TensorType, TupleType, Type
 from .registry import OpTypeError
 
@@ -44,6 +45,12 @@ def same_dtype(*named: tuple[str, TensorType]) -> str:
         desc = " vs ".join(f"{n} {t.dtype}" for n, t in named)
         raise OpTypeError(f"dtypes differ: {desc}")
     return first
+
+
+def check_result_rank(ndim: int) -> None:
+    """Refuse a result rank past relvm's limit before building a shape that long."""
+    if ndim > MAX_RANK:
+        raise OpTypeError(f"the result would have rank {ndim}; relvm's limit is {MAX_RANK}")
 
 
 def check_rank(t: TensorType, name: str, ndim: int) -> None:

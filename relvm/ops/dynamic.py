@@ -14,7 +14,8 @@ import numpy as np
 
 from ..ir import dims as D
 from ..ir.types import TensorType
-from .common import NUMERIC, check_dtype, check_rank, fmt_shape, np_dtype, same_dtype, tensor_arg
+from .common import (NUMERIC, check_dtype, check_rank, check_result_rank, fmt_shape, np_dtype,
+                     same_dtype, tensor_arg)
 from .registry import DTYPE_OR_EMPTY, OPAQUE, OpTypeError, attr, choice, register
 from .transform import INDEX_DTYPES, ZERO_OR_ONE, at_run_time, infer_newshape
 
@@ -41,7 +42,7 @@ def _arange_type(attrs, start, stop, step):
     return out
 
 
-def _arange_length(start, stop, step) -> int:
+def arange_length(start, stop, step) -> int:
     """max(0, ceil((stop - start) / step)); exact for integers."""
     if step == 0:
         raise ValueError("arange: step must not be zero")
@@ -58,7 +59,7 @@ def _arange_ref(attrs, start, stop, step):
     # The inputs take the result dtype first (Relay's arange makes them constants of it), and
     # each element is start + i * step computed in that dtype.
     a, b, s = (np.asarray(v).astype(dtype) for v in (start, stop, step))
-    n = _arange_length(a.item(), b.item(), s.item())
+    n = arange_length(a.item(), b.item(), s.item())
     return (np.arange(n, dtype=dtype) * s + a).astype(dtype)
 
 
@@ -91,6 +92,7 @@ def _dyn_reshape_type(attrs, data, newshape):
     if not isinstance(rank, int):
         raise OpTypeError(f"newshape {fmt_shape(s.shape)} must have a static length: it is the "
                           "rank of the result")
+    check_result_rank(rank)
     return TensorType(tuple(D.fresh() for _ in range(rank)), t.dtype)
 
 

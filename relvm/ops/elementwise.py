@@ -14,7 +14,7 @@ import numpy as np
 from ..ir.types import TensorType
 from .common import (ALL_DTYPES, FLOATS, NUMERIC, broadcast_shapes, check_dtype, np_dtype,
                      same_dtype, tensor_arg)
-from .registry import BROADCAST, DTYPE, ELEMWISE, FLOAT, attr, register
+from .registry import BROADCAST, DTYPE, ELEMWISE, FLOAT, OpTypeError, attr, register
 
 # --- unary --------------------------------------------------------------------------------------
 
@@ -65,24 +65,47 @@ register("logical_not", inputs=("data",), infer=_logical_not_type,
          reference=lambda attrs, x: np.asarray(np.logical_not(x)), pattern=ELEMWISE, doc="not x (bool)")
 
 
+def clip_bounds(a_min: float, a_max: float, dtype: str) -> tuple:
+    """clip's bounds as values of ``dtype``: what the reference, the C kernel and generated code
+    all compare with.
+
+    A float dtype rounds them to its precision (past its range: an infinity). An integer dtype
+    takes ``ceil(a_min)`` and ``floor(a_max)``, each clamped into its range (an infinite bound
+    becomes the range's end). NaN bounds are the type relation's to refuse for integers.
+    """
+    dt = np.dtype(dtype)
+    if dt.kind == "f":
+        with np.errstate(over="ignore"):
+            return dt.type(a_min), dt.type(a_max)
+    info = np.iinfo(dt)
+
+    def clamp(v: float, rounded) -> int:
+        if math.isinf(v):
+            return info.max if v > 0 else info.min
+        return min(max(rounded(v), info.min), info.max)
+    return dt.type(clamp(a_min, math.ceil)), dt.type(clamp(a_max, math.floor))
+
+
 def _clip_ref(attrs, x):
-    lo, hi = attrs.a_min, attrs.a_max
-    if x.dtype.kind in "iu":
-        info = np.iinfo(x.dtype)
-        lo, hi = max(math.ceil(lo), info.min), min(math.floor(hi), info.max)
-    # asarray: on a rank-0 input NumPy's ufuncs return a scalar, not an array.
-    return np.asarray(np.minimum(np.maximum(x, x.dtype.type(lo)), x.dtype.type(hi)), x.dtype)
+    lo, hi = clip_bounds(attrs.a_min, attrs.a_max, x.dtype.name)
+    # minimum(maximum(x, lo), hi), as ONNX and np.clip: with a_min > a_max every element is
+    # a_max; NaN in x or in a bound propagates. asarray: a rank-0 input gives a NumPy scalar.
+    return np.asarray(np.minimum(np.maximum(x, lo), hi), x.dtype)
 
 
 def _clip_type(attrs, x):
     t = tensor_arg(x, "data")
     check_dtype(t, "data", NUMERIC, "a numeric dtype")
+    if t.dtype not in FLOATS:
+        for name in ("a_min", "a_max"):
+            if math.isnan(attrs[name]):
+                raise OpTypeError(f"{name} is nan, which {t.dtype} data cannot be compared with")
     return t
 
 
 register("clip", inputs=("data",), infer=_clip_type, reference=_clip_ref, pattern=ELEMWISE,
          attrs=[attr("a_min", FLOAT, required=True), attr("a_max", FLOAT, required=True)],
-         doc="min(max(x, a_min), a_max)")
+         doc="min(max(x, a_min), a_max): a_max where a_min > a_max; NaN propagates")
 
 
 def _leaky_relu_type(attrs, x):

@@ -37,10 +37,9 @@ from .registry import (BOOL, DTYPE_OR_EMPTY, FLOAT, INT, OPAQUE, OPT_INTS, AttrK
 
 
 def _floats(v: Any) -> tuple[float, ...]:
-    if not isinstance(v, (list, tuple)) or any(isinstance(x, bool) or not isinstance(x, (int, float))
-                                               for x in v):
+    if not isinstance(v, (list, tuple)):
         raise ValueError
-    return tuple(float(x) for x in v)
+    return tuple(FLOAT.convert(x) for x in v)
 
 
 OPT_FLOATS = AttrKind("a list of numbers or None", lambda v: None if v is None else _floats(v))

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from .. import dtypes
+from ..ir.limits import fits_int64
 from ..ir.nodes import Attrs
 from ..ir.types import Type
 
@@ -52,16 +53,34 @@ class AttrKind:
     convert: Callable[[Any], Any]
 
 
+class _OutOfRange(ValueError):
+    """A value of the right kind past relvm's limits; the message says which."""
+
+
+def _show(v: Any) -> str:
+    """``repr(v)`` for a message, cut to its ends if long (an int of 10,000 digits, a list)."""
+    try:
+        text = repr(v)
+    except ValueError:  # an int past Python's digit limit for str()
+        return "a number too long to print"
+    return text if len(text) <= 60 else f"{text[:40]}...{text[-12:]} ({len(text)} characters)"
+
+
 def _int(v: Any) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
         raise ValueError
+    if not fits_int64(v):
+        raise _OutOfRange(f"{_show(v)} is past int64, the range of integer attributes")
     return v
 
 
 def _float(v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise ValueError
-    return float(v)
+    try:
+        return float(v)
+    except OverflowError:
+        raise _OutOfRange(f"{_show(v)} is past the range of a float64") from None
 
 
 def _bool(v: Any) -> bool:
@@ -192,9 +211,12 @@ class Op:
             v = given[a.name]
             try:
                 out[a.name] = a.kind.convert(v)
+            except _OutOfRange as e:
+                raise AttrError(f"{self.name}: attribute {a.name!r} is out of range: {e}",
+                                a.name) from None
             except (ValueError, TypeError):
                 raise AttrError(f"{self.name}: attribute {a.name!r} expects {a.kind.name}, "
-                                f"got {v!r}", a.name) from None
+                                f"got {_show(v)}", a.name) from None
         return Attrs(out)
 
     def non_default_attrs(self, attrs: Attrs) -> dict[str, Any]:

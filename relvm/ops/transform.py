@@ -28,9 +28,10 @@ import numpy as np
 
 from ..ir import dims as D
 from ..ir.dims import Dim
+from ..ir.limits import MAX_FIELDS
 from ..ir.types import TensorType, TupleType, normalize_dim
-from .common import (cannot_broadcast_to, check_rank, differ, fmt_shape, normalize_axes,
-                     normalize_axis, np_dtype, same_dtype, tensor_arg, tuple_arg)
+from .common import (cannot_broadcast_to, check_rank, check_result_rank, differ, fmt_shape,
+                     normalize_axes, normalize_axis, np_dtype, same_dtype, tensor_arg, tuple_arg)
 from .registry import (BROADCAST, DTYPE, DTYPE_OR_EMPTY, ELEMWISE, INJECTIVE, INT, INT_OR_INTS,
                        INTS, OPT_INT, OPT_INTS, OPS, AttrKind, OpTypeError, attr, register)
 
@@ -333,6 +334,7 @@ def _expanded_shape(shape: Sequence[Dim], axis: int, num_newaxis: int) -> tuple[
                           f"{fmt_shape(shape)} (rank {ndim})")
     if num_newaxis < 0:
         raise OpTypeError(f"num_newaxis must be non-negative, got {num_newaxis}")
+    check_result_rank(ndim + num_newaxis)
     at = axis + ndim + 1 if axis < 0 else axis
     return tuple(shape[:at]) + (1,) * num_newaxis + tuple(shape[at:])
 
@@ -398,6 +400,8 @@ def _split_sizes(dim: Dim, spec: int | Sequence[int], what: str) -> tuple[Dim, .
     if isinstance(spec, int):
         if spec <= 0:
             raise OpTypeError(f"{what}: the number of sections must be positive")
+        if spec > MAX_FIELDS:
+            raise OpTypeError(f"{what}: relvm's limit for a tuple is {MAX_FIELDS} fields")
         return (_exact_div(dim, spec, what),) * spec
     bounds = (0,) + tuple(spec)
     if any(hi <= lo for lo, hi in zip(bounds, spec)):

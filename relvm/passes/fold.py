@@ -2,7 +2,8 @@
 
 - An op call whose inputs are all constants is evaluated with its NumPy reference and becomes a
   constant (ops with no inputs, like ``zeros``, too). A call whose reference raises is left for
-  run time, which reports the error where the program runs.
+  run time, which reports the error where the program runs; so is one whose result would be
+  larger than both its inputs and ``MAX_GROWTH_BYTES``.
 - ``nn.batch_norm`` (inference) becomes a per-channel scale and shift; after an ``nn.conv2d``
   with constant weights used nowhere else, the scale is folded into the weights and the shift
   becomes an ``nn.bias_add``, so the conv's epilogue fusion absorbs it.
@@ -10,16 +11,31 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from .. import dtypes
 from ..ir.nodes import Call, Constant, Expr, Module, Tuple, TupleGetItem, post_order
+from ..ir.types import TensorType, tensor_types
+from ..ops.dynamic import arange_length
 from ..ops.registry import OPS, Op
 from .rewrite import Rewriter, rewrite_module
+
+
+#: Folding may make a constant larger than the constants it reads only up to this size: a fill
+#: or a broadcast of a large shape is left to run time, rather than filled here (seconds,
+#: gigabytes) and stored in the executable.
+MAX_GROWTH_BYTES = 2**24
 
 
 class _FoldConstants(Rewriter):
     def rewrite_call(self, call: Call) -> Expr:
         if not isinstance(call.op, Op) or not all(isinstance(a, Constant) for a in call.args):
+            return call
+        read = sum(a.data.nbytes for a in call.args if a.data is not None)
+        made = result_bytes(call)
+        if made is None or made > max(read, MAX_GROWTH_BYTES):
             return call
         try:
             with np.errstate(all="ignore"):
@@ -32,6 +48,35 @@ class _FoldConstants(Rewriter):
         if isinstance(g.tuple_value, Tuple):
             return g.tuple_value.fields[g.index]
         return g
+
+
+def result_bytes(call: Call) -> int | None:
+    """The bytes ``call`` (an op on constants) would make, from its type, without running it;
+    None where that cannot be known cheaply."""
+    result = call.checked_type or _inferred(call)
+    types = list(tensor_types(result)) if result is not None else []
+    if types and all(t.is_static for t in types):
+        return sum(math.prod(t.shape) * dtypes.to_numpy(t.dtype).itemsize for t in types)
+    if call.op.name == "arange":
+        # The reference's length: from the inputs converted to the result dtype.
+        dtype = result.dtype
+        with np.errstate(all="ignore"):
+            start, stop, step = (a.data.astype(dtype).item() for a in call.args)
+        try:
+            return arange_length(start, stop, step) * dtypes.to_numpy(dtype).itemsize
+        except (ValueError, OverflowError, ZeroDivisionError):
+            return None  # the reference would raise: left for run time
+    # dyn.reshape keeps its input's size, argwhere makes at most ndim int32 per element.
+    return 256 * sum(a.data.nbytes for a in call.args) if call.op.data_dependent else None
+
+
+def _inferred(call: Call):
+    """The type of a call rebuilt by this pass (its arguments are constants), or None."""
+    try:
+        args = [TensorType(a.data.shape, dtypes.from_numpy(a.data.dtype)) for a in call.args]
+        return call.op.infer(call.attrs, *args)
+    except Exception:  # noqa: BLE001  (the reference would fail too: left for run time)
+        return None
 
 
 def _constant(value, call: Call) -> Expr:

@@ -2,14 +2,14 @@
 
 Subclasses override ``rewrite_call`` (or other ``rewrite_<Node>`` hooks); every node is rebuilt
 only if one of its children changed, so untouched subgraphs keep their identity (and sharing).
-Passes run inside ``relvm._stack.run_with_deep_stack`` (``relvm.build`` does this), so deep
-programs recurse safely.
+Nodes are visited children first from an explicit stack, so the depth of a program costs no
+Python recursion here.
 """
 
 from __future__ import annotations
 
 from ..ir.nodes import (Call, Constant, Expr, Function, GlobalVar, If, Let, Module, Tuple,
-                        TupleGetItem, Var)
+                        TupleGetItem, Var, children)
 
 
 class Rewriter:
@@ -18,10 +18,22 @@ class Rewriter:
 
     def __call__(self, e: Expr) -> Expr:
         done = self.memo.get(id(e))
-        if done is None:
-            done = getattr(self, "visit_" + type(e).__name__)(e)
-            self.memo[id(e)] = done
-        return done
+        if done is not None:
+            return done
+        # Children first, from an explicit stack: each visit then finds the children it asks
+        # for already done, so a chain of 100,000 calls recurses no deeper than one.
+        stack: list[tuple[Expr, bool]] = [(e, False)]
+        while stack:
+            node, ready = stack.pop()
+            if id(node) in self.memo:
+                continue
+            if ready:
+                self.memo[id(node)] = getattr(self, "visit_" + type(node).__name__)(node)
+                continue
+            stack.append((node, True))
+            kids = children(node) + ((node.body,) if isinstance(node, Function) else ())
+            stack.extend((k, False) for k in reversed(kids) if id(k) not in self.memo)
+        return self.memo[id(e)]
 
     # Leaves stay as they are unless a subclass says otherwise.
     def visit_Var(self, v: Var) -> Expr:

@@ -22,6 +22,7 @@ from ..errors import RelvmTypeError
 from ..ir import dims as D
 from ..ir.nodes import (Call, Constant, Expr, Function, GlobalVar, If, Let, Module, Tuple,
                         TupleGetItem, Var, post_order)
+from ..ir.limits import type_problem
 from ..ir.types import FuncType, TensorType, TupleType, Type, map_type_dims, type_symbols
 from .. import dtypes
 from ..ops.registry import Op, OpTypeError
@@ -204,7 +205,8 @@ class _FunctionChecker:
             for p in fn.params:
                 if p.type_annotation is None:
                     raise self.error(f"parameter %{p.name} needs a type annotation", p)
-                p.with_type(freshen(p.type_annotation))
+                p.with_type(self.within_limits(freshen(p.type_annotation), p,
+                                               f"parameter %{p.name} "))
                 self.params.add(id(p))
         for n in nodes:
             if isinstance(n, Let):
@@ -274,9 +276,17 @@ class _FunctionChecker:
             own = {s for p in callee.params for s in type_symbols(p) if s.anonymous}
             bindable = own.__contains__
         try:
-            return instantiate(callee, arg_types, bindable)
-        except _Mismatch as e:
+            result = instantiate(callee, arg_types, bindable)
+        except (_Mismatch, D.DimTooLarge) as e:  # D.DimTooLarge: the callee's dims substituted
             raise self.error(f"{self.callee_name(call)}: {e}", call) from None
+        return self.within_limits(result, call, f"{self.callee_name(call)}: the result ")
+
+    def within_limits(self, t: Type, node: Expr, prefix: str = "") -> Type:
+        """``t``, or a RelvmTypeError at ``node`` if a tensor in it is past relvm's limits."""
+        problem = type_problem(t)
+        if problem:
+            raise self.error(prefix + problem, node)
+        return t
 
     @staticmethod
     def callee_name(call: Call) -> str:
@@ -291,11 +301,12 @@ class _FunctionChecker:
             raise self.error(f"{op.name} takes {len(op.inputs)} inputs "
                              f"({', '.join(op.inputs) or 'none'}), got {len(arg_types)}", call)
         try:
-            return op.infer(call.attrs, *arg_types)
+            result = op.infer(call.attrs, *arg_types)
         except OpTypeError as e:
             raise self.error(f"{op.name}: {e}", call) from None
         except (ValueError, TypeError, ZeroDivisionError, IndexError, KeyError) as e:
             raise self.error(f"{op.name}: cannot infer the result type: {e}", call) from None
+        return self.within_limits(result, call, f"{op.name}: the result ")
 
     def visit_Let(self, let: Let) -> Type:
         let.var.with_type(self.visit_Var(let.var))

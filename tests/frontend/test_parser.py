@@ -324,8 +324,18 @@ def test_three_thousand_bindings_parse():
 
 def test_very_deep_nesting_is_a_relvm_error():
     text = "def @main(%x: float32) { " + "exp(" * 5000 + "%x" + ")" * 5000 + " }"
-    with pytest.raises(RelvmError):
+    with pytest.raises(RelvmSyntaxError) as e:
         parse(text)
+    assert e.value.message == "brackets nested more than 256 deep (relvm's limit)"
+    assert (e.value.line, e.value.column) == (1, 1049)
+
+
+def test_nesting_up_to_the_limit_parses_prints_and_builds():
+    depth = 250
+    text = "def @main(%x: float32) { " + "exp(" * depth + "%x" + ")" * depth + " }"
+    module = parse(text)
+    assert parse(relvm.print_module(module)) == module
+    relvm.build(module, fuse=False)
 
 
 def test_source_name_prefixes_messages():

@@ -1,5 +1,7 @@
 """C matrix products (OpenBLAS) and conv2d against the references."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -84,6 +86,17 @@ def test_conv2d_rejects_channel_mismatch(c_kernel, rand):
     kernel = c_kernel("nn.conv2d", {}, ["float32", "float32"], ["float32"])
     with pytest.raises(ValueError, match="input channels differ"):
         kernel(rand((1, 3, 5, 5)), rand((2, 4, 3, 3)), np.empty((1, 2, 3, 3), np.float32))
+
+
+@pytest.mark.parametrize("strides,groups", [([99999999, 99999999], 1), ([2, 2**62], 1),
+                                            ([99999999, 1], 3)])
+def test_conv2d_with_a_stride_past_the_image(check, rand, strides, groups):
+    """One output position along an axis: the kernels' phase-split image once had a phase per
+    unit of stride (gigabytes, filled for minutes); the fuzzer found it."""
+    start = time.perf_counter()
+    check("nn.conv2d", {"strides": strides, "padding": [1, 1], "groups": groups},
+          [rand((2, 3, 9, 9)), rand((6, 3 // groups, 3, 3))], **GEMM_TOL)
+    assert time.perf_counter() - start < 1.0
 
 
 def test_conv2d_large_batch_threads(check, rand):

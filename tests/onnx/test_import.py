@@ -283,6 +283,53 @@ def test_opset_11_forms():
     assert_same(m, x, np.array(0.2, np.float32))
 
 
+@pytest.mark.parametrize("inputs", [["e", "lo"], ["e", "lo", ""]])
+def test_clip_with_only_a_minimum_builds_fused(inputs):
+    """torch.clamp(min=...) exports a Clip without max: the importer makes a_max=inf, and the
+    fused kernel's generated C must spell it (it once printed Python's 'inf' and failed)."""
+    nodes = [helper.make_node("Exp", ["x"], ["e"]), helper.make_node("Clip", inputs, ["y"])]
+    m = model(nodes, [tensor("x", F, ["n", 4])], [tensor("y", F, ["n", 4])],
+              [numpy_helper.from_array(np.array(0.5, np.float32), "lo")])
+    mod, params = from_onnx(m)
+    assert "clip(%0, a_min=0.5, a_max=inf)" in relvm.print_module(mod)
+    exe = relvm.build(mod, params=params)
+    assert "fused_exp_clip" in exe.bytecode
+    x = np.array([[-3, 0, 1, np.inf], [-np.inf, np.nan, -0.5, 2]], np.float32)
+    got = relvm.VirtualMachine(exe).invoke("main", x)
+    np.testing.assert_allclose(got, np.maximum(np.exp(x), np.float32(0.5)), rtol=1e-6)
+
+
+def test_clip_with_min_above_max_gives_max():
+    inits = [numpy_helper.from_array(np.array(v, np.float32), k)
+             for k, v in (("lo", 2), ("hi", -1))]
+    nodes = [helper.make_node("Exp", ["x"], ["e"]),
+             helper.make_node("Clip", ["e", "lo", "hi"], ["y"])]
+    m = model(nodes, [tensor("x", F, ["n"])], [tensor("y", F, ["n"])], inits)
+    assert_same(m, np.array([-1, 0, 3], np.float32))
+
+
+def _constant_of_shape_plus_x(shape):
+    nodes = [helper.make_node("ConstantOfShape", ["s"], ["z"],
+                              value=numpy_helper.from_array(np.array([1], np.int64))),
+             helper.make_node("Add", ["z", "x"], ["y"])]
+    return model(nodes, [tensor("x", I64, [1])], [tensor("y", I64, None)],
+                 [numpy_helper.from_array(np.array(shape, np.int64), "s")])
+
+
+def test_a_huge_constant_of_shape_is_not_filled_at_import():
+    """ConstantOfShape([2**31]) was folded at import: a minute filling 16 GB."""
+    import time
+
+    start = time.perf_counter()
+    mod, params = from_onnx(_constant_of_shape_plus_x([2**31]))
+    assert time.perf_counter() - start < 1.0
+    assert "full(" in relvm.print_module(mod)
+    with pytest.raises(relvm.RelvmTypeError) as e:
+        from_onnx(_constant_of_shape_plus_x([99999999999999]))
+    assert e.value.message == ("full: the result has shape (99999999999999) of int64: over 2**48 "
+                               "bytes, relvm's limit for a tensor")
+
+
 def test_scalar_initializer_stays_a_scalar():
     m = model([helper.make_node("Mul", ["x", "k"], ["y"])], [tensor("x", F, ["n"])],
               [tensor("y", F, ["n"])], [numpy_helper.from_array(np.array(3, np.float32), "k")])

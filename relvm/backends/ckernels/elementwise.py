@@ -3,11 +3,10 @@ broadcasting, where, and bias_add (an add whose bias broadcasts along one axis).
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ...ops.common import normalize_axis
+from ...ops.elementwise import clip_bounds
 from ...ops.transform import at_run_time
 from . import kernel
 from .common import (ALL, CODE, attrs_of, FLOATS, ITEMSIZE, NUMBERS, broadcast_strides, check_rank,
@@ -64,15 +63,12 @@ for _op, (_, _dtypes) in UNARY.items():
 
 
 def _clip_bounds(attrs, dtype: np.dtype) -> tuple[float, float, int, int]:
-    """The reference's bounds: rounded into a float dtype, or ceil/floor-ed into an int range."""
-    lo, hi = attrs.a_min, attrs.a_max
+    """The reference's bounds (``clip_bounds``), as relvm_clip takes them: float bounds for a
+    float dtype, integer bounds for an integer one."""
+    lo, hi = clip_bounds(attrs.a_min, attrs.a_max, dtype.name)
     if dtype.kind == "f":
-        return float(dtype.type(lo)), float(dtype.type(hi)), 0, 0
-    info = np.iinfo(dtype)
-    ilo = info.min if lo == -math.inf else max(math.ceil(lo), info.min)
-    ihi = info.max if hi == math.inf else min(math.floor(hi), info.max)
-    # A bound past the far end of the range (a_max below the dtype's minimum) still fits.
-    return 0.0, 0.0, min(ilo, info.max), max(ihi, info.min)
+        return float(lo), float(hi), 0, 0
+    return 0.0, 0.0, int(lo), int(hi)
 
 
 @kernel("clip", dtypes=NUMBERS)

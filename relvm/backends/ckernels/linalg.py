@@ -117,8 +117,12 @@ def _conv_plan(ffi, attrs, x, w, out, mean: bool = False, check_out: bool = True
                                     "kernel")
     if check_out and out != ((n, oc, 1, 1) if mean else (n, oc, oh, ow)):
         raise shape_error("nn.conv2d: wrong output shape", data=x, weight=w, output=out)
+    # Along an axis of one output position the stride moves nothing: stride 1 is the same conv,
+    # and keeps the kernels' phase-split image (a phase per unit of stride) the image's size
+    # (strides=[99999999, 99999999] made it gigabytes, filled phase by phase).
+    sh, sw = (1 if size <= 1 else stride for size, stride in zip((oh, ow), strides))
     return ffi.new("struct relvm_conv2d_shape *", dict(
-        n=n, c=c, h=h, w=wd, oc=oc, kh=kh, kw=kw, oh=oh, ow=ow, sh=strides[0], sw=strides[1],
+        n=n, c=c, h=h, w=wd, oc=oc, kh=kh, kw=kw, oh=oh, ow=ow, sh=sh, sw=sw,
         pt=pads[0][0], pl=pads[1][0], dh=dilation[0], dw=dilation[1], groups=g))
 
 

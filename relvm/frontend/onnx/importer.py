@@ -212,6 +212,16 @@ class _Lazy:
         return out if isinstance(out, Expr) else self.node.imp.expr(out, self.node)
 
 
+def _small_enough_to_fold(op, attrs, args: Sequence[Expr], datas: list) -> bool:
+    """False when the result's type says it is too large to fold (checked again after the
+    reference runs): ConstantOfShape([2**31]) would spend a minute filling 16 GB here."""
+    from ...passes.fold import result_bytes
+
+    made = result_bytes(Call(op, tuple(args), attrs))
+    read = sum(np.asarray(v).nbytes for d in datas for v in _as_list(d))
+    return made is None or made <= max(FOLD_LIMIT * 8, 4 * read)
+
+
 def _constant_data(e: Expr) -> Any:
     """The value of a constant, or of a tuple of constants; None otherwise."""
     if isinstance(e, Constant):
@@ -407,7 +417,7 @@ class Importer:
         except AttrError as e:
             raise node.fail(f"{op_name}: {e}") from None
         datas = [_constant_data(a) for a in args]
-        if all(d is not None for d in datas):
+        if all(d is not None for d in datas) and _small_enough_to_fold(op, checked, args, datas):
             try:
                 with np.errstate(all="ignore"):
                     value = op.reference(checked, *datas)
