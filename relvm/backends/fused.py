@@ -8,6 +8,14 @@ A fused kernel entry's ``attrs["plan"]`` says how to lay out the loop: for each 
 kernel input it reads (-1: the anchor's result), how it broadcasts, and whether it is contiguous
 along the inner loop. At call time the shapes give ``rows``, ``cols`` and per-operand row
 strides; the ``relvm_fused_ctx`` is cached per shape so repeated calls pay only the C call.
+
+The generated code reads each operand with the element type it was compiled for, along the
+inner loop or not, so a plan must say the same: each kernel also defines
+``<symbol>_signature`` (:func:`signature`), which :func:`make_fused_kernel` compares with the
+plan before using the kernel (libraries built before relvm wrote signatures have none: their
+plans are trusted). And since the loop reads every operand through strides made from its
+shape, the shapes are checked against the loop once per shape: an operand broadcasts to the
+output over the row dims and, along ``cols``, matches it (contiguous) or is all ones.
 """
 
 from __future__ import annotations
@@ -37,15 +45,27 @@ typedef struct {{
 """
 
 
+def signature(operands: Sequence[tuple[str, bool]], out_dtype: str) -> str:
+    """What a generated kernel was compiled for: each operand's dtype and whether it is read
+    along the inner loop, then the output's dtype (``"float32/1 float32/0 -> float32"``)."""
+    return " ".join(f"{dt}/{int(contiguous)}" for dt, contiguous in operands) + f" -> {out_dtype}"
+
+
 class FusedLibrary:
-    """A loaded library of generated kernels: ``symbol(name)`` gives a cffi function."""
+    """A loaded library of generated kernels: ``symbol(name)`` gives a cffi function.
+
+    ``symbols`` must be ``relvm_fused_<digits>`` names (``runtime/kernelcheck.py`` checks a
+    file's before any library is loaded): they are declared to cffi and looked up in it.
+    """
 
     def __init__(self, data: bytes, symbols: Sequence[str]):
         from cffi import FFI
 
+        symbols = list(dict.fromkeys(symbols))
         self.ffi = FFI()
         self.ffi.cdef(FUSED_CDEF + "".join(
-            f"void {s}(void *ctx, int64_t row_begin, int64_t row_end);\n" for s in symbols))
+            f"void {s}(void *ctx, int64_t row_begin, int64_t row_end);\n"
+            f"extern const char {s}_signature[];\n" for s in symbols))
         # dlopen needs a path: write the bytes to a private temporary file, load, then unlink.
         fd, path = tempfile.mkstemp(prefix="relvm-kernels-", suffix=".so")
         try:
@@ -65,6 +85,47 @@ class FusedLibrary:
             raise RelvmFormatError(f"the kernel library has no kernel {name}",
                                    section="kernels") from None
 
+    def signature(self, name: str) -> str | None:
+        """What kernel ``name`` was compiled for (:func:`signature`), or None if the library
+        predates signatures."""
+        try:
+            text = getattr(self.lib, f"{name}_signature")
+        except (AttributeError, KeyError):  # cffi: KeyError for a missing variable
+            return None
+        return self.ffi.string(text, 1024).decode("ascii", "replace")
+
+
+def check_plan(plan: dict, library: FusedLibrary, out_dtype: str, name: str) -> None:
+    """Refuse a plan that does not say what its kernel was compiled for."""
+    compiled = library.signature(plan["symbol"])
+    planned = signature([(dt, contiguous) for _, dt, _, contiguous in plan["operands"]],
+                        out_dtype)
+    if compiled is not None and compiled != planned:
+        raise RelvmFormatError(f"kernel {name!r}: its plan ({planned}) is not what "
+                               f"{plan['symbol']} was compiled for ({compiled})",
+                               section="meta")
+
+
+def _check_shapes(name: str, operands: list, col_dims: int, arrays: Sequence[np.ndarray],
+                  out: np.ndarray, anchor_out: np.ndarray) -> None:
+    """Each operand must fit the loop the strides describe, or the loop reads past it."""
+    shape = out.shape
+    row_ndim = len(shape) - col_dims
+    if not 0 <= row_ndim <= MAX_ROW_DIMS:
+        raise ValueError(f"{name}: an output of shape {shape} has {row_ndim} row dims; the "
+                         f"loop takes 0..{MAX_ROW_DIMS}")
+    for k, (i, _, ones, contiguous) in enumerate(operands):
+        a = anchor_out if i < 0 else arrays[i]
+        view = a.shape + (1,) * ones
+        fits = len(view) <= len(shape)
+        view = (1,) * (len(shape) - len(view)) + view
+        fits = fits and all(v in (1, o) for v, o in zip(view[:row_ndim], shape)) and all(
+            v == o if contiguous else v == 1 for v, o in zip(view[row_ndim:], shape[row_ndim:]))
+        if not fits:
+            raise ValueError(f"{name}: operand {k} of shape {a.shape} does not fit the loop "
+                             f"over the output's shape {shape} ({col_dims} inner dims"
+                             f"{', contiguous' if contiguous else ', broadcast'})")
+
 
 def _row_strides(view: tuple[int, ...], out_shape: tuple[int, ...], row_ndim: int) -> list[int]:
     """Element strides of an operand over the output's row dims (0 where it broadcasts)."""
@@ -77,12 +138,16 @@ def _row_strides(view: tuple[int, ...], out_shape: tuple[int, ...], row_ndim: in
 
 def make_fused_kernel(plan: dict, library: FusedLibrary, n_inputs: int,
                       anchor: Callable[..., None] | None, anchor_args: Sequence[int],
-                      anchor_dtype: str | None, pool: tuple | None) -> Callable:
+                      anchor_dtype: str | None, pool: tuple | None,
+                      out_dtype: str | None = None, name: str = "fused") -> Callable:
     """A DPS kernel ``kernel(*inputs, out)`` running the plan's generated loop.
 
     ``pool`` is ``(ffi, lib)`` of relvm._kernels, whose ``relvm_parallel_for`` spreads the rows
-    over relvm's thread pool; without it the loop runs on the calling thread.
+    over relvm's thread pool; without it the loop runs on the calling thread. With
+    ``out_dtype``, the plan is first checked against the kernel's signature.
     """
+    if out_dtype is not None:
+        check_plan(plan, library, out_dtype, name)
     ffi = library.ffi
     fn = library.symbol(plan["symbol"])
     pool_fn = None
@@ -101,6 +166,7 @@ def make_fused_kernel(plan: dict, library: FusedLibrary, n_inputs: int,
         key = tuple(a.shape for a in arrays) + (out.shape,)
         ctx = contexts.get(key)
         if ctx is None:
+            _check_shapes(name, operands, col_dims, arrays, out, anchor_out)
             ctx = ffi.new("relvm_fused_ctx *")
             shape = out.shape
             row_ndim = len(shape) - col_dims
