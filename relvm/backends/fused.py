@@ -20,8 +20,11 @@ output over the row dims and, along ``cols``, matches it (contiguous) or is all 
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import tempfile
+import threading
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -30,6 +33,8 @@ from ..errors import RelvmFormatError
 
 MAX_OPERANDS = 16
 MAX_ROW_DIMS = 8
+#: The name of a generated kernel: ASCII digits only (``\d`` would take other scripts' digits).
+SYMBOL = re.compile(r"relvm_fused_[0-9]{1,9}")
 
 #: The context every generated kernel receives; mirrored in the generated C prelude.
 FUSED_CDEF = f"""
@@ -54,18 +59,18 @@ def signature(operands: Sequence[tuple[str, bool]], out_dtype: str) -> str:
 class FusedLibrary:
     """A loaded library of generated kernels: ``symbol(name)`` gives a cffi function.
 
-    ``symbols`` must be ``relvm_fused_<digits>`` names (``runtime/kernelcheck.py`` checks a
-    file's before any library is loaded): they are declared to cffi and looked up in it.
+    Kernels are declared to cffi as they are first asked for, and only under names of the form
+    ``relvm_fused_<digits>`` (``SYMBOL``): nothing else from a file reaches cffi's parser or the
+    dynamic linker. ``symbols`` may declare some at once.
     """
 
-    def __init__(self, data: bytes, symbols: Sequence[str]):
+    def __init__(self, data: bytes, symbols: Sequence[str] = ()):
         from cffi import FFI
 
-        symbols = list(dict.fromkeys(symbols))
         self.ffi = FFI()
-        self.ffi.cdef(FUSED_CDEF + "".join(
-            f"void {s}(void *ctx, int64_t row_begin, int64_t row_end);\n"
-            f"extern const char {s}_signature[];\n" for s in symbols))
+        self.ffi.cdef(FUSED_CDEF)
+        self._declared: set[str] = set()
+        self._lock = threading.Lock()
         # dlopen needs a path: write the bytes to a private temporary file, load, then unlink.
         fd, path = tempfile.mkstemp(prefix="relvm-kernels-", suffix=".so")
         try:
@@ -77,8 +82,23 @@ class FusedLibrary:
                                    section="kernels") from None
         finally:
             os.unlink(path)
+        for s in symbols:
+            self._declare(s)
+
+    def _declare(self, name: str) -> None:
+        if name in self._declared:
+            return
+        if not isinstance(name, str) or not SYMBOL.fullmatch(name):
+            raise RelvmFormatError(f"{name!r:.60} is not the name of a generated kernel "
+                                   f"(relvm_fused_<digits>)", section="kernels")
+        with self._lock:
+            if name not in self._declared:
+                self.ffi.cdef(f"void {name}(void *ctx, int64_t row_begin, int64_t row_end);\n"
+                              f"extern const char {name}_signature[];\n")
+                self._declared.add(name)
 
     def symbol(self, name: str):
+        self._declare(name)
         try:
             return getattr(self.lib, name)
         except AttributeError:
@@ -88,11 +108,27 @@ class FusedLibrary:
     def signature(self, name: str) -> str | None:
         """What kernel ``name`` was compiled for (:func:`signature`), or None if the library
         predates signatures."""
+        self._declare(name)
         try:
             text = getattr(self.lib, f"{name}_signature")
         except (AttributeError, KeyError):  # cffi: KeyError for a missing variable
             return None
         return self.ffi.string(text, 1024).decode("ascii", "replace")
+
+
+_opened: dict[bytes, FusedLibrary] = {}
+_opened_lock = threading.Lock()
+
+
+def open_library(data: bytes) -> FusedLibrary:
+    """The library of generated kernels ``data``, opened once per process for each content:
+    executables loaded again and again (or many with the same kernels) share one copy."""
+    key = hashlib.sha256(data).digest()
+    with _opened_lock:
+        library = _opened.get(key)
+        if library is None:
+            library = _opened[key] = FusedLibrary(data)
+    return library
 
 
 def check_plan(plan: dict, library: FusedLibrary, out_dtype: str, name: str) -> None:

@@ -26,12 +26,11 @@ Failures are RelvmFormatErrors naming ``meta`` and the kernel.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Iterable
 
 from .. import dtypes
 from .. import ops as _ops  # noqa: F401  (registers every op)
-from ..backends.fused import MAX_OPERANDS, MAX_ROW_DIMS
+from ..backends.fused import MAX_OPERANDS, MAX_ROW_DIMS, SYMBOL
 from ..errors import RelvmFormatError
 from ..ir import dims as D
 from ..ir.types import TensorType, TupleType, tensor_types
@@ -39,8 +38,6 @@ from ..ops.registry import OPS, OUT_FUSABLE, AttrError, Op
 from .executable import Executable, KernelEntry
 from .filemeta import MAX_RANK
 
-#: A generated kernel's symbol: ASCII digits only (``\d`` would take other scripts' digits).
-SYMBOL = re.compile(r"relvm_fused_[0-9]{1,9}")
 MAX_STEPS = 256
 FUSED_ATTRS = frozenset({"steps", "plan"})
 PLAN_KEYS = frozenset({"symbol", "col_dims", "operands"})

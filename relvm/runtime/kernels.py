@@ -74,20 +74,20 @@ def _plan(entry: KernelEntry) -> dict | None:
 
 
 def _generated_library(exe: Executable):
-    """The executable's generated kernels, loaded once per Executable (shared by its VMs)."""
+    """The executable's generated kernels, loaded once per Executable (shared by its VMs, and
+    by every executable carrying the same library)."""
     if not exe.kernel_library or not any(map(_plan, exe.kernels)):
         return None
     with _lock:
         library = getattr(exe, "_generated", None)
         if library is None:
-            from ..backends.fused import FusedLibrary
+            from ..backends.fused import open_library
 
-            symbols = [p["symbol"] for p in map(_plan, exe.kernels) if p]
             try:
-                library = FusedLibrary(exe.kernel_library, symbols)
+                library = open_library(exe.kernel_library)
             except RelvmError:
                 raise
-            except Exception as e:  # cffi's CDefError for a symbol it cannot declare, ...
+            except Exception as e:  # whatever opening it raises
                 raise RelvmFormatError(f"the kernel library cannot be opened: "
                                        f"{type(e).__name__}: {e}", section="kernels") from None
             exe._generated = library

@@ -232,13 +232,20 @@ def test_a_backend_error_while_making_a_kernel_names_the_kernel(monkeypatch) -> 
     assert info.value.section == "kernels"
 
 
-def test_a_symbol_cffi_cannot_declare_is_a_format_error() -> None:
-    # Built in memory, nothing checked the plan: the library still never sees it raw.
+def test_a_symbol_that_is_no_generated_kernel_never_reaches_cffi() -> None:
+    # Built in memory, nothing checked the plan: the library still refuses the name itself.
     exe = relvm.load_bytes(CHAIN_BYTES)
     exe.kernels[0].attrs["plan"]["symbol"] = "relvm_fused_0(void); int x"
-    with pytest.raises(RelvmFormatError, match="the kernel library cannot be opened: ") as info:
+    with pytest.raises(RelvmFormatError, match=r"'relvm_fused_0\(void\); int x' is not the name "
+                       r"of a generated kernel") as info:
         relvm.VirtualMachine(exe)
     assert info.value.section == "kernels"
+
+
+def test_a_library_is_opened_once_per_content() -> None:
+    a, b = relvm.load_bytes(CHAIN_BYTES), relvm.load_bytes(CHAIN_BYTES)
+    relvm.VirtualMachine(a), relvm.VirtualMachine(b)
+    assert a._generated is b._generated
 
 
 def test_resolve_kernels_wraps_every_exception(monkeypatch) -> None:
