@@ -147,13 +147,11 @@ def _infer(op: Op, attrs: Any, args: list) -> Any:
 
 
 def _same_outputs(entry: KernelEntry, got: list, out_ranks: tuple[int, ...]) -> None:
-    want = ", ".join(f"{dt}" + (f" of rank {r}" if out_ranks else "")
-                     for dt, r in zip(entry.outputs, out_ranks or entry.outputs))
-    found = ", ".join(f"{t.dtype} of rank {t.ndim}" for t in got)
-    if len(got) != len(entry.outputs) or any(
-            t.dtype != dt or (out_ranks and t.ndim != r)
-            for t, dt, r in zip(got, entry.outputs, out_ranks or entry.outputs)):
-        raise Bad(f"its op gives ({found}), but the entry declares ({want})")
+    want = list(zip(entry.outputs, out_ranks))
+    if [(t.dtype, t.ndim) for t in got] != want:
+        found = ", ".join(f"{t.dtype} of rank {t.ndim}" for t in got)
+        declared = ", ".join(f"{dt} of rank {r}" for dt, r in want)
+        raise Bad(f"its op gives ({found}), but the entry declares ({declared})")
 
 
 # --- fused entries: steps ---------------------------------------------------------------------------
@@ -167,6 +165,8 @@ def _steps(entry: KernelEntry) -> list[tuple[Op, Any, tuple[tuple[str, int], ...
         raise Bad(f"attrs.steps: expected a list of 1 to {MAX_STEPS} steps")
     if len(entry.outputs) != 1:
         raise Bad(f"a fused entry has one output, not {len(entry.outputs)}")
+    if any(g >= 0 for g in entry.groups):
+        raise Bad("a fused entry's inputs are tensors, not tuples (its groups are -1)")
     steps = []
     for j, s in enumerate(data):
         if type(s) is not dict or set(s) != {"op", "attrs", "args"}:

@@ -377,15 +377,10 @@ def _check_kernel_call(p: Pass, ins: tuple, k: int, n_out: int, args: tuple,
                            f"{len(args) - n_out} and {n_out}")
     dtypes = entry.inputs + entry.outputs
     ranks = entry.input_ranks + entry.output_ranks or (None,) * len(args)
-    for i, (r, f, dtype, rank) in enumerate(zip(args, found, dtypes, ranks)):
-        what = f"input {i}" if i < n_in else f"output {i - n_in}"
-        declared = dtype + ("" if rank is None else f" of rank {rank}")
-        if f[0] != "tensor" or f[1] != dtype or (rank is not None and f[2] != rank):
-            raise p.error(ins, f"{what} ${r}: kernel {entry.name}#{k} declares {declared}, "
-                               f"found {describe(f)}")
-        if i >= n_in and not f[3]:
-            raise p.error(ins, f"{what} ${r}: a kernel writes its outputs, but this is "
-                               f"{describe(f)} (a constant, an input or a literal)")
+    for i, (f, dtype, rank) in enumerate(zip(found, dtypes, ranks)):
+        if f[0] != "tensor" or f[1] != dtype or (rank is not None and f[2] != rank) or \
+                (i >= n_in and not f[3]):
+            raise _argument_error(p, ins, k, i, args[i], f, dtype, rank)
     if not entry.input_ranks and not entry.output_ranks:
         ranks_found = tuple(f[2] for f in found)
         if None in ranks_found:
@@ -393,6 +388,19 @@ def _check_kernel_call(p: Pass, ins: tuple, k: int, n_out: int, args: tuple,
             raise p.error(ins, f"${r}: its rank cannot be proven, and the file records no "
                                f"ranks for kernel {entry.name}#{k}")
         p.prog.call_ranks.setdefault(k, set()).add(ranks_found)
+
+
+def _argument_error(p: Pass, ins: tuple, k: int, i: int, r: int, f: tuple, dtype: str,
+                    rank: int | None) -> RelvmFormatError:
+    entry = p.exe.kernels[k]
+    n_in = len(entry.inputs)
+    what = f"input {i}" if i < n_in else f"output {i - n_in}"
+    if f[0] == "tensor" and f[1] == dtype and (rank is None or f[2] == rank):
+        return p.error(ins, f"{what} ${r}: a kernel writes its outputs, but this is "
+                            f"{describe(f)} (a constant, an input or a literal)")
+    declared = dtype + ("" if rank is None else f" of rank {rank}")
+    return p.error(ins, f"{what} ${r}: kernel {entry.name}#{k} declares {declared}, found "
+                        f"{describe(f)}")
 
 
 def _storage(p: Pass, ins: tuple) -> None:

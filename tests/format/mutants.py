@@ -491,8 +491,37 @@ def _path_text(path: tuple) -> str:
     return ".".join(str(p) for p in path) or "<root>"
 
 
+#: Dtypes of one element size: relabelling one as another everywhere keeps every size right.
+SAME_SIZE = [("float32", "int32"), ("float64", "int64"), ("int8", "uint8"), ("uint8", "bool"),
+             ("int8", "bool")]
+
+
+def relabel_everywhere(f: File, rng: np.random.Generator) -> None:
+    """One dtype renamed as another of its size in all of meta and code: a consistent file
+    (constants keep their sizes) that only the kernels' code itself contradicts."""
+    a, b = SAME_SIZE[int(rng.integers(len(SAME_SIZE)))]
+    if rng.integers(2):
+        a, b = b, a
+    count = 0
+    for path, v in _nodes(f.meta):
+        if v == a and path:
+            parent, key = _parent(f.meta, path)
+            parent[key] = b
+            count += 1
+    for code in f.functions:
+        for pc, ins in enumerate(code):
+            if a in ins[1:]:
+                code[pc] = tuple(b if x == a else x for x in ins)
+                count += 1
+    f.recode = True
+    f.notes.append(f"{a} relabelled {b} everywhere ({count} places)")
+
+
 def mutate_meta(f: File, rng: np.random.Generator) -> None:
     """A change somewhere in meta, aimed at the parts the verifier reasons about."""
+    if rng.integers(12) == 0:
+        relabel_everywhere(f, rng)
+        return
     focus = int(rng.integers(10))
     sub: tuple = ()
     meta = f.meta

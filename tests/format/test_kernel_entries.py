@@ -84,6 +84,7 @@ MLP_CASES = [
     (f"{STEPS}.2.op", "logical_not", r"logical_not does not accept"),
     (f"{STEPS}.2", {"op": "cast", "attrs": {"dtype": "int32"}, "args": [["step", 1]]},
      r"its op gives \(int32 of rank 2\), but the entry declares \(float32 of rank 2\)"),
+    ("kernels.0.groups", [3], "a fused entry's inputs are tensors, not tuples"),
     ("kernels.0.attrs.unrolled", True, "a fused entry's attrs are steps and plan, not "
                                        "'unrolled'"),
     (PLAN, [], "attrs.plan: expected an object with symbol, col_dims and operands"),
