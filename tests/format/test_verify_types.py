@@ -263,3 +263,10 @@ def test_a_tuple_parameter_relabelled_is_refused() -> None:
 def test_recursion_reaches_a_fixpoint() -> None:
     for name in ("recursion_counts", "mutual_recursion", "recursive_rnn_over_symbolic_length"):
         verify.check_executable(_case(name))
+
+
+def test_every_opcode_has_a_step_in_the_type_pass() -> None:
+    from relvm.runtime import regtypes
+    from relvm.runtime.opcodes import TABLE
+
+    assert sorted(regtypes.STEPS) == sorted(s.number for s in TABLE)
