@@ -8,12 +8,23 @@ A fused kernel entry's ``attrs["plan"]`` says how to lay out the loop: for each 
 kernel input it reads (-1: the anchor's result), how it broadcasts, and whether it is contiguous
 along the inner loop. At call time the shapes give ``rows``, ``cols`` and per-operand row
 strides; the ``relvm_fused_ctx`` is cached per shape so repeated calls pay only the C call.
+
+The generated code reads each operand with the element type it was compiled for, along the
+inner loop or not, so a plan must say the same: each kernel also defines
+``<symbol>_signature`` (:func:`signature`), which :func:`make_fused_kernel` compares with the
+plan before using the kernel (libraries built before relvm wrote signatures have none: their
+plans are trusted). And since the loop reads every operand through strides made from its
+shape, the shapes are checked against the loop once per shape: an operand broadcasts to the
+output over the row dims and, along ``cols``, matches it (contiguous) or is all ones.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import tempfile
+import threading
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -22,6 +33,8 @@ from ..errors import RelvmFormatError
 
 MAX_OPERANDS = 16
 MAX_ROW_DIMS = 8
+#: The name of a generated kernel: ASCII digits only (``\d`` would take other scripts' digits).
+SYMBOL = re.compile(r"relvm_fused_[0-9]{1,9}")
 
 #: The context every generated kernel receives; mirrored in the generated C prelude.
 FUSED_CDEF = f"""
@@ -37,15 +50,27 @@ typedef struct {{
 """
 
 
-class FusedLibrary:
-    """A loaded library of generated kernels: ``symbol(name)`` gives a cffi function."""
+def signature(operands: Sequence[tuple[str, bool]], out_dtype: str) -> str:
+    """What a generated kernel was compiled for: each operand's dtype and whether it is read
+    along the inner loop, then the output's dtype (``"float32/1 float32/0 -> float32"``)."""
+    return " ".join(f"{dt}/{int(contiguous)}" for dt, contiguous in operands) + f" -> {out_dtype}"
 
-    def __init__(self, data: bytes, symbols: Sequence[str]):
+
+class FusedLibrary:
+    """A loaded library of generated kernels: ``symbol(name)`` gives a cffi function.
+
+    Kernels are declared to cffi as they are first asked for, and only under names of the form
+    ``relvm_fused_<digits>`` (``SYMBOL``): nothing else from a file reaches cffi's parser or the
+    dynamic linker. ``symbols`` may declare some at once.
+    """
+
+    def __init__(self, data: bytes, symbols: Sequence[str] = ()):
         from cffi import FFI
 
         self.ffi = FFI()
-        self.ffi.cdef(FUSED_CDEF + "".join(
-            f"void {s}(void *ctx, int64_t row_begin, int64_t row_end);\n" for s in symbols))
+        self.ffi.cdef(FUSED_CDEF)
+        self._declared: set[str] = set()
+        self._lock = threading.Lock()
         # dlopen needs a path: write the bytes to a private temporary file, load, then unlink.
         fd, path = tempfile.mkstemp(prefix="relvm-kernels-", suffix=".so")
         try:
@@ -57,13 +82,85 @@ class FusedLibrary:
                                    section="kernels") from None
         finally:
             os.unlink(path)
+        for s in symbols:
+            self._declare(s)
+
+    def _declare(self, name: str) -> None:
+        if name in self._declared:
+            return
+        if not isinstance(name, str) or not SYMBOL.fullmatch(name):
+            raise RelvmFormatError(f"{name!r:.60} is not the name of a generated kernel "
+                                   f"(relvm_fused_<digits>)", section="kernels")
+        with self._lock:
+            if name not in self._declared:
+                self.ffi.cdef(f"void {name}(void *ctx, int64_t row_begin, int64_t row_end);\n"
+                              f"extern const char {name}_signature[];\n")
+                self._declared.add(name)
 
     def symbol(self, name: str):
+        self._declare(name)
         try:
             return getattr(self.lib, name)
         except AttributeError:
             raise RelvmFormatError(f"the kernel library has no kernel {name}",
                                    section="kernels") from None
+
+    def signature(self, name: str) -> str | None:
+        """What kernel ``name`` was compiled for (:func:`signature`), or None if the library
+        predates signatures."""
+        self._declare(name)
+        try:
+            text = getattr(self.lib, f"{name}_signature")
+        except (AttributeError, KeyError):  # cffi: KeyError for a missing variable
+            return None
+        return self.ffi.string(text, 1024).decode("ascii", "replace")
+
+
+_opened: dict[bytes, FusedLibrary] = {}
+_opened_lock = threading.Lock()
+
+
+def open_library(data: bytes) -> FusedLibrary:
+    """The library of generated kernels ``data``, opened once per process for each content:
+    executables loaded again and again (or many with the same kernels) share one copy."""
+    key = hashlib.sha256(data).digest()
+    with _opened_lock:
+        library = _opened.get(key)
+        if library is None:
+            library = _opened[key] = FusedLibrary(data)
+    return library
+
+
+def check_plan(plan: dict, library: FusedLibrary, out_dtype: str, name: str) -> None:
+    """Refuse a plan that does not say what its kernel was compiled for."""
+    compiled = library.signature(plan["symbol"])
+    planned = signature([(dt, contiguous) for _, dt, _, contiguous in plan["operands"]],
+                        out_dtype)
+    if compiled is not None and compiled != planned:
+        raise RelvmFormatError(f"kernel {name!r}: its plan ({planned}) is not what "
+                               f"{plan['symbol']} was compiled for ({compiled})",
+                               section="meta")
+
+
+def _check_shapes(name: str, operands: list, col_dims: int, arrays: Sequence[np.ndarray],
+                  out: np.ndarray, anchor_out: np.ndarray) -> None:
+    """Each operand must fit the loop the strides describe, or the loop reads past it."""
+    shape = out.shape
+    row_ndim = len(shape) - col_dims
+    if not 0 <= row_ndim <= MAX_ROW_DIMS:
+        raise ValueError(f"{name}: an output of shape {shape} has {row_ndim} row dims; the "
+                         f"loop takes 0..{MAX_ROW_DIMS}")
+    for k, (i, _, ones, contiguous) in enumerate(operands):
+        a = anchor_out if i < 0 else arrays[i]
+        view = a.shape + (1,) * ones
+        fits = len(view) <= len(shape)
+        view = (1,) * (len(shape) - len(view)) + view
+        fits = fits and all(v in (1, o) for v, o in zip(view[:row_ndim], shape)) and all(
+            v == o if contiguous else v == 1 for v, o in zip(view[row_ndim:], shape[row_ndim:]))
+        if not fits:
+            raise ValueError(f"{name}: operand {k} of shape {a.shape} does not fit the loop "
+                             f"over the output's shape {shape} ({col_dims} inner dims"
+                             f"{', contiguous' if contiguous else ', broadcast'})")
 
 
 def _row_strides(view: tuple[int, ...], out_shape: tuple[int, ...], row_ndim: int) -> list[int]:
@@ -77,12 +174,16 @@ def _row_strides(view: tuple[int, ...], out_shape: tuple[int, ...], row_ndim: in
 
 def make_fused_kernel(plan: dict, library: FusedLibrary, n_inputs: int,
                       anchor: Callable[..., None] | None, anchor_args: Sequence[int],
-                      anchor_dtype: str | None, pool: tuple | None) -> Callable:
+                      anchor_dtype: str | None, pool: tuple | None,
+                      out_dtype: str | None = None, name: str = "fused") -> Callable:
     """A DPS kernel ``kernel(*inputs, out)`` running the plan's generated loop.
 
     ``pool`` is ``(ffi, lib)`` of relvm._kernels, whose ``relvm_parallel_for`` spreads the rows
-    over relvm's thread pool; without it the loop runs on the calling thread.
+    over relvm's thread pool; without it the loop runs on the calling thread. With
+    ``out_dtype``, the plan is first checked against the kernel's signature.
     """
+    if out_dtype is not None:
+        check_plan(plan, library, out_dtype, name)
     ffi = library.ffi
     fn = library.symbol(plan["symbol"])
     pool_fn = None
@@ -101,6 +202,7 @@ def make_fused_kernel(plan: dict, library: FusedLibrary, n_inputs: int,
         key = tuple(a.shape for a in arrays) + (out.shape,)
         ctx = contexts.get(key)
         if ctx is None:
+            _check_shapes(name, operands, col_dims, arrays, out, anchor_out)
             ctx = ffi.new("relvm_fused_ctx *")
             shape = out.shape
             row_ndim = len(shape) - col_dims

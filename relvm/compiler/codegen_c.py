@@ -39,7 +39,7 @@ import numpy as np
 
 from ..errors import RelvmCompileError
 from ..ir import dims as D
-from ..backends.fused import FUSED_CDEF, MAX_OPERANDS, MAX_ROW_DIMS
+from ..backends.fused import FUSED_CDEF, MAX_OPERANDS, MAX_ROW_DIMS, signature
 from ..ir.types import TensorType
 from ..ops.elementwise import clip_bounds
 
@@ -376,6 +376,8 @@ RELVM_VECTORIZE void {symbol}(void *ctx, int64_t row_begin, int64_t row_end) {{
         }}
     }}
 }}
+const char {symbol}_signature[] = "{signature([(o.dtype, o.contiguous) for o in operands],
+                                               out_dtype)}";
 """
 
 

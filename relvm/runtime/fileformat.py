@@ -292,9 +292,8 @@ def format_markdown() -> str:
     lines += [f"| `{k}` | {doc} |" for k, doc in META_KEYS.items()]
     lines += [
         "", "## Checksums and memory-mapping", "",
-        "`meta`, `code` and `kernels` are small: their CRC-32s are checked at load, then the "
-        "metadata's types and ranges and every instruction's operands (registers, dims slots, "
-        "table indices, jump targets) are verified. `consts` is not checked as a whole at load: "
+        "`meta`, `code` and `kernels` are small: their CRC-32s are checked at load, then "
+        "everything in them is verified (below). `consts` is not checked as a whole at load: "
         "that would read every weight and defeat memory-mapping. Instead each constant has its "
         "own CRC-32 in the `constants` index, checked the first time a VM uses the constant "
         "(once per loaded executable, thread-safe); a mismatch is a format error naming "
@@ -305,6 +304,29 @@ def format_markdown() -> str:
         "executable loaded from it is alive (reading a vanished page is a SIGBUS). "
         "`exe.save` writes a new file and renames it into place, so saving over a loaded file "
         "is safe: the loaded executable keeps the old one.", "",
+        "## Verification", "",
+        "Checksums catch damage, not intent: anyone can recompute a CRC-32. So a file that "
+        "checks out is then verified as if hostile (`relvm/runtime/verify.py`, "
+        "`check_executable`) before a VM may use it; any failure is a `RelvmFormatError` "
+        "naming the section and the place. Verified at load:", "",
+        "- the metadata's JSON types and ranges; dim programs against their grammar;",
+        "- every instruction's operands against the opcode table: registers, dims slots, "
+        "table indices, jumps (forward only: relvm bytecode never loops);",
+        "- every kernel entry: its op exists and its attributes fit the op's schema; its "
+        "dtypes and ranks follow the op's type relation; a fused entry's `steps` are "
+        "registry ops over its inputs and earlier steps, the last giving its output; its "
+        "`plan` names `relvm_fused_<digits>` (checked before any symbol is looked up), reads "
+        "inputs that exist with their dtypes and fits the generated loop's limits;",
+        "- the type of every register at every instruction, proved by a dataflow pass over "
+        "the bytecode (parameters, constants, allocations, reshapes, tuples, closures, call "
+        "results to a fixpoint): every kernel argument has the dtype and rank its entry "
+        "declares and every kernel output is a fresh tensor (never a constant, an input or a "
+        "literal); allocations view storage buffers; calls and closures pass what the callee "
+        "declares; results are what `outputs` declare (an output's `alloc_pcs` allocate its "
+        "dtype); every register is written before it is read, and no path runs off the end "
+        "of a function.", "",
+        "So no file can make a kernel read or write an array as another dtype or rank. What "
+        "depends on values (shapes, indices) is checked when the kernels run.", "",
         "## Weights file", "",
         "`exe.save(path, weights=\"model.weights\")` moves every constant of at least "
         "`min_weight_bytes` (1024) into a separate file with the same header layout, magic "
@@ -322,7 +344,13 @@ def format_markdown() -> str:
         "it was compiled for (`platform.machine()`-`sys.platform`, e.g. `x86_64-linux`). At "
         "load, relvm refuses a library for another machine, then checks it is an ELF object of "
         "this machine's class, byte order and `e_machine` (on ELF platforms). relvm never loads "
-        "it itself: the backend does, when it resolves the kernel table.", "",
+        "it itself: the backend does, when it resolves the kernel table, and opens a library "
+        "once per process for each content. Each generated kernel `relvm_fused_<k>` also "
+        "defines `relvm_fused_<k>_signature`, the dtype and contiguity of each operand and the "
+        "output's dtype it was compiled for; a plan that says otherwise is refused before the "
+        "kernel is used, and operand shapes are checked against the loop before it runs. "
+        "Whether to trust the native code a file carries at all is not decided by the "
+        "verifier: the library is checked only for its machine.", "",
         "## Versions", "",
         "A new format version is added when the layout changes; relvm keeps a reader for "
         "every version it has released (`READERS`) and a small file of each under `tests/data` "

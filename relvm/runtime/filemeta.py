@@ -29,7 +29,11 @@ META_KEYS: dict[str, str] = {
     "kernels": "the kernel table: `name`, `op`, `attrs` (float attributes may be `NaN` or "
                "`Infinity`, as Python's json writes them), `inputs` and `outputs` dtypes, "
                "`groups`, and `ranks`: `[input ranks, output ranks]` of the flattened "
-               "arguments (optional: files of relvm 0.1.0 lack it)",
+               "arguments (optional: files of relvm 0.1.0 lack it). A `fused` entry's attrs "
+               "are `steps` (each `op`, `attrs`, `args` as `[\"in\", i]` or `[\"step\", j]`) "
+               "and, with generated code, `plan`: `symbol` (`relvm_fused_<digits>`), "
+               "`col_dims`, `operands` as `[input (-1: the anchor), dtype, trailing_ones, "
+               "contiguous]`",
     "dim_programs": "dim programs as nested lists of strings and integers (see "
                     "relvm/runtime/dimprog.py); compiled to closures at load, never evaluated",
     "upper_bounds": "largest value of named dims, e.g. `{\"n\": 64}`",

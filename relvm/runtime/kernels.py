@@ -3,6 +3,11 @@
 A kernel is called in destination-passing style: ``kernel(*inputs, *outputs)`` writes its
 results into the preallocated output arrays and returns nothing. Backends live in
 ``relvm/backends``; each exposes ``make_kernel(entry) -> callable``.
+
+A loaded file's kernel entries were checked at load (``kernelcheck.py``), but a backend may
+still refuse one (an op or dtype it has no kernel for, attribute values it cannot run, a
+library that lacks a kernel): whatever it raises becomes a RelvmFormatError naming the kernel,
+so making a VM fails only within relvm's error family.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..errors import RelvmFormatError
+from ..errors import RelvmError, RelvmFormatError
 from .executable import Executable, KernelEntry
 
 _lock = threading.Lock()
@@ -67,13 +72,20 @@ def resolve_kernels(exe: Executable, constants: Constants | None = None
     library = _generated_library(exe)
     direct = getattr(backend, "fused_kernel", None)
     kernels = []
-    for entry in exe.kernels:
+    for k, entry in enumerate(exe.kernels):
         def generic(entry=entry) -> Callable:
             if library and _plan(entry):
                 return _generated_kernel(entry, library, backend, constants)
             return backend.make_kernel(entry, constants)
-        kernel = direct(entry, constants, generic) if direct and entry.op == "fused" else None
-        kernels.append(kernel or generic())
+        try:
+            kernel = direct(entry, constants, generic) if direct and entry.op == "fused" \
+                else None
+            kernels.append(kernel or generic())
+        except RelvmError:
+            raise
+        except Exception as e:  # a backend's own KeyError, cffi's CDefError, ...
+            raise RelvmFormatError(f"kernel {entry.name!r}#{k} ({entry.op}) cannot be made: "
+                                   f"{type(e).__name__}: {e}", section="kernels") from None
     return kernels
 
 
@@ -82,16 +94,22 @@ def _plan(entry: KernelEntry) -> dict | None:
 
 
 def _generated_library(exe: Executable):
-    """The executable's generated kernels, loaded once per Executable (shared by its VMs)."""
+    """The executable's generated kernels, loaded once per Executable (shared by its VMs, and
+    by every executable carrying the same library)."""
     if not exe.kernel_library or not any(map(_plan, exe.kernels)):
         return None
     with _lock:
         library = getattr(exe, "_generated", None)
         if library is None:
-            from ..backends.fused import FusedLibrary
+            from ..backends.fused import open_library
 
-            symbols = [p["symbol"] for p in map(_plan, exe.kernels) if p]
-            library = FusedLibrary(exe.kernel_library, symbols)
+            try:
+                library = open_library(exe.kernel_library)
+            except RelvmError:
+                raise
+            except Exception as e:  # whatever opening it raises
+                raise RelvmFormatError(f"the kernel library cannot be opened: "
+                                       f"{type(e).__name__}: {e}", section="kernels") from None
             exe._generated = library
     return library
 
@@ -114,6 +132,6 @@ def _generated_kernel(entry: KernelEntry, library, backend, constants) -> Callab
     thread_pool = getattr(backend, "thread_pool", None)
     pool = thread_pool() if thread_pool is not None else None
     kernel = make_fused_kernel(plan, library, len(entry.inputs), anchor, anchor_args or (),
-                               anchor_dtype, pool)
+                               anchor_dtype, pool, entry.outputs[0], entry.name)
     kernel.__name__ = entry.name
     return kernel

@@ -3,7 +3,8 @@
 What is checked when:
 
 * at load, everything small: the header, ``meta`` (checksum, then JSON types and ranges,
-  ``filemeta.py``), ``code`` (checksum, decoded, every operand verified, ``verify.py``),
+  ``filemeta.py``), ``code`` (checksum, decoded, every operand, kernel entry and register
+  type verified, ``verify.py``),
   ``kernels`` (checksum, the machine it was compiled for, its ELF header) and the constants
   index against ``consts``;
 * on first use, each constant's bytes against its own CRC-32 (``Executable.verify_constant``,
@@ -142,8 +143,7 @@ def _read_executable(buf: memoryview, weights_buf: Callable[[str], memoryview],
                      library, meta.kernel_arch or "")
     stage[0] = "code"
     _attach_code(exe, meta.code, words)
-    for fi in range(len(exe.functions)):
-        verify.check_function(exe, fi, uses)
+    verify.check_executable(exe, uses)
     exe.constant_checks = ConstantChecks([a for a, _ in constants], [w for _, w in constants])
     return exe
 

@@ -1,10 +1,15 @@
-"""The verifier: a loaded executable's bytecode and dim programs, checked before anything runs.
+"""The verifier: an executable's bytecode, dim programs and kernel table, checked before anything
+runs (``check_executable``; ``relvm.load`` runs it on every file).
 
 Checksums catch damage; the verifier catches files that are well-formed but wrong (written by a
-buggy tool, or by hand). Every operand is checked against its field kind in ``opcodes.TABLE``
--- registers within the frame, dims slots within the dims vector, function, kernel, constant
-and dim-program indices within their tables, jumps inside the function -- and every dim program
-against the grammar in ``dimprog.py``. A failure is a RelvmFormatError naming the section
+buggy tool, by hand, or by an attacker who recomputed the checksums). Every operand is checked
+against its field kind in ``opcodes.TABLE`` -- registers within the frame, dims slots within
+the dims vector, function, kernel, constant and dim-program indices within their tables, jumps
+forward and inside the function -- and every dim program against the grammar in
+``dimprog.py``. Then ``kernelcheck.py`` checks the kernel entries (attributes, fused steps and
+plans, types by each op's type relation) and ``regtypes.py`` proves the type of every register
+and checks each kernel call, call and result against it: no file can make a kernel read or
+write an array as another dtype or rank. A failure is a RelvmFormatError naming the section
 (``code`` for instructions, ``meta`` for everything described in the metadata) and the place.
 """
 
@@ -18,8 +23,9 @@ from ..errors import RelvmFormatError
 from .bytecode import format_instruction
 from .dimprog import EXPRESSIONS as _EXPRESSIONS
 from .dimprog import STATEMENTS as _STATEMENTS
+from . import kernelcheck, regtypes
 from .executable import Executable, VMFunction
-from .opcodes import BY_NUMBER
+from .opcodes import BY_NAME, BY_NUMBER, Opcode
 
 #: Register fields where -1 means "none" (AllocTensor's storage -1: a fresh buffer).
 OPTIONAL_REGS = frozenset({("AllocTensor", "storage"), ("AllocTensorReg", "storage")})
@@ -31,8 +37,8 @@ INT_RANGES = {
     ("AllocStorage", "reuse"): (0, 1),
 }
 MAX_EXPR_DEPTH = 100
-
-
+#: Instructions whose tensor a bound output array may replace (``OutputSig.alloc_pcs``).
+ALLOCATIONS = frozenset({BY_NAME["AllocTensor"].number, BY_NAME["AllocTensorReg"].number})
 
 @dataclass
 class ProgramUse:
@@ -40,6 +46,33 @@ class ProgramUse:
 
     max_arg: int = -1
     max_slot: int = -1
+
+
+def check_executable(exe: Executable, uses: Sequence[ProgramUse] | None = None) -> None:
+    """Verify everything in ``exe`` before a VM runs it (see the module doc).
+
+    ``relvm.load`` calls it on every file; it accepts everything ``relvm.build`` makes.
+    ``uses`` are the dim programs' checks if already made (else they are made here).
+
+    Raises
+    ------
+    RelvmFormatError
+        Naming the section (``code`` or ``meta``) and the place.
+
+    Examples
+    --------
+    >>> verify.check_executable(relvm.build(relvm.parse(text)))
+    """
+    if uses is None:
+        uses = [check_program(k, _lists(p)) for k, p in enumerate(exe.dim_programs)]
+    for fi in range(len(exe.functions)):
+        check_function(exe, fi, uses)
+    kernelcheck.check_kernels(exe)
+    kernelcheck.check_calls(exe, regtypes.check_types(exe))
+
+
+def _lists(v: Any) -> Any:
+    return [_lists(x) for x in v] if isinstance(v, (tuple, list)) else v
 
 
 def _meta_error(message: str) -> RelvmFormatError:
@@ -117,12 +150,34 @@ def check_function(exe: Executable, fi: int, uses: Sequence[ProgramUse]) -> None
             raise RelvmFormatError(f"@{fn.name} pc {pc}: {format_instruction(ins, None, fn)}: "
                                    f"{problem}", section="code")
     for i, out in enumerate(fn.outputs):
-        bad_pc = [p for p in out.alloc_pcs if not 0 <= p < n]
-        bad_dim = [d for d in out.shape or () if _dim_problem(fn, d)]
-        if bad_pc or bad_dim:
-            raise _meta_error(f"@{fn.name} output {i}: "
-                              + (f"alloc pc {bad_pc[0]} outside the function" if bad_pc
-                                 else _dim_problem(fn, bad_dim[0])))
+        problem = _output_problem(exe, fn, out)
+        if problem:
+            raise _meta_error(f"@{fn.name} output {i}: {problem}")
+
+
+def _output_problem(exe: Executable, fn: VMFunction, out) -> str | None:
+    """An output's dims, and the allocations that hand out the caller's array for it: the
+    kernel writing one writes the caller's array, so it must be allocated as the output's
+    dtype. A call listed there binds its callee's one result to the array: the callee must
+    return one tensor of that dtype (its own allocations are checked with it)."""
+    for p in out.alloc_pcs:
+        if not 0 <= p < len(fn.instructions):
+            return f"alloc pc {p} outside the function"
+        ins = fn.instructions[p]
+        if ins[0] == Opcode.Invoke:
+            callee = exe.functions[ins[1]]
+            if len(callee.outputs) != 1 or callee.outputs[0].dtype != out.dtype:
+                return (f"alloc pc {p} calls @{callee.name}, which does not return one "
+                        f"{out.dtype} tensor")
+            continue
+        if ins[0] not in ALLOCATIONS:
+            return f"alloc pc {p} is {format_instruction(ins, None, fn)}, not an allocation"
+        if ins[5] != out.dtype:
+            return f"alloc pc {p} allocates {ins[5]}, but the output is {out.dtype}"
+    for d in out.shape or ():
+        if _dim_problem(fn, d):
+            return _dim_problem(fn, d)
+    return None
 
 
 def _instruction_problem(fn: VMFunction, pc: int, ins: tuple, limits: dict,
@@ -149,6 +204,8 @@ def _instruction_problem(fn: VMFunction, pc: int, ins: tuple, limits: dict,
         elif kind == "offset":
             if not 0 <= pc + v < len(fn.instructions):
                 return f"{f.name}: jump to {pc + v}, outside the function"
+            if v <= 0:  # so a call runs each instruction at most once, and always ends
+                return f"{f.name}: jump to {pc + v}, not forward (relvm bytecode never loops)"
         elif kind == "int":
             low, high = INT_RANGES.get((spec.name, f.name), (-2**63, 2**63 - 1))
             if not low <= v <= high:

@@ -74,6 +74,12 @@ CONVS = [
     ((1, 3, 6, 6), (0, 3, 3, 3), {}),  # no output channels
     ((1, 2, 3, 3), (2, 2, 3, 3), {"padding": [4, 4], "strides": [3, 3]}),  # windows of pad only
     ((2, 32, 28, 28), (64, 32, 3, 3), {"padding": [1, 1]}),
+    # Strides past the input take the first window only; the C kernels loop over a stride's
+    # phases, so a stride of 2**62 ran (practically) for ever before the plan took the
+    # smallest stride with the same windows. The same for a one-tap kernel's dilation.
+    ((1, 3, 5, 5), (2, 3, 3, 3), {"strides": [2**62, 2**63 - 1]}),
+    ((2, 3, 6, 7), (2, 3, 3, 2), {"strides": [4, 2**40], "padding": [1, 1]}),
+    ((1, 3, 5, 5), (2, 3, 1, 3), {"dilation": [2**62, 1], "strides": [2, 1]}),
 ]
 
 
@@ -97,6 +103,15 @@ def test_conv2d_with_a_stride_past_the_image(check, rand, strides, groups):
     check("nn.conv2d", {"strides": strides, "padding": [1, 1], "groups": groups},
           [rand((2, 3, 9, 9)), rand((6, 3 // groups, 3, 3))], **GEMM_TOL)
     assert time.perf_counter() - start < 1.0
+
+
+def test_conv2d_refuses_a_padded_image_past_its_limit(c_kernel, rand):
+    # A window of padding only: one output pixel, but a padded image of 2**80 floats, whose
+    # size the C kernels' int64 arithmetic cannot even hold.
+    kernel = c_kernel("nn.conv2d", {"padding": [2**40, 2**40], "strides": [2**62, 2**62]},
+                      ["float32", "float32"], ["float32"])
+    with pytest.raises(ValueError, match="makes a padded image of 3 x"):
+        kernel(rand((1, 3, 5, 5)), rand((2, 3, 3, 3)), np.empty((1, 2, 1, 1), np.float32))
 
 
 def test_conv2d_large_batch_threads(check, rand):

@@ -44,8 +44,8 @@ def test_a_generated_kernel_given_another_groups_operands_refuses() -> None:
         relvm.VirtualMachine(exe).invoke("main", x, y, z)
     message = str(e.value)
     assert f"@main pc {second}: invoke_packed fused_add_tanh#0" in message
-    assert "refused its operands: operand 1 (input 1) [3, 1] does not fit the fused loop's " \
-           "plan for output [3, 4]" in message
+    assert "operand 1 of shape (3, 1) does not fit the loop over the output's shape (3, 4) " \
+           "(1 inner dims, contiguous)" in message
 
 
 def test_an_output_of_another_size_is_refused() -> None:

@@ -117,13 +117,36 @@ def _conv_plan(ffi, attrs, x, w, out, mean: bool = False, check_out: bool = True
                                     "kernel")
     if check_out and out != ((n, oc, 1, 1) if mean else (n, oc, oh, ow)):
         raise shape_error("nn.conv2d: wrong output shape", data=x, weight=w, output=out)
-    # Along an axis of one output position the stride moves nothing: stride 1 is the same conv,
-    # and keeps the kernels' phase-split image (a phase per unit of stride) the image's size
-    # (strides=[99999999, 99999999] made it gigabytes, filled phase by phase).
-    sh, sw = (1 if size <= 1 else stride for size, stride in zip((oh, ow), strides))
+    (sh, dh), (sw, dw) = (_same_windows(size, k, st, d, p) for size, k, st, d, p in
+                          zip((h, wd), (kh, kw), strides, dilation, pads))
+    # The C kernels copy the image into a zero-bordered buffer of this many floats (as
+    # conv.c's padded_geometry lays it out); past MAX_PADDED its size would not even fit
+    # their int64 arithmetic (only absurd padding gets near it).
+    ph = max(pads[0][0] + h, (oh - 1) * sh + (kh - 1) * dh + 1)
+    pw = max(pads[1][0] + wd, (ow - 1) * sw + (kw - 1) * dw + 1)
+    if c * ph * (-(-pw // sw) * sw) > MAX_PADDED:
+        raise ValueError(f"nn.conv2d: padding {pads} makes a padded image of {c} x {ph} x {pw}, "
+                         f"over the {MAX_PADDED} floats the C kernels take")
     return ffi.new("struct relvm_conv2d_shape *", dict(
         n=n, c=c, h=h, w=wd, oc=oc, kh=kh, kw=kw, oh=oh, ow=ow, sh=sh, sw=sw,
-        pt=pads[0][0], pl=pads[1][0], dh=dilation[0], dw=dilation[1], groups=g))
+        pt=pads[0][0], pl=pads[1][0], dh=dh, dw=dw, groups=g))
+
+
+#: The largest padded image (floats) a conv plan gives the C kernels.
+MAX_PADDED = 1 << 36
+
+
+def _same_windows(size: int, k: int, stride: int, dilation: int, pad: tuple[int, int]
+                  ) -> tuple[int, int]:
+    """The smallest stride and dilation that give the same windows along one axis.
+
+    A stride past the last window start only ever takes the first window, and a dilation of a
+    one-tap kernel is unused; the C kernels split each row into ``stride`` phases (a loop per
+    phase), so an attribute of 2**62 would run for ever, and products of such numbers
+    overflow. ``_runtime_out`` checked that one window fits (``span >= 0``)."""
+    dilation = 1 if k == 1 else dilation
+    span = size + pad[0] + pad[1] - (dilation * (k - 1) + 1)  # where the last window may start
+    return min(stride, span + 1), dilation
 
 
 class _Shape:
