@@ -29,6 +29,10 @@ _MEAN_TAILS = ("nn.global_avg_pool2d",)
 _MEAN_ANCHORS = ("nn.conv2d",)
 #: What may follow each conv of a pair (and the pool, after the second only).
 _PAIR_STEPS = ("nn.bias_add", "nn.relu")
+#: The most ops one group takes; a longer chain is cut into groups of this many. One generated
+#: loop gains nothing from more, and a chain of 100,000 elementwise ops made one group whose C
+#: the generator refused (too many operands), leaving 100,000 step kernels to build at load.
+MAX_GROUP_OPS = 64
 
 
 def _same_shape(a: TensorType, b: TensorType) -> bool:
@@ -102,7 +106,8 @@ def find_groups(module: Module) -> dict[int, list[Call]]:
                 continue
             for a in n.args:
                 if (_is_op_call(a, _ANCHORS) and sole_consumer(a, n)
-                        and _same_shape(a.checked_type, n.checked_type)):
+                        and _same_shape(a.checked_type, n.checked_type)
+                        and len(group_of.get(id(a), ())) < MAX_GROUP_OPS):
                     group = group_of.pop(id(a), [a])
                     group.append(n)
                     group_of[id(n)] = group

@@ -365,3 +365,16 @@ def test_convnet_example_end_to_end(restore_threads) -> None:
             assert got is out or np.shares_memory(got, out)
             assert vm.stats.output_copies == 0
             np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_long_elementwise_chain_is_cut_into_groups_of_at_most_max_group_ops() -> None:
+    from relvm.passes.fuse import MAX_GROUP_OPS
+
+    n = 3 * MAX_GROUP_OPS + 5
+    body = "".join(f"  %{i + 1} = add(%{i}, 1f);\n" for i in range(n))
+    exe = relvm.build(relvm.parse(f"def @main(%0: Tensor[(2, 4), float32]) {{\n{body}  %{n}\n}}"))
+    calls = [ins for ins in exe.function("main").instructions if ins[0] == Opcode.InvokePacked]
+    assert len(calls) == 4  # three full groups and one of five
+    assert all(len(exe.kernels[ins[1]].attrs["steps"]) <= MAX_GROUP_OPS for ins in calls)
+    out = relvm.VirtualMachine(exe).invoke("main", np.zeros((2, 4), np.float32))
+    np.testing.assert_array_equal(out, np.full((2, 4), n, np.float32))
