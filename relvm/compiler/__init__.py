@@ -172,7 +172,8 @@ def _compile(module: Module, bound: dict[int, np.ndarray], bounds: dict[str, int
     library, arch = None, ""
     if program.fused_sources:
         from ..runtime.fileformat import machine_tag
-        from .codegen_c import PRELUDE, compile_library
+        from ..backends.fusedgen import PRELUDE
+        from ..backends.toolchain import compile_library
 
         library = compile_library(PRELUDE + "".join(program.fused_sources))
         arch = machine_tag()

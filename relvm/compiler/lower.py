@@ -98,7 +98,7 @@ class Program:
         """The generated C of a fused kernel and its loop plan (``symbol`` a placeholder), or
         ``{}`` if the generator lacks an op (the backend then runs the steps one kernel at a
         time)."""
-        from .codegen_c import plan_fused
+        from .codegen_c import CannotGenerate, plan_fused
 
         in_types = [a.checked_type for a in call.args]
         first = op.steps[0]
@@ -107,7 +107,7 @@ class Program:
             anchor = first.op.infer(first.attrs, *[in_types[i] for _, i in first.args])
         try:
             plan = plan_fused(PLAN_SYMBOL, op.steps_json(), in_types, call.checked_type, anchor)
-        except KeyError:
+        except CannotGenerate:
             return {}
         return dict(plan.to_json(), source=plan.source)
 
