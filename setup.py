@@ -9,13 +9,14 @@ from setuptools import find_packages, setup
 
 setup(
     name="relvm",
-    version="0.1.0",
+    version="0.2.0",
     description="A bytecode virtual machine for dynamic-shape neural network inference",
     python_requires=">=3.10",
     packages=find_packages(include=["relvm", "relvm.*"]) + ["relvm.grammar"],
     package_dir={"relvm.grammar": "grammar"},
     package_data={"relvm.grammar": ["*.lark"], "relvm.examples": ["*.relay"]},
-    install_requires=["numpy>=1.24", "cffi>=1.15", "lark>=1.1", "scipy-openblas32>=0.3.27"],
+    install_requires=["numpy>=1.24", "cffi>=1.15", "lark>=1.1", "scipy-openblas32>=0.3.27",
+                      "pynacl>=1.5"],
     extras_require={
         "test": ["pytest>=7", "hypothesis>=6.80"],
         "bench": ["onnx>=1.15", "onnxruntime>=1.17", "matplotlib>=3.5"],

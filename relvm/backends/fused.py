@@ -67,6 +67,11 @@ class FusedLibrary:
     def __init__(self, data: bytes, symbols: Sequence[str] = ()):
         from cffi import FFI
 
+        from .elf import defined_symbols
+
+        #: What the library defines itself: the only names looked up in it (dlsym would also
+        #: find the symbols of the libraries it links to, libc's ``system`` among them).
+        self.defined = defined_symbols(data)
         self.ffi = FFI()
         self.ffi.cdef(FUSED_CDEF)
         self._declared: set[str] = set()
@@ -91,6 +96,9 @@ class FusedLibrary:
         if not isinstance(name, str) or not SYMBOL.fullmatch(name):
             raise RelvmFormatError(f"{name!r:.60} is not the name of a generated kernel "
                                    f"(relvm_fused_<digits>)", section="kernels")
+        if name not in self.defined:
+            raise RelvmFormatError(f"the kernel library does not define {name} itself",
+                                   section="kernels")
         with self._lock:
             if name not in self._declared:
                 self.ffi.cdef(f"void {name}(void *ctx, int64_t row_begin, int64_t row_end);\n"
@@ -109,6 +117,8 @@ class FusedLibrary:
         """What kernel ``name`` was compiled for (:func:`signature`), or None if the library
         predates signatures."""
         self._declare(name)
+        if f"{name}_signature" not in self.defined:
+            return None
         try:
             text = getattr(self.lib, f"{name}_signature")
         except (AttributeError, KeyError):  # cffi: KeyError for a missing variable

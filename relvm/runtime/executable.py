@@ -97,6 +97,25 @@ class KernelEntry:
     output_ranks: tuple[int, ...] = ()
 
 
+@dataclass(frozen=True)
+class NativeCode:
+    """Whether an executable's native code (its kernel library) may run, and why.
+
+    An executable built in this process runs its own kernels. A loaded one runs them only when
+    its signature is by a key the user trusts, or the caller said to trust it
+    (``relvm.load(..., trust_native_code=True)``); otherwise each generated kernel is made
+    again from its description (``runtime/kernels.py``).
+    """
+
+    trusted: bool
+    why: str
+    #: The id of the key that signed the file, if it is signed at all.
+    signer: str | None = None
+
+
+BUILT_HERE = NativeCode(True, "built in this process")
+
+
 @dataclass
 class Executable:
     """A compiled module: run it with :class:`relvm.VirtualMachine`, save it with :meth:`save`.
@@ -117,6 +136,8 @@ class Executable:
     kernel_arch: str = ""
     #: Lazy per-constant checksums of a loaded file (loader.ConstantChecks), else None.
     constant_checks: Any = field(default=None, init=False, repr=False, compare=False)
+    #: Whether the kernel library may run (the loader decides it for a file).
+    native: NativeCode = field(default=BUILT_HERE, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.function_index = {f.name: i for i, f in enumerate(self.functions)}

@@ -26,9 +26,9 @@ from ..errors import RelvmFormatError
 
 MAGIC = b"RELVMEXE"
 WEIGHTS_MAGIC = b"RELVMWTS"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 #: Format version -> the first relvm release that reads it. Never remove an entry.
-RELEASES = {1: "0.1.0"}
+RELEASES = {1: "0.1.0", 2: "0.2.0"}
 ALIGNMENT = 64
 
 
@@ -51,8 +51,13 @@ SECTIONS: tuple[Section, ...] = (
             "(`docs/isa.md`). Decoded and verified at load"),
     Section("kernels", "at load",
             "the compiled kernel library carried by the executable (a shared object), or "
-            "empty. Checked for the machine recorded in meta and its ELF header, then left to "
-            "the backend to load"),
+            "empty. Checked for the machine recorded in meta and its ELF header; its code runs "
+            "only when the file is signed by a key the user trusts (see Trust below)"),
+    Section("sign", "at load",
+            "empty (unsigned), or UTF-8 JSON `{\"algorithm\": \"ed25519\", \"key\": <64 hex "
+            "digits>, \"signature\": <128 hex digits>}`: the signer's public key and its "
+            "signature of `relvm executable signature v1\\0` followed by the SHA-256 of "
+            "`meta`, of `code` and of `kernels`. Since version 2"),
     Section("consts", "per constant, on first use",
             "raw little-endian constant bytes; the section starts 64-byte-aligned and each "
             "constant at a multiple of 64 from its start (its `offset` in meta); "
@@ -150,9 +155,19 @@ def open_container(buf: memoryview, magic: bytes, table: tuple[Section, ...],
     return READERS[version](buf, table, fail)
 
 
+#: Sections an executable gained in a format version (older files lack them).
+ADDED = {"sign": 2}
+
+
 def _open_v1(buf: memoryview, table: tuple[Section, ...],
              fail: Callable[[str | None, str], RelvmFormatError]) -> Container:
-    """Format version 1: the header of ``HEADER_FIELDS``, then one entry per section."""
+    """Format version 1: as version 2, without the sections added since."""
+    return _open_v2(buf, tuple(s for s in table if ADDED.get(s.name, 1) <= 1), fail)
+
+
+def _open_v2(buf: memoryview, table: tuple[Section, ...],
+             fail: Callable[[str | None, str], RelvmFormatError]) -> Container:
+    """The header of ``HEADER_FIELDS``, then one entry per section of ``table``."""
     n = len(buf)
     if n < HEADER.size:
         raise fail("header", f"truncated: {n} bytes, shorter than the header")
@@ -231,7 +246,8 @@ def assemble(sections: dict[str, bytes], magic: bytes = MAGIC) -> bytes:
     """A file made of these sections' bytes (with fresh checksums), for tools and tests."""
     table = SECTIONS if magic == MAGIC else WEIGHTS_SECTIONS
     out = io.BytesIO()
-    write_container(out, magic, [(s.name, [(0, sections[s.name])], len(sections[s.name]))
+    write_container(out, magic, [(s.name, [(0, sections.get(s.name, b""))],
+                                  len(sections.get(s.name, b"")))
                                  for s in table])
     return out.getvalue()
 
@@ -247,7 +263,7 @@ def relvm_version() -> str:
 
 
 #: Format version -> the reader of its header and section table. Never remove an entry.
-READERS: dict[int, Callable[..., "Container"]] = {1: _open_v1}
+READERS: dict[int, Callable[..., "Container"]] = {1: _open_v1, 2: _open_v2}
 
 
 # --- docs/format.md ------------------------------------------------------------------------

@@ -4,6 +4,13 @@ A kernel is called in destination-passing style: ``kernel(*inputs, *outputs)`` w
 results into the preallocated output arrays and returns nothing. Backends live in
 ``relvm/backends``; each exposes ``make_kernel(entry) -> callable``.
 
+Generated fused kernels come from the executable's own library only when its native code is
+trusted (``Executable.native``: built in this process, signed by a key the user trusts, or
+trusted by the caller). Otherwise the library's bytes are never loaded: the kernels are
+generated again from their descriptions in the kernel table (steps and plan are data) and
+compiled here when a C compiler is present, else each fused kernel runs its steps through the
+backend's own kernels. :func:`native_path` says which, and why.
+
 A loaded file's kernel entries were checked at load (``kernelcheck.py``), but a backend may
 still refuse one (an op or dtype it has no kernel for, attribute values it cannot run, a
 library that lacks a kernel): whatever it raises becomes a RelvmFormatError naming the kernel,
@@ -14,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import threading
+import warnings
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -95,23 +103,100 @@ def _plan(entry: KernelEntry) -> dict | None:
 
 def _generated_library(exe: Executable):
     """The executable's generated kernels, loaded once per Executable (shared by its VMs, and
-    by every executable carrying the same library)."""
-    if not exe.kernel_library or not any(map(_plan, exe.kernels)):
+    by every executable carrying the same library): the file's own library when its native
+    code is trusted, else one generated and compiled here from the kernel table, else None
+    (the backend then runs each fused kernel's steps)."""
+    if not any(map(_plan, exe.kernels)):
         return None
     with _lock:
-        library = getattr(exe, "_generated", None)
-        if library is None:
-            from ..backends.fused import open_library
+        if not hasattr(exe, "_generated"):
+            exe._generated, exe._native_path = _library_for(exe)
+            if not exe.native.trusted and exe.kernel_library:
+                warnings.warn(_untrusted_warning(exe), UntrustedCodeWarning,
+                              stacklevel=_caller_level())
+    return exe._generated
 
-            try:
-                library = open_library(exe.kernel_library)
-            except RelvmError:
-                raise
-            except Exception as e:  # whatever opening it raises
-                raise RelvmFormatError(f"the kernel library cannot be opened: "
-                                       f"{type(e).__name__}: {e}", section="kernels") from None
-            exe._generated = library
-    return library
+
+class UntrustedCodeWarning(UserWarning):
+    """An executable's native code was not run because it is not trusted (once per file)."""
+
+
+def native_path(exe: Executable) -> str:
+    """Where the executable's generated kernels come from, and why (``relvm inspect`` and
+    ``vm.stats.native_code`` show it)."""
+    if not any(map(_plan, exe.kernels)):
+        return "no generated kernels"
+    _generated_library(exe)
+    return exe._native_path
+
+
+def _library_for(exe: Executable):
+    """(the generated kernels' library or None, where they come from and why)."""
+    from ..backends.fused import open_library
+
+    if exe.native.trusted and exe.kernel_library:
+        try:
+            library = open_library(exe.kernel_library)
+        except RelvmError:
+            raise
+        except Exception as e:  # whatever opening it raises
+            raise RelvmFormatError(f"the kernel library cannot be opened: "
+                                   f"{type(e).__name__}: {e}", section="kernels") from None
+        return library, f"the file's own kernels: {exe.native.why}"
+    why = exe.native.why if exe.kernel_library else "the file carries no kernel library"
+    try:
+        library = open_library(_compile_again(exe))
+    except RelvmError as e:
+        return None, (f"relvm's library kernels, step by step: {why}, and generating the "
+                      f"kernels here failed ({_first_line(e)})")
+    return library, f"generated here from the file's kernel descriptions: {why}"
+
+
+def _compile_again(exe: Executable) -> bytes:
+    """The generated kernels of ``exe``, made from their descriptions and compiled here."""
+    from ..backends.fusedgen import PRELUDE, CannotGenerate, generate
+    from ..backends.toolchain import compile_library
+
+    sources = []
+    for entry in exe.kernels:
+        plan = _plan(entry)
+        if not plan:
+            continue
+        steps = entry.attrs["steps"]
+        anchor = next((o[1] for o in plan["operands"] if o[0] < 0), None)
+        rank = entry.output_ranks[0] if entry.output_ranks else None
+        if rank is None:
+            raise RelvmFormatError("the file predates recorded kernel ranks", section="meta")
+        try:
+            sources.append(generate(plan["symbol"], steps, plan, entry.inputs,
+                                    entry.outputs[0], rank, anchor))
+        except CannotGenerate as e:
+            raise RelvmFormatError(f"kernel {entry.name!r}: {e}", section="meta") from None
+    return compile_library(PRELUDE + "".join(sources))
+
+
+def _first_line(e: Exception) -> str:
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+def _untrusted_warning(exe: Executable) -> str:
+    instead = ("generated here from their descriptions" if exe._generated is not None
+               else "run step by step on relvm's own kernels")
+    how = (f"trust its signer: relvm trust add KEYFILE (key {exe.native.signer})"
+           if exe.native.signer else "rebuild it yourself")
+    return (f"relvm: not running the native code this executable carries ({exe.native.why}); "
+            f"its kernels are {instead}. To run its own, {how}, or load it with "
+            f"trust_native_code=True")
+
+
+def _caller_level() -> int:
+    """The stacklevel of the first frame outside relvm: a warning names the user's line."""
+    import sys
+
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("relvm."):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _generated_kernel(entry: KernelEntry, library, backend, constants) -> Callable:

@@ -40,13 +40,14 @@ from .. import dtypes
 from ..errors import RelvmFormatError
 from . import verify
 from .bytecode import DecodeError, decode
-from .executable import Executable
+from . import trust
+from .executable import Executable, NativeCode
 from .filemeta import CodeRange, ConstantEntry, Meta, constant_entry, from_meta, tuples
 from .fileformat import (ALIGNMENT, MAGIC, SECTIONS, WEIGHTS_MAGIC, WEIGHTS_SECTIONS,
                          machine_tag, open_container)
 
 
-def load(path, *, weights=None) -> Executable:
+def load(path, *, weights=None, trust_native_code: bool = False) -> Executable:
     """Load an executable file, its constants memory-mapped (read-only, paged in on use).
 
     Parameters
@@ -55,7 +56,11 @@ def load(path, *, weights=None) -> Executable:
         A file written by ``Executable.save``.
     weights : str or PathLike, optional
         Where its weights file is, if it has one and it moved (default: the path recorded in
-        the file, relative to ``path``).
+        the file, beside ``path``).
+    trust_native_code : bool
+        Run the native code the file carries (its generated kernels) even though it is not
+        signed by a key you trust. By default such a file runs without it: each fused kernel
+        is generated again here from its description, or run with relvm's own kernels.
 
     Raises
     ------
@@ -73,10 +78,11 @@ def load(path, *, weights=None) -> Executable:
     base = os.path.dirname(os.path.abspath(path))
     return _load(buf, path, lambda ref: _map(os.fspath(weights) if weights is not None
                                              else os.path.join(base, *ref.split("/")),
-                                             "weights"))
+                                             "weights"), trust_native_code)
 
 
-def load_bytes(data: bytes | bytearray | memoryview, *, weights=None) -> Executable:
+def load_bytes(data: bytes | bytearray | memoryview, *, weights=None,
+               trust_native_code: bool = False) -> Executable:
     """Load an executable from bytes (``Executable.save_bytes``).
 
     The constants are read-only views of ``data`` (no copy): do not change ``data`` while the
@@ -93,7 +99,7 @@ def load_bytes(data: bytes | bytearray | memoryview, *, weights=None) -> Executa
             raise RelvmFormatError(f"the executable keeps its weights in {ref!r}; pass "
                                    f"weights=<path> to load_bytes", section="weights")
         return _map(os.fspath(weights), "weights")
-    return _load(buf, "<bytes>", weights_buf)
+    return _load(buf, "<bytes>", weights_buf, trust_native_code)
 
 
 def _map(path: str, section: str) -> memoryview:
@@ -107,10 +113,11 @@ def _map(path: str, section: str) -> memoryview:
                                section=None if section == "header" else section) from None
 
 
-def _load(buf: memoryview, source: str, weights_buf: Callable[[str], memoryview]) -> Executable:
+def _load(buf: memoryview, source: str, weights_buf: Callable[[str], memoryview],
+          trust_native_code: bool) -> Executable:
     stage = ["header"]  # the section being read, for errors nothing more specific caught
     try:
-        return _read_executable(buf, weights_buf, stage)
+        return _read_executable(buf, weights_buf, stage, trust_native_code)
     except RelvmFormatError:
         raise
     except (ValueError, TypeError, KeyError, IndexError, struct.error, OverflowError,
@@ -124,14 +131,18 @@ def _fail(section: str | None, message: str) -> RelvmFormatError:
 
 
 def _read_executable(buf: memoryview, weights_buf: Callable[[str], memoryview],
-                     stage: list[str]) -> Executable:
+                     stage: list[str], trust_native_code: bool) -> Executable:
     box = open_container(buf, MAGIC, SECTIONS, _fail)
     stage[0] = "meta"
-    meta = from_meta(_parse_json(box.checked("meta"), "meta", dict))
+    meta_bytes = box.checked("meta")
+    meta = from_meta(_parse_json(meta_bytes, "meta", dict))
     stage[0] = "code"
-    words = _words(box.checked("code"))
+    code_bytes = box.checked("code")
+    words = _words(code_bytes)
     stage[0] = "kernels"
     library = _kernel_library(box.checked("kernels"), meta.kernel_arch)
+    stage[0] = "sign"
+    native = _native_code(box, [meta_bytes, code_bytes, library], trust_native_code)
     _check_backend(meta.backend)
     stage[0] = "consts"
     offset, size = box.span("consts")
@@ -141,6 +152,7 @@ def _read_executable(buf: memoryview, weights_buf: Callable[[str], memoryview],
     exe = Executable(meta.functions, [a for a, _ in constants], meta.kernels,
                      [tuples(p) for p in meta.dim_programs], meta.upper_bounds, meta.backend,
                      library, meta.kernel_arch or "")
+    exe.native = native
     stage[0] = "code"
     _attach_code(exe, meta.code, words)
     verify.check_executable(exe, uses)
@@ -226,6 +238,45 @@ def _check_elf(data: memoryview, here: str) -> None:
         raise RelvmFormatError(f"the kernel library is an ELF object for another machine "
                                f"({bits}-bit, {order}-endian, e_machine {machine}); this is "
                                f"{here}", section="kernels")
+
+
+def _native_code(box, signed: list, trust_native_code: bool) -> NativeCode:
+    """Whether the kernel library may run: signed by a trusted key, or trusted by the caller.
+
+    A signature that does not verify, or a key the user does not trust, is no error: the file
+    then runs without its native code. A ``sign`` section that is not a signature at all is.
+    """
+    library = signed[-1]
+    data = box.checked("sign") if "sign" in box.sections else b""
+    signer = None
+    if len(data):
+        value = _parse_json(data, "sign", dict)
+        key, sig = value.get("key"), value.get("signature")
+        if value.get("algorithm") != "ed25519" or not _hex(key, 32) or not _hex(sig, 64):
+            raise RelvmFormatError("expected {algorithm: ed25519, key: 64 hex digits, "
+                                   "signature: 128 hex digits}", section="sign")
+        key, sig = bytes.fromhex(key), bytes.fromhex(sig)
+        signer = trust.key_id(key)
+    if library is None:
+        return NativeCode(False, "the file carries no native code", signer)
+    if trust_native_code:
+        return NativeCode(True, "trusted by the caller (trust_native_code=True)", signer)
+    if signer is None:
+        return NativeCode(False, "the file is not signed", None)
+    if not trust.verify(key, sig, trust.signed_message([bytes(s) for s in signed])):
+        return NativeCode(False, f"its signature (key {signer}) does not match its contents",
+                          signer)
+    known = trust.trusted_keys()
+    if known.get(signer) != key:
+        return NativeCode(False, f"it is signed by key {signer}, which you do not trust",
+                          signer)
+    own = trust.own_key_id()
+    return NativeCode(True, "signed by your key" if signer == own else
+                      f"signed by key {signer}, which you trust", signer)
+
+
+def _hex(v: Any, nbytes: int) -> bool:
+    return type(v) is str and len(v) == 2 * nbytes and all(c in "0123456789abcdef" for c in v)
 
 
 def _check_backend(name: str) -> None:

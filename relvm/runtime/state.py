@@ -32,7 +32,7 @@ from .dimprog import DimError
 from .executable import Executable, VMFunction
 from .handlers import ALIGNMENT, CALL, HANDLERS
 from . import replay
-from .kernels import Constants, resolve_kernels
+from .kernels import Constants, native_path, resolve_kernels
 from .operands import OperandCheck
 from .opcodes import Opcode
 from .signature import EntryPoint
@@ -70,7 +70,8 @@ class InvokeStats:
     the thread's reusable storage plus what it allocated. ``output_copies`` counts results that
     could not be written in place into bound output arrays and were copied (among them results
     whose output array shares memory with an input); ``input_copies`` counts inputs copied
-    because they were not C-contiguous.
+    because they were not C-contiguous. ``native_code`` says where the executable's generated
+    kernels come from, and why (the same on every invoke of a VM).
     """
 
     # Class-level zeros, no __init__: one is made per invoke, and an invoke that allocates and
@@ -81,6 +82,7 @@ class InvokeStats:
     peak_bytes = 0
     output_copies = 0
     input_copies = 0
+    native_code = "no generated kernels"
 
     def __repr__(self) -> str:
         return "InvokeStats(" + ", ".join(f"{k}={getattr(self, k)}" for k in self.FIELDS) + ")"
@@ -137,7 +139,10 @@ class ThreadState:
         self.next_outputs: dict[str, tuple] = {}
         self.bound_outputs: dict[str, tuple] = {}
         self.outputs: list[np.ndarray] = []
-        self.stats = InvokeStats()
+        # Stats made per invoke with this VM's native_code as a class attribute: no cost a call.
+        self._stats_type = type("InvokeStats", (InvokeStats,),
+                                {"native_code": native_path(exe)})
+        self.stats = self._stats_type()
         self.trace = os.environ.get("RELVM_TRACE", "") not in ("", "0")
         self.ret_value: Any = None
         self.pending: Frame | None = None
@@ -236,7 +241,7 @@ class ThreadState:
     # --- invoking ------------------------------------------------------------------------------
     def call(self, ep: EntryPoint, inputs: list, outs: tuple | None) -> Any:
         """Run ``ep`` on checked ``inputs``, writing into checked output arrays ``outs``."""
-        self.stats = stats = InvokeStats()
+        self.stats = stats = self._stats_type()
         if ep.copies:
             stats.input_copies = ep.copies
             ep.copies = 0

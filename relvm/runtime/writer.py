@@ -53,11 +53,28 @@ def _write_executable(exe: Executable, out, weights_out=None, weights_ref: str =
     library = bytes(exe.kernel_library or b"")
     arch = (exe.kernel_arch or machine_tag()) if library else None
     meta = _json(to_meta(exe, code, index, relvm_version(), arch, weights))
+    sign = _signature(exe, meta, code_bytes, library)
     write_container(out, MAGIC, [
         ("meta", [(0, meta)], len(meta)),
         ("code", [(0, code_bytes)], len(code_bytes)),
         ("kernels", [(0, library)], len(library)),
+        ("sign", [(0, sign)], len(sign)),
         ("consts", [(e["offset"], a) for e, a in main], _end(main))])
+
+
+def _signature(exe: Executable, meta: bytes, code: bytes, library: bytes) -> bytes:
+    """The ``sign`` section: this user's signature of what decides what the kernel library
+    does, when the executable carries one and its code is trusted here (built in this process,
+    or loaded trusted); else empty. An untrusted file saved again stays unsigned: saving never
+    turns someone else's native code into the user's own."""
+    if not library or not exe.native.trusted:
+        return b""
+    from . import trust
+
+    signer = trust.signer()
+    signature = signer.sign(trust.signed_message([meta, code, library]))
+    return _json({"algorithm": "ed25519", "key": signer.public.hex(),
+                  "signature": signature.hex()})
 
 
 def _constants_index(arrays: list[np.ndarray], apart: list[bool]

@@ -1,15 +1,18 @@
-"""Generates tests/data/format_v1.rvm, the small file of format version 1 that
-tests/format/test_versions.py loads and runs to prove relvm still reads version 1.
+"""Generates tests/data/format_v<N>.rvm for the format version N relvm writes: the small file
+that tests/format/test_versions.py loads and runs to prove relvm still reads version N.
 
-    PYTHONPATH=. python tests/data/make_format_v1.py
+    PYTHONPATH=. python tests/data/make_format_file.py
 
-Run it only while relvm writes format version 1 (it refuses otherwise). Never regenerate the
-file with a relvm that writes a newer version: its point is to stay the bytes of version 1.
-The program and weights are chosen so every result is exact in float32.
+Run it once, when a new format version is introduced; it refuses to replace an existing file,
+whose point is to stay the bytes that version's relvm wrote. The program and weights are
+chosen so every result is exact in float32. It is built with a throwaway signing key, so the
+tests load it as a file from someone else (its kernels made again here).
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -27,12 +30,14 @@ B = np.array([0.5, -1], np.float32)
 
 
 def main() -> None:
-    if FORMAT_VERSION != 1:
-        raise SystemExit(f"relvm writes format version {FORMAT_VERSION}; format_v1.rvm must "
-                         f"stay a version 1 file")
-    exe = relvm.build(relvm.parse(TEXT), params={"w": W, "b": B})
-    out = Path(__file__).with_name("format_v1.rvm")
-    exe.save(out)
+    out = Path(__file__).with_name(f"format_v{FORMAT_VERSION}.rvm")
+    if out.exists():
+        raise SystemExit(f"{out} exists: it must stay the bytes of format version "
+                         f"{FORMAT_VERSION}")
+    with tempfile.TemporaryDirectory() as config:
+        os.environ["RELVM_CONFIG_DIR"] = config  # a throwaway signing key
+        exe = relvm.build(relvm.parse(TEXT), params={"w": W, "b": B})
+        exe.save(out)
     print(f"wrote {out} ({out.stat().st_size} bytes)")
 
 

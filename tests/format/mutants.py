@@ -143,11 +143,15 @@ def inputs_for(fn, rng: np.random.Generator) -> list | None:
 
 # --- running a mutant ----------------------------------------------------------------------------
 
-def run(base: Base, data: bytes, weights_path: str | None) -> str:
+def run(base: Base, data: bytes, weights_path: str | None, trust: bool = True) -> str:
     """Load, make a VM, invoke: the outcome's name. Exceptions outside relvm's family (and
-    crashes) escape: they are what the fuzz looks for."""
+    crashes) escape: they are what the fuzz looks for.
+
+    A mutated file's signature no longer matches, so by default its kernels would be made
+    again from the mutated descriptions; with ``trust`` the genuine library runs under the
+    mutated metadata instead (``trust_native_code=True``), the harder case for the checks."""
     try:
-        exe = relvm.load_bytes(data, weights=weights_path)
+        exe = relvm.load_bytes(data, weights=weights_path, trust_native_code=trust)
     except RelvmFormatError:
         return "refused at load"
     try:
@@ -201,6 +205,7 @@ class Template:
                                        f["code"]["word_offset"] + f["code"]["word_count"]],
                                  f["code"]["instructions"]) for f in meta["functions"]]
         self.kernels = sections["kernels"]
+        self.sign = sections["sign"]
         self.consts = sections["consts"]
         self.crcs = {"consts": zlib.crc32(self.consts), "kernels": zlib.crc32(self.kernels)}
         self.index_text = self.data = None
@@ -265,11 +270,12 @@ class File:
             _recompute_crcs(self.meta.get("constants"), self.consts,
                             lambda e: e.get("file") == "main", self.consts is t.consts)
         code = np.array([_int64(w) for w in words], "<i8").tobytes()
-        known = {"kernels": t.crcs["kernels"]}
+        known = {"kernels": t.crcs["kernels"], "sign": zlib.crc32(t.sign)}
         if self.consts is t.consts:
             known["consts"] = t.crcs["consts"]
         main = _assemble(MAGIC, [("meta", self.dumps(self.meta)), ("code", code),
-                                 ("kernels", t.kernels), ("consts", self.consts)], known)
+                                 ("kernels", t.kernels), ("sign", t.sign),
+                                 ("consts", self.consts)], known)
         return main, weights
 
     def dumps(self, value: Any) -> bytes:

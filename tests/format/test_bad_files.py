@@ -96,10 +96,13 @@ def test_a_weights_file_is_not_an_executable(tmp_path) -> None:
 
 
 def test_newer_format_version_says_which_relvm_is_needed() -> None:
-    newer = DATA[:8] + struct.pack("<I", 2) + b"7.3.0".ljust(16, b"\0") + DATA[28:]
+    from relvm.runtime.fileformat import FORMAT_VERSION
+
+    newer = DATA[:8] + struct.pack("<I", FORMAT_VERSION + 1) + b"7.3.0".ljust(16, b"\0") + \
+        DATA[28:]
     err = load_error(newer)
     assert err.section == "header"
-    assert "format version 2 is newer than this relvm" in str(err)
+    assert f"format version {FORMAT_VERSION + 1} is newer than this relvm" in str(err)
     assert "needs relvm 7.3.0 or later" in str(err)
 
 

@@ -12,6 +12,7 @@ import pytest
 
 import relvm
 from relvm.runtime.filemeta import META_KEYS
+from relvm.runtime.kernels import UntrustedCodeWarning
 from relvm.runtime.fileformat import (ENTRY, FORMAT_VERSION, HEADER, HEADER_FIELDS, MAGIC,
                                       READERS, RELEASES, SECTIONS, WEIGHTS_SECTIONS,
                                       format_markdown, sections_of)
@@ -22,10 +23,17 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
 
 
-def test_format_v1_file_loads_and_runs_with_its_known_result() -> None:
-    raw = (DATA / "format_v1.rvm").read_bytes()
-    assert raw[:8] == MAGIC and struct.unpack_from("<I", raw, 8)[0] == 1
-    vm = relvm.VirtualMachine(relvm.load(DATA / "format_v1.rvm"))
+@pytest.mark.parametrize("version", sorted(READERS))
+def test_a_released_format_file_loads_and_runs_with_its_known_result(version) -> None:
+    raw = (DATA / f"format_v{version}.rvm").read_bytes()
+    assert raw[:8] == MAGIC and struct.unpack_from("<I", raw, 8)[0] == version
+    exe = relvm.load(DATA / f"format_v{version}.rvm")
+    if exe.kernel_library:  # (version 1's build carried none)
+        with pytest.warns(UntrustedCodeWarning, match="signed by key .* which you do not trust"):
+            vm = relvm.VirtualMachine(exe)  # another user's build: its kernels made here
+        assert vm.stats.native_code.startswith("generated here from the file's kernel")
+    else:
+        vm = relvm.VirtualMachine(exe)
     x = np.array([[1, 0, -1], [2, 1, 0], [0.5, 0.5, 1]], np.float32)
     relu, sums = vm.invoke("main", x)
     # relu(x @ [[1, 2, 3], [-1, 0.5, 2]].T + [0.5, -1]), and each row's sum: exact in float32.
