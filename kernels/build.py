@@ -13,7 +13,7 @@ on a path that exists only in pip's build environment.
 
 ``RELVM_SANITIZE=address`` (at build time) builds the library with AddressSanitizer and
 UBSan instead, for the memory-safety run ``tests/kernels/run_sanitized.sh``; the same variable
-makes ``relvm/compiler/codegen_c.py`` build the generated fused kernels the same way. Such a
+makes ``relvm/backends/toolchain.py`` build the generated fused kernels the same way. Such a
 library runs only in a process that has the ASan runtime preloaded (see that script).
 """
 
@@ -38,7 +38,7 @@ CFLAGS = ["-O3", "-std=c11", "-Wall", "-Wextra", "-Werror", "-fno-strict-aliasin
 
 # The sanitizer build (RELVM_SANITIZE=address): ASan + UBSan (plus float-to-int casts out of
 # range, which GCC's "undefined" leaves out), -O1 with frame pointers so the reports have whole
-# stacks. Kept equal to SANITIZE_FLAGS in relvm/compiler/codegen_c.py.
+# stacks. Kept equal to SANITIZE_FLAGS in relvm/backends/toolchain.py.
 SANITIZE_FLAGS = ["-fsanitize=address,undefined,float-cast-overflow", "-fno-omit-frame-pointer",
                   "-g", "-O1"]
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from .errors import (RelvmCompileError, RelvmError, RelvmFormatError, RelvmInputError,
-                     RelvmRuntimeError, RelvmSyntaxError, RelvmTypeError)
+                     RelvmRuntimeError, RelvmSyntaxError, RelvmTrustError, RelvmTypeError)
 
 from .runtime import Executable, VirtualMachine
 from .runtime.loader import load, load_bytes
@@ -78,4 +78,4 @@ def print_module(module) -> str:
 __all__ = ["parse", "print_module", "build", "load", "load_bytes", "Executable", "VirtualMachine",
            "set_num_threads", "get_num_threads",
            "RelvmError", "RelvmSyntaxError", "RelvmTypeError", "RelvmCompileError",
-           "RelvmFormatError", "RelvmInputError", "RelvmRuntimeError"]
+           "RelvmFormatError", "RelvmInputError", "RelvmRuntimeError", "RelvmTrustError"]

@@ -180,12 +180,12 @@ def _inputs_for(exe, func: str, given: dict[str, str], dims: dict[str, int],
     return values
 
 
-def _load_exe(path: str):
+def _load_exe(path: str, trust: bool = False):
     import relvm
 
     if not os.path.exists(path):
         raise CliError(f"cannot read {path}: no such file")
-    return relvm.load(path)
+    return relvm.load(path, trust_native_code=trust)
 
 
 # --- commands ---------------------------------------------------------------------------------
@@ -316,7 +316,7 @@ def _run(args: argparse.Namespace) -> int:
     import relvm
 
     given, dims = _pairs(args.input, "--input"), _int_pairs(args.dims, "--dims")
-    exe = _load_exe(args.model)
+    exe = _load_exe(args.model, args.trust_native_code)
     inputs = _inputs_for(exe, args.func, given, dims, args.seed)
     vm = relvm.VirtualMachine(exe)
     start = time.perf_counter()
@@ -340,8 +340,12 @@ def _run(args: argparse.Namespace) -> int:
 @command("inspect")
 def _inspect(args: argparse.Namespace) -> int:
     """Show an executable: signatures, kernels, constants, sizes, and the disassembly."""
-    exe = _load_exe(args.model)
+    from .runtime.kernels import planned_path
+
+    exe = _load_exe(args.model, args.trust_native_code)
     print(f"{args.model}: {os.path.getsize(args.model) / 1e6:.2f} MB, backend {exe.backend}")
+    signed = f"signed by key {exe.native.signer}" if exe.native.signer else "not signed"
+    print(f"native code: {signed}; kernels: {planned_path(exe)}")
     if exe.upper_bounds:
         print("upper bounds: " + ", ".join(f"{k} <= {v}" for k, v in exe.upper_bounds.items()))
     print("functions:")
@@ -358,13 +362,48 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+@command("trust")
+def _trust(args: argparse.Namespace) -> int:
+    """Manage the keys whose executables may run their native code: add KEYFILE, list, remove ID."""
+    from .runtime import trust
+
+    if args.action == "add":
+        if not args.key:
+            raise UsageError("trust add: give the public key file (KEYFILE)")
+        kid = trust.trust_add(args.key)
+        print(f"trusting key {kid}: executables it signs run their own kernels")
+    elif args.action == "remove":
+        if not args.key:
+            raise UsageError("trust remove: give the key's id (see relvm trust list)")
+        if not trust.trust_remove(args.key):
+            raise CliError(f"key {args.key} is not in the trusted list")
+        print(f"no longer trusting key {args.key}")
+    else:
+        keys = trust.trusted_keys()
+        own = trust.own_key_id()
+        if not keys:
+            print("no trusted keys (your own key is made when you first save a model)")
+        for kid in sorted(keys):
+            print(f"{kid}{'  (your own key)' if kid == own else ''}")
+    return 0
+
+
+@command("key")
+def _key(args: argparse.Namespace) -> int:
+    """Print your public key (made on first use): give it to people who run your models."""
+    from .runtime import trust
+
+    print(trust.public_key_line(trust.signer().public, args.comment or ""))
+    return 0
+
+
 @command("bench")
 def _bench(args: argparse.Namespace) -> int:
     """Time a function at several values of its dims: median and p90 per setting."""
     import relvm
 
     settings = _bench_settings(args.dims)  # option values first: a usage error exits 2
-    exe = _load_exe(args.model)
+    exe = _load_exe(args.model, args.trust_native_code)
     vm = relvm.VirtualMachine(exe)
     print(f"{'dims':<24} {'median ms':>10} {'p90 ms':>10} {'runs':>6}")
     for dims in settings:
@@ -458,9 +497,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--output", help="write the result(s) to a .npy (or .npz) file")
     run.add_argument("--func", default="main", help="the function to run (default: main)")
     run.add_argument("--seed", type=int, default=0, help="seed for random inputs")
+    run.add_argument("--trust-native-code", action="store_true",
+                     help="run the native code the file carries even if no trusted key signed it")
 
     insp = add("inspect", _inspect)
     insp.add_argument("model", help="an executable file (.rvm)")
+    insp.add_argument("--trust-native-code", action="store_true",
+                      help="describe it as if its native code were trusted (nothing runs)")
     insp.add_argument("--no-bytecode", action="store_true", help="omit the disassembly")
 
     bench = add("bench", _bench)
@@ -473,12 +516,29 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--min-runs", type=int, default=10, help="at least this many runs")
     bench.add_argument("--max-runs", type=int, default=100_000, help="at most this many runs")
     bench.add_argument("--seed", type=int, default=0, help="seed for random inputs")
+    bench.add_argument("--trust-native-code", action="store_true",
+                       help="run the native code the file carries even if no trusted key "
+                            "signed it")
+
+    tr = add("trust", _trust)
+    tr.add_argument("action", choices=["add", "list", "remove"])
+    tr.add_argument("key", nargs="?", help="add: a public key file; remove: a key id")
+
+    key = add("key", _key)
+    key.add_argument("--comment", help="a note written after the key (e.g. your name)")
     return p
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    print(f"relvm: warning: {str(message).removeprefix('relvm: ')}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    import warnings
+
     parser = _parser()
     args = parser.parse_args(argv)
+    warnings.showwarning = _show_warning  # one line, not the source line that warned
     try:
         return COMMANDS[args.command](args)
     except UsageError as e:

@@ -66,3 +66,8 @@ class RelvmInputError(RelvmError, ValueError):
 
 class RelvmRuntimeError(RelvmError, RuntimeError):
     """A failure while running bytecode: names the function, the pc and the instruction."""
+
+
+class RelvmTrustError(RelvmError, PermissionError):
+    """A problem with signing keys or the trust store: an unreadable key file, a config or
+    cache directory that others can write."""

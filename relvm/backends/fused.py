@@ -1,4 +1,4 @@
-"""Loading and calling generated fused kernels (the run-time half of compiler/codegen_c.py).
+"""Loading and calling generated fused kernels (made by backends/fusedgen.py).
 
 An executable built with generated kernels carries them as one shared library. It is loaded
 with cffi's ABI mode (``ffi.dlopen``) only after its section's checksum and architecture have

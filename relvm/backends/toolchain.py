@@ -39,6 +39,10 @@ def compiler() -> str:
     return cc
 
 
+def has_compiler() -> bool:
+    return bool(os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc"))
+
+
 def compile_flags() -> list[str]:
     """CFLAGS, plus the sanitizer flags when $RELVM_SANITIZE asks for them (read per compile)."""
     value = os.environ.get("RELVM_SANITIZE", "").strip().lower()

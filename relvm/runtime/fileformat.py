@@ -288,9 +288,9 @@ def format_markdown() -> str:
              f"Format version **{FORMAT_VERSION}** (read by relvm {RELEASES[FORMAT_VERSION]} "
              f"and later). Written by `exe.save(path)` / `exe.save_bytes()`, read by "
              f"`relvm.load(path)` / `relvm.load_bytes(data)`. All integers are little-endian. "
-             f"There is no pickle and no eval: metadata is JSON, dim programs are data compiled "
-             f"to closures, and the only code a file carries is the kernel library, which relvm "
-             f"loads (through the backend) only after its section checks out.", "",
+             f"There is no pickle and no eval: metadata is JSON and dim programs are data compiled "
+             f"to closures. The only code a file carries is its kernel library, which runs only "
+             f"when the file is signed by a key the user trusts (Trust, below).", "",
              "## Header", "",
              f"{HEADER.size} bytes, then `section_count` section table entries of "
              f"{ENTRY.size} bytes. The first {STABLE_PREFIX} bytes (magic, version, min_relvm) "
@@ -350,23 +350,50 @@ def format_markdown() -> str:
         "| section | checked | contents |", "|---|---|---|"]
     lines += [f"| `{s.name}` | {s.checked} | {s.doc} |" for s in WEIGHTS_SECTIONS]
     lines += [
-        "", "The executable's `meta.weights` records the weights file's path relative to the "
-        "executable and a content id, the first 16 bytes of the SHA-256 of its `index` section: "
-        "`relvm.load` opens, maps and checks it, and refuses a weights file saved with another "
-        "executable. Its constants are checked on first use, like `consts` (errors name "
+        "", "The executable's `meta.weights` records the weights file's name -- a plain file "
+        "name in the executable's own directory (no separators, no `..`, not hidden), as "
+        "`exe.save` requires -- and a content id, the first 16 bytes of the SHA-256 of its "
+        "`index` section: `relvm.load` opens it without blocking, refuses anything but a "
+        "regular file (a FIFO there would block for ever), maps and checks it, and refuses a "
+        "weights file saved with another executable (`relvm.load(path, weights=...)` names "
+        "another place explicitly). Its constants are checked on first use, like `consts` (errors name "
         "`weights`).", "",
         "## Kernel library", "",
         "`kernels` holds `Executable.kernel_library`; `meta.kernel_library.arch` is the machine "
         "it was compiled for (`platform.machine()`-`sys.platform`, e.g. `x86_64-linux`). At "
         "load, relvm refuses a library for another machine, then checks it is an ELF object of "
-        "this machine's class, byte order and `e_machine` (on ELF platforms). relvm never loads "
-        "it itself: the backend does, when it resolves the kernel table, and opens a library "
-        "once per process for each content. Each generated kernel `relvm_fused_<k>` also "
-        "defines `relvm_fused_<k>_signature`, the dtype and contiguity of each operand and the "
-        "output's dtype it was compiled for; a plan that says otherwise is refused before the "
-        "kernel is used, and operand shapes are checked against the loop before it runs. "
-        "Whether to trust the native code a file carries at all is not decided by the "
-        "verifier: the library is checked only for its machine.", "",
+        "this machine's class, byte order and `e_machine` (on ELF platforms). Each generated "
+        "kernel `relvm_fused_<k>` also defines `relvm_fused_<k>_signature`, the dtype and "
+        "contiguity of each operand and the output's dtype it was compiled for; a plan that "
+        "says otherwise is refused before the kernel is used, and operand shapes are checked "
+        "against the loop before it runs.", "",
+        "## Trust", "",
+        "A file's native code -- the library in `kernels` -- runs only when the user trusts "
+        "it. relvm trusts a file signed (`sign`) by the user's own key, which relvm makes in "
+        "the user's config directory (`$RELVM_CONFIG_DIR`, else `$XDG_CONFIG_HOME/relvm`, else "
+        "`~/.config/relvm`; owner-only) the first time it saves a model with generated "
+        "kernels, or by a key the user added with `relvm trust add KEYFILE` (`relvm key` "
+        "prints one's own, to give to others). The signature covers `meta` (with each "
+        "constant's CRC-32 and the weights file's content id), `code` and `kernels`, so "
+        "nothing that decides what the native code does can change without breaking it; "
+        "`exe.save` signs only an executable whose code is trusted here (built in this "
+        "process, or loaded trusted), so saving an untrusted file again never makes it the "
+        "user's.", "",
+        "Any other file -- unsigned, signed by another key, or changed after it was signed -- "
+        "runs without its native code, with the same results to float tolerance: each fused "
+        "kernel is generated again from its description in `meta` (its steps and plan are "
+        "data) and compiled on this machine when a C compiler is present, else runs step by "
+        "step on the installed relvm's own kernels. The library's bytes are then never "
+        "written to disk or loaded, so its ELF constructors never run. A one-line "
+        "`UntrustedCodeWarning` says how to trust the signer; `vm.stats.native_code` and "
+        "`relvm inspect` say which path runs and why. `relvm.load(path, "
+        "trust_native_code=True)` (`--trust-native-code` on the command line) runs the "
+        "file's own kernels anyway.", "",
+        "Even trusted, a kernel is looked up only by a name `relvm_fused_<digits>` that the "
+        "kernel table lists and the library's own dynamic symbol table defines, never a "
+        "symbol of a library it links to (libc's `system`, say). The kernel cache "
+        "(`~/.cache/relvm/kernels`) is owner-only and used only while it stays so; an entry "
+        "is reused only if its SHA-256 is the one recorded when it was built.", "",
         "## Versions", "",
         "A new format version is added when the layout changes; relvm keeps a reader for "
         "every version it has released (`READERS`) and a small file of each under `tests/data` "

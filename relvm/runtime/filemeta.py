@@ -42,8 +42,9 @@ META_KEYS: dict[str, str] = {
                  "(`index` into the weights file's index)",
     "kernel_library": "null, or `{\"arch\": \"x86_64-linux\"}`: the machine the library in "
                       "`kernels` was compiled for",
-    "weights": "null, or `{\"path\", \"content_id\"}`: the weights file (relative to this "
-               "file) and the first 16 bytes of the SHA-256 of its index, in hex",
+    "weights": "null, or `{\"path\", \"content_id\"}`: the weights file's name (a plain file "
+               "name, in this file's directory) and the first 16 bytes of the SHA-256 of its "
+               "index, in hex",
 }
 
 #: Registers or dims slots per frame: far above any real program, low enough that a bad file

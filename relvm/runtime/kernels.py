@@ -130,6 +130,21 @@ def native_path(exe: Executable) -> str:
     return exe._native_path
 
 
+def planned_path(exe: Executable) -> str:
+    """What :func:`native_path` would say, found without loading or building anything (for
+    ``relvm inspect``, which never runs a file's code)."""
+    if not any(map(_plan, exe.kernels)):
+        return "no generated kernels"
+    if exe.native.trusted and exe.kernel_library:
+        return f"the file's own kernels: {exe.native.why}"
+    why = exe.native.why if exe.kernel_library else "the file carries no kernel library"
+    from ..backends.toolchain import has_compiler
+
+    if has_compiler():
+        return f"generated here from the file's kernel descriptions: {why}"
+    return f"relvm's library kernels, step by step: {why}, and there is no C compiler"
+
+
 def _library_for(exe: Executable):
     """(the generated kernels' library or None, where they come from and why)."""
     from ..backends.fused import open_library

@@ -28,6 +28,7 @@ import json
 import mmap
 import os
 import platform
+import stat
 import struct
 import sys
 import threading
@@ -76,9 +77,22 @@ def load(path, *, weights=None, trust_native_code: bool = False) -> Executable:
     path = os.fspath(path)
     buf = _map(path, "header")
     base = os.path.dirname(os.path.abspath(path))
-    return _load(buf, path, lambda ref: _map(os.fspath(weights) if weights is not None
-                                             else os.path.join(base, *ref.split("/")),
-                                             "weights"), trust_native_code)
+
+    def weights_buf(ref: str) -> memoryview:
+        if weights is not None:
+            return _map(os.fspath(weights), "weights")
+        return _map(os.path.join(base, _beside(ref)), "weights")
+    return _load(buf, path, weights_buf, trust_native_code)
+
+
+def _beside(ref: str) -> str:
+    """The weights file the executable names: a plain file name, in its own directory (a path,
+    ``..`` or a hidden name could reach any file the reader can open)."""
+    if (not ref or ref in (".", "..") or ref.startswith(".") or "/" in ref or "\\" in ref
+            or "\0" in ref or os.sep in ref or (os.altsep and os.altsep in ref)):
+        raise RelvmFormatError(f"the weights file must be named by a plain file name beside "
+                               f"the executable, not {ref[:80]!r}", section="meta")
+    return ref
 
 
 def load_bytes(data: bytes | bytearray | memoryview, *, weights=None,
@@ -103,9 +117,15 @@ def load_bytes(data: bytes | bytearray | memoryview, *, weights=None,
 
 
 def _map(path: str, section: str) -> memoryview:
+    """The file at ``path`` memory-mapped. Opened without blocking and checked to be a regular
+    file before anything is read: a FIFO or a device there would block or never end."""
     try:
-        with open(path, "rb") as f:
-            if os.fstat(f.fileno()).st_size == 0:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise RelvmFormatError(f"{path} is not a regular file", section=section)
+            if st.st_size == 0:
                 raise RelvmFormatError(f"{path} is empty", section=section)
             return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
     except OSError as e:

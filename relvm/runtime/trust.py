@@ -23,17 +23,13 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import RelvmError
+from ..errors import RelvmTrustError
 
 KEY_PREFIX = "relvm-ed25519"
 #: What a signature signs: this tag, then the SHA-256 of each signed section in order.
 SIGNED_TAG = b"relvm executable signature v1\0"
 
 _lock = threading.Lock()
-
-
-class RelvmTrustError(RelvmError):
-    """A problem with keys or the trust store (unreadable key file, unsafe directory)."""
 
 
 def config_dir() -> Path:

@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import os
+import tempfile
 import zlib
 from typing import Any
 
@@ -124,7 +125,8 @@ def save_bytes(exe: Executable) -> bytes:
 
 
 def save(exe: Executable, path, weights=None, *, min_weight_bytes: int = 1024) -> None:
-    """Write ``exe`` to ``path`` (and its large constants to ``weights``, if given)."""
+    """Write ``exe`` to ``path`` (and its large constants to ``weights``, if given: a file in
+    the same directory, which the executable names by its file name alone)."""
     path = os.fspath(path)
     if weights is None:
         with _atomic(path) as out:
@@ -133,26 +135,38 @@ def save(exe: Executable, path, weights=None, *, min_weight_bytes: int = 1024) -
     weights = os.fspath(weights)
     if os.path.abspath(weights) == os.path.abspath(path):
         raise ValueError(f"the weights file must not be the executable itself ({path})")
-    ref = os.path.relpath(os.path.abspath(weights), os.path.dirname(os.path.abspath(path)))
+    if os.path.dirname(os.path.abspath(weights)) != os.path.dirname(os.path.abspath(path)):
+        raise ValueError(f"the weights file {weights} must be in the executable's directory "
+                         f"({os.path.dirname(os.path.abspath(path))}): the executable names it "
+                         f"by its file name alone")
     with _atomic(weights) as wout, _atomic(path) as out:
-        _write_executable(exe, out, wout, ref.replace(os.sep, "/"), min_weight_bytes)
+        _write_executable(exe, out, wout, os.path.basename(weights), min_weight_bytes)
 
 
 class _atomic:
-    """Write to a temporary file beside ``path``; replace ``path`` only on success."""
+    """Write to a fresh temporary file beside ``path``, made with an unpredictable name and
+    O_EXCL (never following a link someone placed there); replace ``path`` only on success."""
 
     def __init__(self, path: str):
         self.path = path
-        self.tmp = f"{path}.tmp{os.getpid()}"
 
     def __enter__(self):
-        self.file = open(self.tmp, "wb")
+        folder, name = os.path.split(os.path.abspath(self.path))
+        fd, self.tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
+        self.file = os.fdopen(fd, "wb")
         return self.file
 
     def __exit__(self, exc_type, *_):
         self.file.close()
         if exc_type is None:
+            os.chmod(self.tmp, 0o666 & ~_umask())  # mkstemp makes it 0600
             os.replace(self.tmp, self.path)
         else:
             os.unlink(self.tmp)
         return False
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
