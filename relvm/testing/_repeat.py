@@ -105,6 +105,8 @@ def _start(gen: Gen, block: Block, dtype: str, anchor: str | None, ranks: set) -
     if anchor == "dense":
         rank = gen.pick([r for r in (2, 3, 1) if r not in ranks] or [2])
         x = block.new_param([block.new_dim() for _ in range(rank)], dtype, prefix="p")
+        if x is None:  # a dim of @f's that only exists at run time
+            return None
         w = block.new_param((block.new_dim(), x.shape[-1]), dtype)
         if not _bind_product(gen, block, "nn.dense", [x, w], {}):
             return None
@@ -113,7 +115,7 @@ def _start(gen: Gen, block: Block, dtype: str, anchor: str | None, ranks: set) -
         x = block.new_param([block.new_dim() for _ in range(4)], dtype, prefix="p")
         k = gen.pick([1, 3])
         pads = (k // 2,) * 4
-        if not block.evaluable(x.shape[1]) or not _window_fits(block, x, (k, k), (1, 1), pads):
+        if x is None or not _window_fits(block, x, (k, k), (1, 1), pads):
             return None
         w = block.new_param((block.new_dim(), x.shape[1], k, k), dtype)
         attrs = {"padding": [k // 2]} if k > 1 else {}
