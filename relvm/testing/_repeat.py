@@ -167,19 +167,45 @@ def _apply(gen: Gen, block: Block, link: Link, x: Value, start: Value, used: set
     return block.bind(call_text(link.op, args, attrs), t.shape, t.dtype, depth)
 
 
+def _anchor_chain(gen: Gen, anchor: str) -> list[Link]:
+    """What follows a dense or conv2d: the epilogue the kernel library applies in registers
+    (``[bias_add] [relu]`` along the channel axis), or a bias of any broadcast and a chain."""
+    bias_add = Link("nn.bias_add", "bias", 1 if anchor == "conv2d" else -1)
+    if gen.coin(0.5):
+        return [[bias_add, Link("nn.relu")], [bias_add], [Link("nn.relu")]][gen.integer(0, 2)]
+    return [bias_add if gen.coin(0.5) else Link("add", "tensor")] + _draw_chain(gen, "float32")
+
+
+def _conv_tail(gen: Gen, block: Block, tail: str, x: Value) -> None:
+    """After a conv's chain: its global average pool, or a second conv with a bias (and relu):
+    the kernel library runs a conv with its pool, or two convs, as one kernel."""
+    if tail == "pool":
+        block.bind(call_text("nn.global_avg_pool2d", [x.ref]), (*x.shape[:2], 1, 1), x.dtype,
+                   None)
+        return
+    k = 1 if tail == "pointwise" else 3
+    w = block.new_param((block.new_dim(), x.shape[1], k, k), x.dtype)
+    attrs = {"padding": [1]} if k > 1 else {}
+    if _bind_product(gen, block, "nn.conv2d", [x, w], attrs):
+        y = block.scope[-1]
+        b = block.new_param((y.shape[1],), y.dtype, prefix="b")
+        if b is not None:
+            block.bind(call_text("nn.bias_add", [y.ref, b.ref]), y.shape, y.dtype, y.depth)
+
+
 def repeated_chain(gen: Gen, block: Block) -> bool:
     """One elementwise chain at three places of other ranks, operand broadcasts and operand
     positions; each place starts at an input or value in scope, or (all places of one chain
-    alike) after a dense or conv2d. Three places catch kernels shared by mistake more often
-    than two (the first place's kernel is the one the others would wrongly run)."""
+    alike) after a dense or conv2d, maybe followed by a pool or a second conv. Three places
+    catch kernels shared by mistake more often than two (the first place's kernel is the one
+    the others would wrongly run)."""
     dtype = gen.pick(gen.config.dtypes)
-    anchor = None
-    if dtype == "float32" and gen.coin(0.35):
+    anchor = tail = None
+    if dtype == "float32" and gen.coin(0.4):
         anchor = gen.pick(["dense", "conv2d"])
-    chain = _draw_chain(gen, dtype)
-    if anchor is not None:  # a bias first, then the epilogue
-        bias_add = Link("nn.bias_add", "bias", 1 if anchor == "conv2d" else -1)
-        chain.insert(0, bias_add if gen.coin(0.5) else Link("add", "tensor"))
+    chain = _draw_chain(gen, dtype) if anchor is None else _anchor_chain(gen, anchor)
+    if anchor == "conv2d" and gen.coin(0.6):
+        tail = gen.pick(["pool", "conv", "pointwise"])
     ranks: set[int] = set()
     patterns: list[set] = [set() for _ in chain]  # per link, the broadcasts places used
     bound = False
@@ -191,5 +217,7 @@ def repeated_chain(gen: Gen, block: Block) -> bool:
         x = start
         for link, used in zip(chain, patterns):
             x = _apply(gen, block, link, x, start, used) or x
-        bound = bound or x is not start
+        if tail is not None:
+            _conv_tail(gen, block, tail, x)
+        bound = bound or x is not start or anchor is not None
     return bound
