@@ -67,8 +67,9 @@ def fuzz_cases(draw, runs: int = RUNS, **program_kwargs: Any) -> FuzzCase:
 NUMPY_ONLY: frozenset[str] = frozenset()
 
 #: The legs that must run on the C kernels (the build users get, and its variants).
-C_LEGS = ("vm", "vm unfused", "vm invoke_with_outputs (zero-copy)",
-          "vm with upper_bounds (arena)", "vm after save_bytes -> load_bytes")
+C_LEGS = ("vm", "vm unfused", "vm with weights bound as constants (params=)",
+          "vm invoke_with_outputs (zero-copy)", "vm with upper_bounds (arena)",
+          "vm after save_bytes -> load_bytes")
 
 
 @dataclass
@@ -162,6 +163,27 @@ def _onto_inputs_leg(exe) -> Leg:
     return Leg("vm invoke_with_outputs onto its inputs", exe.backend, run)
 
 
+def weights(program: rst.GeneratedProgram, run: Run) -> dict[str, np.ndarray]:
+    """The inputs a user would bind as constants -- every input of static shape but the data
+    (``%p...``) and bool conditions: weights, biases, norms' statistics -- with the values
+    ``run`` gives them. Every run of a case uses these values, so one build can hold them."""
+    inputs = rst.make_inputs(program, run.dims, run.seed)
+    return {p.name: a for p, a in zip(program.params, inputs)
+            if not p.name.startswith("p") and p.dtype != "bool"
+            and all(isinstance(d, int) for d in p.shape)}
+
+
+def _params_leg(mod, program: rst.GeneratedProgram, tally: Tally | None, bound: dict) -> Leg:
+    """The build with ``bound`` as constants (``relvm.build(mod, params=...)``): what users
+    build, where weights are packed once, batch norms fold into convs and constants fold."""
+    vm = relvm.VirtualMachine(build_c(mod, tally, params=bound))
+    keep = [i for i, p in enumerate(program.params) if p.name not in bound]
+
+    def run(inputs, want):
+        return vm.invoke("main", *[inputs[i] for i in keep])
+    return Leg("vm with weights bound as constants (params=)", vm.exe.backend, run)
+
+
 def build_c(mod, tally: Tally | None = None, **kwargs: Any):
     """``relvm.build`` on the C kernels. A build refused for missing kernels is built on NumPy's
     instead only when every missing op is in :data:`NUMPY_ONLY` (counted in ``tally``);
@@ -192,26 +214,29 @@ def missing_c_kernels(mod, **kwargs: Any) -> set[str]:
     return missing
 
 
-def numpy_legs(mod, program: rst.GeneratedProgram, tally: Tally | None = None) -> list[Leg]:
+def numpy_legs(mod, program: rst.GeneratedProgram, tally: Tally | None = None,
+               bound: dict | None = None) -> list[Leg]:
     """The VM on the NumPy kernels, fused and unfused (what a broken NumPy kernel affects)."""
     return [_invoke_leg("vm", relvm.build(mod, backend="numpy"), c=False),
             _invoke_leg("vm unfused", relvm.build(mod, backend="numpy", fuse=False), c=False)]
 
 
-def legs(mod, program: rst.GeneratedProgram, tally: Tally | None = None) -> list[Leg]:
+def legs(mod, program: rst.GeneratedProgram, tally: Tally | None = None,
+         bound: dict | None = None) -> list[Leg]:
     """Every way relvm can run ``mod``, each built once: the C legs (:data:`C_LEGS`: the
-    default build, unfused, into caller arrays, with an arena, after save -> load) and the VM
-    on the NumPy kernels."""
+    default build, unfused, with the ``bound`` inputs as constants, into caller arrays, with an
+    arena, after save -> load) and the VM on the NumPy kernels."""
     exe = build_c(mod, tally)
     return [_invoke_leg("vm", exe), _invoke_leg("vm unfused", build_c(mod, tally, fuse=False)),
+            _params_leg(mod, program, tally, bound or {}),
             _invoke_leg("vm", relvm.build(mod, backend="numpy"), c=False), _zero_copy_leg(exe),
             _invoke_leg("vm with upper_bounds (arena)",
                         build_c(mod, tally, upper_bounds=program.upper_bounds)),
             _invoke_leg("vm after save_bytes -> load_bytes", relvm.load_bytes(exe.save_bytes()))]
 
 
-def onto_inputs_legs(mod, program: rst.GeneratedProgram, tally: Tally | None = None
-                     ) -> list[Leg]:
+def onto_inputs_legs(mod, program: rst.GeneratedProgram, tally: Tally | None = None,
+                     bound: dict | None = None) -> list[Leg]:
     """The default build writing its results into its own inputs, fused and unfused."""
     return [_onto_inputs_leg(build_c(mod, tally)), _onto_inputs_leg(build_c(mod, tally,
                                                                             fuse=False))]
@@ -250,13 +275,15 @@ def check_case(case: FuzzCase, make_legs=legs, tally: Tally | None = None) -> No
     ``tally`` counts the legs that ran."""
     program = case.program
     mod = program.parse()
+    bound = weights(program, case.runs[0])
     try:
-        built = make_legs(mod, program, tally)
+        built = make_legs(mod, program, tally, bound)
     except Exception as e:
         raise AssertionError(f"building failed: {type(e).__name__}: {e}\n--- program ---\n"
                              f"{program.text}") from e
     for k, run in enumerate(case.runs):
-        inputs = rst.make_inputs(program, run.dims, run.seed)
+        inputs = [bound.get(p.name, a) for p, a in
+                  zip(program.params, rst.make_inputs(program, run.dims, run.seed))]
         context = (f"\n--- program ---\n{program.text}--- run {k + 1} of {len(case.runs)}: "
                    f"dims {run.dims}, inputs {describe_inputs(program, inputs)}")
         try:

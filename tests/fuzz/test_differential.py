@@ -1,8 +1,9 @@
 """Differential fuzzing of the whole pipeline: for generated programs and several assignments
 of their symbolic dims on one build, the reference interpreter, the VM, the VM writing into
-caller arrays (zero-copy), the unfused build, the arena build (upper_bounds) and the
-executable after save -> load all give the same results. Those legs run on the C kernels, the
-build users get (fused kernels generated as C); the VM runs once more on NumPy's. The test
+caller arrays (zero-copy), the unfused build, the build with the weights bound as constants
+(``params=``), the arena build (upper_bounds) and the executable after save -> load all give
+the same results. Those legs run on the C kernels, the build users get (fused kernels generated
+as C); the VM runs once more on NumPy's. The test
 counts the programs each leg ran and fails when a C leg did not run for every program (only
 ops in ``fuzz_harness.NUMPY_ONLY`` may move a program's C legs to NumPy's kernels), and when
 the C backend is missing: it never skips.
