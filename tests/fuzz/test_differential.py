@@ -85,6 +85,20 @@ def @main(%x: Tensor[(n), float32], %y: Tensor[(n), float32], %z: Tensor[(n, 3),
   (%1, %3, %5)
 }""", {"n": 3}, {"n": 1}, {"n": 0})
 
+#: Two convs fused into one C call with no channels between them (the first conv's weight
+#: (n, 3, 1, 1) at n = 0): relvm_conv2d_pair refuses that shape and the fused kernel raised
+#: instead of running the steps one by one (relvm/backends/ckernels/packed.py, make_conv_pair).
+CONV_PAIR_WITH_NO_CHANNELS_BETWEEN = FuzzCase.from_text("""
+def @main(%x: Tensor[(3, 3, 3, 3), float32], %w1: Tensor[(n, 3, 1, 1), float32],
+          %b1: Tensor[(n), float32], %w2: Tensor[(3, n, 3, 3), float32],
+          %b2: Tensor[(3), float32]) {
+  %0 = nn.conv2d(%x, %w1);
+  %1 = nn.bias_add(%0, %b1, axis=1);
+  %2 = nn.relu(%1);
+  %3 = nn.conv2d(%2, %w2, padding=[1]);
+  nn.bias_add(%3, %b2)
+}""", {"n": 0}, {"n": 2})
+
 TALLY = Tally()
 
 
@@ -95,6 +109,7 @@ TALLY = Tally()
 @example(case=ERF_OF_A_SCALAR)
 @example(case=DYN_RESHAPE_WITH_ALLOWZERO)
 @example(case=SHARED_FUSED_KERNEL)
+@example(case=CONV_PAIR_WITH_NO_CHANNELS_BETWEEN)
 def every_leg_matches_the_reference(case: FuzzCase) -> None:
     check_case(case, tally=TALLY)
 
