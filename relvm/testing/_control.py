@@ -9,6 +9,7 @@ from ..ir.dims import Dim
 from ..ir.types import TupleType
 from . import _forms as F
 from . import _layout as L
+from . import _repeat as R
 from ._gen import (AtLeast, Block, Config, Func, Gen, Helper, Param, Value, bare_symbol,
                    new_anonymous)
 
@@ -198,14 +199,20 @@ FORMS: dict[str, Callable[[Gen, Block], bool]] = {
     "transpose": L.transpose, "expand_squeeze": L.expand_squeeze,
     "concatenate": L.concatenate, "split": L.split, "strided_slice": L.strided_slice,
     "take": L.take, "reduce": L.reduce, "fill": L.fill, "data_dependent": L.data_dependent,
-    "tuple": make_tuple, "if": if_else, "call": call,
+    "tuple": make_tuple, "if": if_else, "call": call, "repeat": R.repeated_chain,
 }
+
+
+#: How often :func:`body` draws a form, relative to the others' 1: repeated chains find fused
+#: kernels that wrongly share code, which other forms reach only by chance.
+WEIGHTS = {"repeat": 4}
 
 
 def body(gen: Gen, block: Block, count: int, forms: Sequence[str]) -> None:
     """``count`` forms drawn from ``forms``; one that does not fit becomes a unary op."""
+    weighted = [f for f in forms for _ in range(WEIGHTS.get(f, 1))]
     for _ in range(count):
-        name = gen.pick(forms)
+        name = gen.pick(weighted)
         if FORMS[name](gen, block):
             gen.forms_used.add(name)
         else:

@@ -145,7 +145,10 @@ def programs(*, forms: Sequence[str] | None = None, max_ops: int = 8, max_value:
     and groups, pooling, softmax, norms, pad, reshape with Relay's codes (0, -1, -2, -3, -4),
     transpose, expand_dims/squeeze, concatenate/split, strided_slice, take, reductions,
     constants, argwhere/arange/dyn.reshape, tuples, ``if`` and calls to a second global
-    function ``@f``. Weights, biases and indices become further inputs.
+    function ``@f``; and one elementwise chain repeated at several places, on values of other
+    ranks, operands of other broadcasts (a scalar, ``(4,)``, ``(n, 1)``, a bias after a dense
+    or conv2d) and literals on either side (``x - 1`` beside ``1 - x``), which fused kernels
+    must not confuse. Weights, biases and indices become further inputs.
 
     Parameters
     ----------

@@ -1,8 +1,15 @@
 """Differential fuzzing of the whole pipeline: for generated programs and several assignments
 of their symbolic dims on one build, the reference interpreter, the VM, the VM writing into
-caller arrays (zero-copy), the unfused build, the arena build (upper_bounds) and the
-executable after save -> load all give the same results. Legs run on the C kernels where they
-cover the program (else on NumPy's), and the VM once more on NumPy's.
+caller arrays (zero-copy), the unfused build, the build with the weights bound as constants
+(``params=``), the arena build (upper_bounds) and the executable after save -> load all give
+the same results. Those legs run on the C kernels, the build users get (fused kernels generated
+as C); the VM runs once more on NumPy's. The test
+counts the programs each leg ran and fails when a C leg did not run for every program (only
+ops in ``fuzz_harness.NUMPY_ONLY`` may move a program's C legs to NumPy's kernels), and when
+the C backend is missing: it never skips.
+
+The generator repeats elementwise chains over other ranks, broadcasts and operand positions in
+one program (``relvm/testing/_repeat.py``), so fused kernels that wrongly share code differ.
 
 The CI profile runs at least 200 programs; ``RELVM_HYPOTHESIS_PROFILE=long`` (or
 ``pytest --hypothesis-profile=long``) runs thousands. Each bug the fuzzer found is kept below:
@@ -20,8 +27,8 @@ from hypothesis import HealthCheck, example, find, given, settings
 import relvm
 from relvm.backends import numpy_ref
 
-from fuzz_harness import (FuzzCase, c_backend, check_case, fails, fuzz_cases, numpy_legs,
-                          save_load_available)
+from fuzz_harness import (FuzzCase, Tally, check_case, fails, fuzz_cases, numpy_legs,
+                          onto_inputs_legs)
 
 #: Programs per run: at least 200 in CI, the profile's count when it asks for more.
 PROGRAMS = max(200, settings.default.max_examples)
@@ -62,14 +69,68 @@ def @main(%x: Tensor[(n, k), int32], %w: Tensor[(k, n), int32]) {
 }""", {"n": 4, "k": 0}, {"n": 2, "k": 3})
 
 
+#: Fused groups with the same steps on other ranks and broadcasts (an operand of the value's
+#: shape, a scalar, a (c, 1, 1) channel) shared one generated kernel: the later ones ran the
+#: first one's loop plan, reading past the scalar (relvm/compiler/lower.py: Program.kernel keyed
+#: kernels on steps and dtypes only). The generator's repeated chains find it.
+SHARED_FUSED_KERNEL = FuzzCase.from_text("""
+def @main(%x: Tensor[(n), float32], %y: Tensor[(n), float32], %z: Tensor[(n, 3), float32],
+          %s: float32, %w: Tensor[(n, 3, 2, 4), float32], %c: Tensor[(3, 1, 1), float32]) {
+  %0 = add(%x, %y);
+  %1 = nn.relu(%0);
+  %2 = add(%z, %s);
+  %3 = nn.relu(%2);
+  %4 = add(%w, %c);
+  %5 = nn.relu(%4);
+  (%1, %3, %5)
+}""", {"n": 3}, {"n": 1}, {"n": 0})
+
+#: Two convs fused into one C call with no channels between them (the first conv's weight
+#: (n, 3, 1, 1) at n = 0): relvm_conv2d_pair refuses that shape and the fused kernel raised
+#: instead of running the steps one by one (relvm/backends/ckernels/packed.py, make_conv_pair).
+CONV_PAIR_WITH_NO_CHANNELS_BETWEEN = FuzzCase.from_text("""
+def @main(%x: Tensor[(3, 3, 3, 3), float32], %w1: Tensor[(n, 3, 1, 1), float32],
+          %b1: Tensor[(n), float32], %w2: Tensor[(3, n, 3, 3), float32],
+          %b2: Tensor[(3), float32]) {
+  %0 = nn.conv2d(%x, %w1);
+  %1 = nn.bias_add(%0, %b1, axis=1);
+  %2 = nn.relu(%1);
+  %3 = nn.conv2d(%2, %w2, padding=[1]);
+  nn.bias_add(%3, %b2)
+}""", {"n": 0}, {"n": 2})
+
+TALLY = Tally()
+
+
 @FUZZ
 @given(case=fuzz_cases())
 @example(case=CLIP_OF_A_SCALAR)
 @example(case=BACKWARD_SLICE_FROM_BEFORE_THE_START)
 @example(case=ERF_OF_A_SCALAR)
 @example(case=DYN_RESHAPE_WITH_ALLOWZERO)
-def test_every_leg_matches_the_reference(case: FuzzCase) -> None:
-    check_case(case)
+@example(case=SHARED_FUSED_KERNEL)
+@example(case=CONV_PAIR_WITH_NO_CHANNELS_BETWEEN)
+def every_leg_matches_the_reference(case: FuzzCase) -> None:
+    check_case(case, tally=TALLY)
+
+
+def test_every_leg_matches_the_reference() -> None:
+    TALLY.reset()
+    every_leg_matches_the_reference()
+    print(TALLY)
+    TALLY.check(PROGRAMS)
+
+
+#: Programs per run of the outputs-onto-inputs leg (a cheaper leg; fewer programs).
+ONTO_INPUTS = settings(FUZZ, max_examples=max(50, settings.default.max_examples // 4))
+
+
+@ONTO_INPUTS
+@given(case=fuzz_cases(runs=2))
+def test_results_written_onto_inputs_match_the_reference(case: FuzzCase) -> None:
+    """Each result goes into (a copy of) an input of its shape and dtype, on the default build,
+    fused and unfused: the VM must compute it elsewhere and copy it (issue 15)."""
+    check_case(case, onto_inputs_legs)
 
 
 def test_upper_bounds_apply_to_callee_dims_of_the_same_name() -> None:
@@ -122,16 +183,22 @@ def @main(%x: Tensor[(n), float32]) {
 # --- which legs run -------------------------------------------------------------------------
 
 
-def test_save_load_leg_runs() -> None:
-    if not save_load_available():
-        pytest.skip("relvm.load_bytes / Executable.save_bytes are missing: the differential "
-                    "tests run without the save -> load leg")
+def test_the_c_backend_runs_generated_fused_kernels() -> None:
+    """The C legs need relvm's compiled kernels and a C compiler for the fused ones: without
+    them this fails, as the differential test does, rather than skipping."""
+    from relvm.backends import native
 
-
-def test_c_kernel_legs_run() -> None:
-    if c_backend() is None:
-        pytest.skip("no C backend with supports(entry): the differential tests run every leg "
-                    "on the NumPy kernels")
+    native.load()
+    text = """def @main(%x: Tensor[(n, 4), float32], %b: Tensor[(4), float32]) {
+      %0 = add(%x, %b);
+      nn.relu(%0)
+    }"""
+    exe = relvm.build(relvm.parse(text))
+    assert exe.backend == "c" and exe.kernel_library
+    assert any(k.op == "fused" and "plan" in k.attrs for k in exe.kernels)
+    x, b = np.arange(-4, 4, dtype="float32").reshape(2, 4), np.ones(4, "float32")
+    np.testing.assert_array_equal(relvm.VirtualMachine(exe).invoke("main", x, b),
+                                  np.maximum(x + b, 0))
 
 
 # --- a deliberately broken kernel is caught, and shrunk to a few lines ------------------------

@@ -555,10 +555,14 @@ def test_fused_pair_is_one_call(restore_threads, case, n, mean):
     # no input channels: the first conv is its bias
     ((2, 0, 6, 7), Conv(4, 3, 1, 1), Conv(5, 3, 2, 1), False, 1),
     ((2, 0, 6, 7), Conv(4, 3, 1, 1), Conv(5, 3, 2, 1), True, 1),
+    # no channels between the convs: the second conv is its bias (found by the fuzzer: the
+    # kernel raised "arguments the kernel does not support")
+    ((3, 3, 3, 3), Conv(0, 1, 1, 0), Conv(3, 3, 1, 1), False, 1),
+    ((3, 3, 3, 3), Conv(0, 1, 1, 0), Conv(3, 3, 1, 1), True, 1),
     # biases along the width axis (legal for bias_add, not for the C epilogue)
     ((2, 3, 8, 8), Conv(8, 3, 1, 1), Conv(8, 3, 1, 1), False, 3),
 ], ids=["empty_plane", "empty_plane_mean", "no_input_channels", "no_input_channels_mean",
-        "bias_on_width"])
+        "no_channels_between", "no_channels_between_mean", "bias_on_width"])
 def test_fused_pair_shapes_the_c_call_does_not_take_use_the_fallback(data, a, b, mean,
                                                                      bias_axis):
     """Shapes relvm_conv2d_pair refuses run through the generic fused kernel, and still match

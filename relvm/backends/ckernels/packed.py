@@ -342,7 +342,10 @@ def make_conv_pair(entry, pair: Pair, constants, fallback: Callable[[], Callable
         for e, oc in ((a, shape_a.oc), (b, shape_b.oc)):
             if e.bias is not None and (shapes[e.bias] != (oc,) or e.axis % 4 != 1):
                 return None  # a bias along another axis: the steps one by one
-        sizes = (shape_a.c, shape_a.h * shape_a.w, shape_b.h * shape_b.w, shape_b.oh * shape_b.ow)
+        # What relvm_conv2d_pair refuses -- no channels into either conv (the first one's
+        # output channels are the second one's input), no pixels in or out -- goes to the steps.
+        sizes = (shape_a.c, shape_b.c, shape_a.h * shape_a.w, shape_b.h * shape_b.w,
+                 shape_b.oh * shape_b.ow)
         return None if 0 in sizes else (shape_a, shape_b)
 
     def call(plan, args):
