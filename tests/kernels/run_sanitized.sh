@@ -18,8 +18,14 @@ repo="$(cd "$(dirname "$0")/../.." && pwd)"
 # many threads, and the differential shape fuzzer (whole models on the C kernels, fused and
 # unfused, at random symbolic dims).
 default_tests=(tests/kernels tests/e2e tests/passes/test_fuse_and_fold.py tests/vm/test_replay.py
-               tests/vm/test_threads.py
+               tests/vm/test_threads.py tests/vm/test_operand_checks.py
+               tests/vm/test_assumed_dims.py tests/vm/test_output_aliasing.py
+               tests/vm/test_zero_copy.py tests/format/test_trust.py
+               tests/format/test_kernel_entries.py tests/format/test_fuzz_checksummed.py
+               tests/fuzz/test_ir_mutation.py
                "tests/fuzz/test_differential.py::test_every_leg_matches_the_reference")
+# The two mutation fuzzers run fewer mutants here (the full counts run unsanitized in CI).
+export RELVM_FUZZ_MUTANTS="${RELVM_FUZZ_MUTANTS:-1000}" RELVM_IR_MUTANTS="${RELVM_IR_MUTANTS:-2000}"
 
 # One compiler for the kernel library, the fused kernels and the preloaded runtime.
 export CC="${CC:-gcc}"
