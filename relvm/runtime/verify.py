@@ -210,6 +210,9 @@ def _instruction_problem(fn: VMFunction, pc: int, ins: tuple, limits: dict,
             low, high = INT_RANGES.get((spec.name, f.name), (-2**63, 2**63 - 1))
             if not low <= v <= high:
                 return f"{f.name}: {v} outside {low}..{high}"
+    if spec.name == "AllocStorage" and ins[3] & (ins[3] - 1):
+        # Kernels rely on buffers aligned to their vector width: 65 would misalign them.
+        return f"alignment: {ins[3]} is not a power of two"
     if spec.name == "InvokePacked" and not 0 <= ins[2] <= len(ins[3]):
         return f"output_size {ins[2]} but {len(ins[3])} arguments"
     if spec.name == "ComputeDims":

@@ -242,6 +242,7 @@ CODE_CASES = [
     ((1, 0, 21, 1, (0,)), "dims#1 reads argument 1, but gets 1"),
     ((1, 0, 21, 17, (0, 1)), "prog: prog index 17"),
     ((1, 2, 16, 7, -1, 0, 1), "alignment: 0 outside 1..4096"),
+    ((1, 2, 16, 7, -1, 65, 1), "alignment: 65 is not a power of two"),
     ((1, 2, 16, 7, -1, 64, 2), "reuse: 2 outside 0..1"),
 ]
 
