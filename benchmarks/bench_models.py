@@ -32,10 +32,14 @@ def set_threads(k: int | None) -> None:
     threads.set_num_threads(k or os.cpu_count() or 1)
 
 
-def relvm_runner(name: str, backend: str):
+def relvm_runner(name: str, backend: str, saved: bool = False):
     text, params = relvm_model(name)
     exe = relvm.build(relvm.parse(text), params=params, backend=backend)
+    if saved:  # as a user runs a model they built: saved (signed), loaded, its own kernels
+        exe = relvm.load_bytes(exe.save_bytes())
     vm = relvm.VirtualMachine(exe)
+    if saved and exe.kernel_library:
+        assert vm.stats.native_code.startswith("the file's own kernels"), vm.stats.native_code
 
     def make(x: np.ndarray):
         out = np.empty((x.shape[0], 10), np.float32)
@@ -59,11 +63,11 @@ def ort_runner(name: str, params, threads: int | None):
     return make
 
 
-def run(backend: str, threads: int | None) -> list[tuple]:
+def run(backend: str, threads: int | None, saved: bool = False) -> list[tuple]:
     set_threads(threads)
     rows = []
     for name in ("mlp", "convnet"):
-        make_relvm, params = relvm_runner(name, backend)
+        make_relvm, params = relvm_runner(name, backend, saved)
         make_ort = ort_runner(name, params, threads)
         for n in SIZES:
             x = np.random.default_rng(n).standard_normal(INPUT_SHAPES[name](n)).astype(np.float32)
@@ -99,11 +103,13 @@ def main(argv=None) -> list[tuple]:
     p.add_argument("--backend", default="c" if "c" in _backends() else "numpy")
     p.add_argument("--threads", default="both", choices=["default", "1", "both"])
     p.add_argument("--json", help="also write the results to this JSON file")
+    p.add_argument("--saved", action="store_true",
+                   help="run each model saved and loaded again (signed by your key)")
     args = p.parse_args(argv)
     settings = {"default": [None], "1": [1], "both": [None, 1]}[args.threads]
     all_rows = []
     for threads in settings:
-        rows = run(args.backend, threads)
+        rows = run(args.backend, threads, args.saved)
         print(table(rows, args.backend, threads), flush=True)
         all_rows.append((threads, rows))
     if args.json:
