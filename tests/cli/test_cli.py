@@ -42,7 +42,8 @@ def model(tmp_path_factory) -> dict:
     return {"dir": d, "rvm": str(d / "mlp.rvm")}
 
 
-@pytest.mark.parametrize("cmd", ["demo", "check", "compile", "import", "run", "inspect", "bench"])
+@pytest.mark.parametrize("cmd", ["demo", "check", "compile", "import", "run", "inspect", "bench",
+                                 "trust", "key"])
 def test_help(cmd) -> None:
     proc = relvm_cli(cmd, "--help")
     assert proc.returncode == 0 and "usage: relvm " + cmd in proc.stdout
@@ -163,3 +164,43 @@ def test_import_then_compile_then_run(tmp_path) -> None:
     x = np.ones((2, 4), np.float32)
     got = relvm.VirtualMachine(relvm.load(str(tmp_path / "m.rvm"))).invoke("main", x)
     np.testing.assert_allclose(got, x @ w + np.float32([1, 2, 3]), rtol=1e-5)
+
+
+def test_trust_commands_and_a_file_from_another_user(model, tmp_path) -> None:
+    """Another user's file runs without its native code, with a one-line warning, until its
+    signer's key is trusted; inspect says which kernels run and never runs them."""
+    env = dict(os.environ, RELVM_CONFIG_DIR=str(tmp_path / "bob"))
+
+    def bob(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([SCRIPT, *args], capture_output=True, text=True, timeout=600,
+                              env=env)
+
+    mine = relvm_cli("key", "--comment", "alice")  # the test session's own key signed it
+    assert mine.returncode == 0 and mine.stdout.startswith("relvm-ed25519 ")
+    (tmp_path / "alice.pub").write_text(mine.stdout)
+    proc = bob("run", model["rvm"], "--dims", "n=2")
+    assert proc.returncode == 0, proc.stderr
+    warning = [ln for ln in proc.stderr.splitlines() if ln.startswith("relvm: warning:")]
+    assert len(warning) == 1 and "which you do not trust" in warning[0]
+    assert "relvm trust add KEYFILE" in warning[0]
+    assert "kernels: generated here" in bob("inspect", model["rvm"], "--no-bytecode").stdout
+    added = bob("trust", "add", str(tmp_path / "alice.pub"))
+    assert added.returncode == 0 and added.stdout.startswith("trusting key ")
+    kid = added.stdout.split()[2].rstrip(":")
+    assert bob("trust", "list").stdout.split() == [kid]
+    proc = bob("run", model["rvm"], "--dims", "n=2")
+    assert proc.returncode == 0 and "warning" not in proc.stderr
+    assert f"kernels: the file's own kernels: signed by key {kid}, which you trust" in bob(
+        "inspect", model["rvm"], "--no-bytecode").stdout
+    assert bob("trust", "remove", kid).returncode == 0
+    gone = bob("trust", "remove", kid)
+    assert gone.returncode == 1 and f"key {kid} is not in the trusted list" in gone.stderr
+    bad = bob("trust", "add", model["rvm"])
+    assert bad.returncode == 1 and "relvm: error:" in bad.stderr
+
+
+def test_run_trust_native_code_runs_the_files_own_kernels(model, tmp_path) -> None:
+    env = dict(os.environ, RELVM_CONFIG_DIR=str(tmp_path / "carol"))
+    proc = subprocess.run([SCRIPT, "run", model["rvm"], "--dims", "n=2", "--trust-native-code"],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0 and "warning" not in proc.stderr
