@@ -19,19 +19,14 @@ from dataclasses import dataclass
 
 from ..ir.dims import Dim
 from ..ir.types import TensorType
+from ._forms import _UNARY as _FORMS_UNARY
 from ._forms import FLOATS, _bind_product, _window_fits, literal
 from ._gen import Block, Gen, Value, call_text, infer
 
-#: Elementwise ops a chain applies to its value alone: name -> (kinds, template, exact).
-_UNARY = {
-    "nn.relu": ("num", "nn.relu({x})", True),
-    "negative": ("num", "negative({x})", True),
-    "abs": ("num", "abs({x})", True),
-    "clip": ("num", "clip({x}, a_min=-1.0, a_max=1.5)", True),
-    "nn.leaky_relu": ("float", "nn.leaky_relu({x}, alpha=0.25)", True),
-    "sigmoid": ("float", "sigmoid({x})", False),
-    "tanh": ("float", "tanh({x})", False),
-}
+#: Elementwise ops a chain applies to its value alone: name -> (kinds, template, exact), taken
+#: from the forms' table (those whose template needs nothing but the value, on float and num).
+_UNARY = {k: _FORMS_UNARY[k] for k in ("nn.relu", "negative", "abs", "clip", "nn.leaky_relu",
+                                       "sigmoid", "tanh")}
 _BINARY = ("add", "subtract", "multiply", "maximum", "minimum")
 
 

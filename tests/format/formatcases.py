@@ -65,3 +65,27 @@ def assert_identical(got, want) -> None:
         g, w = np.asarray(g), np.asarray(w)
         assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
         assert g.tobytes() == w.tobytes()
+
+
+def signature_inputs(fn, rng: np.random.Generator, dim: int,
+                     max_elements: int | None = None) -> list | None:
+    """Inputs matching a VM function's signature, every symbolic dim ``dim``, small values;
+    None for a function value, or when they would pass ``max_elements`` in all."""
+    values, size = [], 0
+    for p in fn.params:
+        if not p.tensors:
+            return None  # a function value
+        arrays = []
+        for t in p.tensors:
+            shape = tuple(d if isinstance(d, int) else dim for d in t.shape)
+            size += int(np.prod(shape, dtype=np.float64))
+            if max_elements is not None and size > max_elements:
+                return None
+            if t.dtype.startswith("float"):
+                arrays.append(rng.standard_normal(shape).astype(t.dtype))
+            elif t.dtype == "bool":
+                arrays.append(rng.integers(0, 2, shape).astype(bool))
+            else:
+                arrays.append(rng.integers(0, 4, shape).astype(t.dtype))
+        values.append(tuple(arrays) if p.is_tuple else arrays[0])
+    return values

@@ -42,7 +42,7 @@ from relvm.runtime.opcodes import BY_NUMBER, TABLE
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from programs import CASES  # noqa: E402
 
-from formatcases import SMALL, B, W  # noqa: E402
+from formatcases import SMALL, B, W, signature_inputs  # noqa: E402
 
 DTYPES = list(dtypes.DTYPES)
 OP_NAMES = sorted(OPS)
@@ -120,25 +120,7 @@ KINDS: dict[str, Callable[[], list[Base]]] = {
 
 def inputs_for(fn, rng: np.random.Generator) -> list | None:
     """Inputs matching a function's signature (symbolic dims 2); None if none can be made."""
-    values = []
-    size = 0
-    for p in fn.params:
-        if not p.tensors:
-            return None  # a function value
-        arrays = []
-        for t in p.tensors:
-            shape = tuple(d if isinstance(d, int) else 2 for d in t.shape)
-            size += int(np.prod(shape, dtype=np.float64))
-            if size > MAX_INPUT_ELEMENTS:
-                return None
-            if t.dtype.startswith("float"):
-                arrays.append(rng.standard_normal(shape).astype(t.dtype))
-            elif t.dtype == "bool":
-                arrays.append(rng.integers(0, 2, shape).astype(bool))
-            else:
-                arrays.append(rng.integers(0, 4, shape).astype(t.dtype))
-        values.append(tuple(arrays) if p.is_tuple else arrays[0])
-    return values
+    return signature_inputs(fn, rng, 2, MAX_INPUT_ELEMENTS)
 
 
 # --- running a mutant ----------------------------------------------------------------------------

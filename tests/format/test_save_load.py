@@ -16,7 +16,8 @@ import relvm
 from relvm import RelvmError, RelvmFormatError
 from relvm.runtime.fileformat import sections_of
 
-from formatcases import X, Y, assert_identical, small_exe, small_expected, with_section
+from formatcases import (X, Y, assert_identical, signature_inputs, small_exe, small_expected,
+                         with_section)
 from programs import CASES, Case
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -74,21 +75,7 @@ VM_PROGRAMS = _vm_test_programs()
 
 def _inputs_for(fn, rng) -> list | None:
     """Inputs matching a signature: every symbolic dim 4, small values; None for closures."""
-    values = []
-    for p in fn.params:
-        if not p.tensors:
-            return None
-        arrays = []
-        for t in p.tensors:
-            shape = tuple(d if isinstance(d, int) else 4 for d in t.shape)
-            if t.dtype.startswith("float"):
-                arrays.append(rng.standard_normal(shape).astype(t.dtype))
-            elif t.dtype == "bool":
-                arrays.append(rng.integers(0, 2, shape).astype(bool))
-            else:
-                arrays.append(rng.integers(0, 4, shape).astype(t.dtype))
-        values.append(tuple(arrays) if p.is_tuple else arrays[0])
-    return values
+    return signature_inputs(fn, rng, 4)
 
 
 def test_vm_test_programs_are_found() -> None:
