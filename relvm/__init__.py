@@ -23,7 +23,7 @@ from .runtime import Executable, VirtualMachine
 from .runtime.loader import load, load_bytes
 from .runtime.threads import get_num_threads, set_num_threads
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 
 def parse(text: str, constants: Any = None, *, source_name: str | None = None):

@@ -185,7 +185,7 @@ def _compile(module: Module, bound: dict[int, np.ndarray], bounds: dict[str, int
 def _bind_through_calls(functions: list) -> None:
     """A result produced by a call is written in place only when the callee's result is:
     drop the call pcs of callees with nothing to bind (until nothing changes: chains)."""
-    from ..runtime.opcodes import Opcode
+    from ..runtime.bytecode import spec_of
 
     changed = True
     while changed:
@@ -193,8 +193,8 @@ def _bind_through_calls(functions: list) -> None:
         for fn in functions:
             outputs = []
             for o in fn.outputs:
-                pcs = tuple(p for p in o.alloc_pcs if fn.instructions[p][0] != Opcode.Invoke
-                            or functions[fn.instructions[p][1]].outputs[0].alloc_pcs)
+                pcs = tuple(p for p in o.alloc_pcs if not spec_of(fn.instructions[p]).has("call")
+                            or functions[fn.instructions[p].func].outputs[0].alloc_pcs)
                 changed |= pcs != o.alloc_pcs
                 outputs.append(dataclasses.replace(o, alloc_pcs=pcs))
             fn.outputs = tuple(outputs)

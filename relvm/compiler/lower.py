@@ -25,8 +25,7 @@ from ..ir.nodes import (Call, Constant, Expr, Function, GlobalVar, If, Let, Tupl
 from ..ir.types import FuncType, TensorType, TupleType, Type, tensor_types
 from ..ops.fused import FusedOp
 from ..ops.registry import OUT_FUSABLE, Op
-from ..runtime.bytecode import make
-from ..runtime.opcodes import Opcode
+from ..runtime.bytecode import make, spec_of
 from ..runtime.executable import KernelEntry, ParamSig, TensorSig
 from .dimtable import DimTable
 
@@ -179,8 +178,8 @@ class FunctionLowering:
         self.num_regs += 1
         return self.num_regs - 1
 
-    def emit(self, *ins_fields) -> int:
-        self.code.append(make(*ins_fields))
+    def emit(self, name: str, *fields, **named) -> int:
+        self.code.append(make(name, *fields, **named))
         return len(self.code) - 1
 
     def lookup(self, scopes: list[dict], key: int) -> int | None:
@@ -209,8 +208,8 @@ class FunctionLowering:
         result = self.lower(self.func.body)
         self.check_assumed(self.func, self.func_description())
         if self.entry_checks:  # into the prologue's dim program, or one of their own
-            if prologue and prologue[-1][0] == Opcode.ComputeDims:
-                k = prologue[-1][1]
+            if prologue and spec_of(prologue[-1]).has("dims"):
+                k = prologue[-1].prog
                 self.program.dim_programs[k] += tuple(self.entry_checks)
             else:
                 prologue.append(make("ComputeDims", self.program.dim_program(self.entry_checks),
@@ -414,13 +413,13 @@ class FunctionLowering:
         if_pc = self.emit("If", cond, one, 1, 0)
         self.push()
         then_reg = self.lower(node.then_branch)
-        self.emit("Move", then_reg, merge)
+        self.emit("Move", dst=merge, src=then_reg)
         self.pop()
         goto_pc = self.emit("Goto", 0)
         else_pc = len(self.code)
         self.push()
         else_reg = self.lower(node.else_branch)
-        self.emit("Move", else_reg, merge)
+        self.emit("Move", dst=merge, src=else_reg)
         self.pop()
         end_pc = len(self.code)
         self.code[if_pc] = make("If", cond, one, 1, else_pc - if_pc)
@@ -463,9 +462,9 @@ class FunctionLowering:
         self.check_assumed(call, f"the call of {callee}{_at(call)}")
         dst = self.reg()
         if isinstance(call.op, GlobalVar):
-            self.emit("Invoke", self.program.function_index[call.op.name], args, dst)
+            self.emit("Invoke", dst=dst, func=self.program.function_index[call.op.name], args=args)
         else:
-            self.emit("InvokeClosure", self.lower(call.op), args, dst)
+            self.emit("InvokeClosure", dst=dst, closure=self.lower(call.op), args=args)
         self.bind_result_dims(dst, call.checked_type, call)
         return dst
 
@@ -535,7 +534,7 @@ class FunctionLowering:
         outs = list(tensor_types(out_type))
         out_regs = [self.alloc(t) for t in outs]
         k = self.program.kernel(op, dict(call.attrs), in_types, outs, groups, call)
-        self.emit("InvokePacked", k, len(out_regs), tuple(in_regs + out_regs))
+        self.emit("InvokePacked", kernel=k, inputs=in_regs, outputs=out_regs)
         if isinstance(out_type, TupleType):
             return self.pack(out_type, iter(out_regs))
         return out_regs[0]

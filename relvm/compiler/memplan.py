@@ -20,28 +20,10 @@ from ..errors import RelvmCompileError
 from ..ir import dims as D
 from ..ir.limits import MAX_TENSOR_BYTES
 from ..ir.types import TensorType, TupleType, Type
-from ..runtime.bytecode import make
+from ..runtime.bytecode import local_uses, make, operands, reads, shared, spec_of
 from ..runtime.executable import OutputSig, VMFunction
-from ..runtime.opcodes import BY_NUMBER, Opcode
+from ..runtime.dimprog import reads_values
 from .lower import ALIGN, Lowered, Program, _tuple_leaves
-
-#: Uses that keep a tensor inside the function (a pooled tensor may only be used this way).
-_LOCAL_USES = {Opcode.InvokePacked, Opcode.ComputeDims, Opcode.ShapeOf, Opcode.ReshapeTensor}
-
-
-def reads(ins: tuple) -> list[int]:
-    """Registers an instruction reads (every reg/regs field except its ``dst``)."""
-    spec = BY_NUMBER[ins[0]]
-    out: list[int] = []
-    for f, v in zip(spec.fields, ins[1:]):
-        if f.name == "dst":
-            continue
-        if f.kind == "reg":
-            out.append(v)
-        elif f.kind == "regs":
-            out.extend(v)
-    return [r for r in out if r >= 0]
-
 
 @dataclass
 class _Tensor:
@@ -61,7 +43,7 @@ def plan_and_assemble(lo: Lowered, program: Program, upper_bounds: dict[str, int
         for r in reads(ins):
             uses.setdefault(r, []).append(pc)
 
-    pooled = [t for t in (_Tensor(pc, body[pc][1], size) for pc, size in lo.allocs.items())
+    pooled = [t for t in (_Tensor(pc, body[pc].dst, size) for pc, size in lo.allocs.items())
               if D.free_symbols(t.size) <= entry_symbols and _stays_local(t, body, uses, lo)]
     slots = _assign_slots(pooled)
 
@@ -111,11 +93,13 @@ def _stays_local(t: _Tensor, body: list[tuple], uses: dict[int, list[int]], lo: 
             return False
         for pc in uses.get(r, []):
             ins = body[pc]
-            if ins[0] not in _LOCAL_USES:
-                return False
             t.end = max(t.end, pc)
-            if ins[0] == Opcode.ReshapeTensor:
-                pending.append(ins[1])
+            if r in local_uses(ins):
+                continue
+            if r in shared(ins, ("view", "part")) and spec_of(ins).has("pure"):
+                pending.append(ins.dst)  # a view: its uses are the tensor's
+                continue
+            return False
     t.end = max(t.end, t.pc)
     return True
 
@@ -213,32 +197,31 @@ def _outputs(code: list[tuple], ret_pc: int, lo: Lowered, shapes: list,
     function index -> whether it does) writes it into the array its caller was given."""
     defs: dict[int, list[int]] = {}
     for pc, ins in enumerate(code):
-        spec = BY_NUMBER[ins[0]]
-        for f, v in zip(spec.fields, ins[1:]):
-            if f.name == "dst":
-                defs.setdefault(v, []).append(pc)
+        for r in operands(ins, ("dst",)):
+            defs.setdefault(r, []).append(pc)
 
     def producers(reg: int, depth: int = 0) -> list[list[int] | None]:
         """Per leaf of the value in ``reg``: alloc pcs, or None where binding is impossible."""
         found: list[list[int] | None] | None = None
         for pc in defs.get(reg, []) or [None]:
             ins = code[pc] if pc is not None else None
+            spec = spec_of(ins) if ins is not None else None
             if ins is None or depth > 64:
                 leaves = [None]
-            elif ins[0] in (Opcode.AllocTensor, Opcode.AllocTensorReg) and ins[2] < 0:
+            elif spec.has("bindable") and ins.storage < 0:
                 leaves = [[pc]]
-            elif ins[0] == Opcode.Invoke and ins[3] == reg and single.get(ins[1], False):
+            elif spec.has("call") and spec.name == "Invoke" and single.get(ins.func, False):
                 leaves = [[pc]]  # the callee's tensor result: it writes the caller's array
-            elif ins[0] in (Opcode.ReshapeTensor, Opcode.Move):
-                leaves = producers(ins[2] if ins[0] == Opcode.ReshapeTensor else ins[1], depth + 1)
-            elif ins[0] == Opcode.AllocADT:
-                leaves = [leaf for f in ins[3] for leaf in producers(f, depth + 1)]
+            elif spec.has("pure") and shared(ins, ("view", "holds")):
+                # a view or a tuple of the values it reads: their producers, leaf by leaf
+                leaves = [leaf for r in shared(ins, ("view", "holds"))
+                          for leaf in producers(r, depth + 1)]
             else:
                 leaves = [None]
             found = leaves if found is None else _merge(found, leaves)
         return found or [None]
 
-    ret_reg = code[ret_pc][1]
+    ret_reg = code[ret_pc].result
     leaf_pcs = producers(ret_reg)
     leaf_types = ([lo.ret_type] if isinstance(lo.ret_type, TensorType) else
                   [t for _, t in _tuple_leaves(lo.ret_type)] if isinstance(lo.ret_type, TupleType)
@@ -252,33 +235,19 @@ def _outputs(code: list[tuple], ret_pc: int, lo: Lowered, shapes: list,
     claimed: set[int] = set()
     out = []
     for t, pcs, shape in zip(leaf_types, leaf_pcs, shapes):
-        if pcs and (len(pcs) > 1 or code[pcs[0]][0] == Opcode.Invoke):
+        if pcs and (len(pcs) > 1 or spec_of(code[pcs[0]]).has("call")):
             # Producers on different branches share the caller's array. A tensor that is also
             # used elsewhere (say, made before the if and returned by one branch) must keep its
             # own buffer: the other branch's producer would overwrite it while still needed.
             # A call's result is bound only when nothing else reads it (a recursive call's
             # result read by the kernel that makes this frame's result must not share it).
             pcs = [p for p in pcs
-                   if _only_flows_to_result(_dst(code[p]), code, readers, programs)]
+                   if _only_flows_to_result(code[p].dst, code, readers, programs)]
         # Two results that are one tensor: only the first is written in place.
         pcs = tuple(p for p in (pcs or []) if p not in claimed)
         claimed.update(pcs)
         out.append(OutputSig(t.dtype, shape, pcs, str(t)))
     return tuple(out)
-
-
-def _reads_values(node) -> bool:
-    """Whether a dim program reads tensor values (not only shapes)."""
-    if isinstance(node, tuple):
-        if node and node[0] in ("value", "nonzero", "arange_len", "reshape",
-                                "reshape_allowzero"):
-            return True
-        return any(_reads_values(x) for x in node)
-    return False
-
-
-def _dst(ins: tuple) -> int:
-    return ins[3] if ins[0] == Opcode.Invoke else ins[1]
 
 
 def _only_flows_to_result(reg: int, code: list[tuple], readers: dict[int, list[int]],
@@ -293,19 +262,17 @@ def _only_flows_to_result(reg: int, code: list[tuple], readers: dict[int, list[i
         seen.add(r)
         for pc in readers.get(r, []):
             ins = code[pc]
-            op = ins[0]
-            if op == Opcode.InvokePacked:
-                n_out, args = ins[2], ins[3]
-                if r in args[len(args) - n_out:] and r not in args[:len(args) - n_out]:
+            spec = spec_of(ins)
+            if spec.has("kernel"):
+                if r in ins.outputs and r not in ins.inputs:
                     continue  # its producing kernel writes it
                 return False
-            if op == Opcode.Move:
-                pending.append(ins[2])
-            elif op in (Opcode.ReshapeTensor, Opcode.AllocADT):
-                pending.append(ins[1])
-            elif op == Opcode.ComputeDims and _reads_values(programs[ins[1]]):
-                return False
-            elif op not in (Opcode.Ret, Opcode.ComputeDims, Opcode.ShapeOf):
+            if spec.has("pure") and r in shared(ins):
+                pending.append(ins.dst)  # moved, reshaped or put in the result tuple
+            elif spec.has("dims"):
+                if reads_values(programs[ins.prog]):
+                    return False
+            elif not (spec.has("ends") or spec.name == "ShapeOf"):
                 return False
     return True
 

@@ -1,16 +1,18 @@
 """Instructions in memory, their int64 encoding, and their text (the disassembler).
 
-In memory an instruction is a tuple ``(opcode_number, field, ...)`` in the table's field order;
-``regs``/``dims`` fields are tuples and ``dtype`` fields are dtype names. Everything here is
-driven by ``opcodes.TABLE``.
+In memory an instruction is a named tuple ``(op, field, ...)``: the opcode number, then the
+fields in the table's order, by name (``ins.dst``); ``regs``/``dims`` fields are tuples and
+``dtype`` fields are dtype names. Everything here is driven by the opcode table
+(``opcodes.py``): what an instruction reads and writes comes from its fields' roles.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from collections import namedtuple
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from .. import dtypes
-from .opcodes import BY_NUMBER, LIST_KINDS, OpcodeSpec
+from .opcodes import BY_NAME, BY_NUMBER, LEGACY_LAYOUTS, READ_ROLES, Field, OpcodeSpec
 
 if TYPE_CHECKING:  # pragma: no cover
     from .executable import Executable, VMFunction
@@ -23,35 +25,99 @@ class DecodeError(ValueError):
     """Malformed encoded bytecode; the executable loader names the section."""
 
 
-def make(name_or_spec: str | OpcodeSpec, *fields: Any) -> tuple:
-    """Build an instruction, checking the field count against the table."""
-    from .opcodes import BY_NAME
+# --- instructions in memory ---------------------------------------------------------------------
 
+_CLASSES: dict[OpcodeSpec, type] = {}
+
+
+def instruction_class(spec: OpcodeSpec) -> type:
+    """The named tuple of ``spec``'s instructions: ``op`` (the number), then its fields by
+    name (``ins.dst``, ``ins.kernel``, ...)."""
+    cls = _CLASSES.get(spec)
+    if cls is None:
+        cls = _CLASSES[spec] = namedtuple(spec.name, ("op",) + spec.field_names)
+    return cls
+
+
+def spec_of(ins: tuple) -> OpcodeSpec:
+    return BY_NUMBER[ins[0]]
+
+
+def make(name_or_spec: str | OpcodeSpec, *fields: Any, **named: Any) -> tuple:
+    """Build an instruction from its fields in table order or by name (checked against the
+    table): ``make("Move", dst=3, src=1)``."""
     spec = BY_NAME[name_or_spec] if isinstance(name_or_spec, str) else name_or_spec
+    if named:
+        assert not fields and set(named) == set(spec.field_names), (spec.name, named)
+        fields = tuple(named[n] for n in spec.field_names)
     assert len(fields) == len(spec.fields), (spec.name, fields)
-    return (spec.number,) + tuple(tuple(f) if spec.fields[i].kind in LIST_KINDS else f
-                                  for i, f in enumerate(fields))
+    return instruction_class(spec)(spec.number, *(tuple(v) if f.is_list else v
+                                                  for f, v in zip(spec.fields, fields)))
 
+
+# --- what an instruction reads and writes, from the fields' roles --------------------------------
+
+def operands(ins: tuple, roles: frozenset[str] | set[str] | tuple[str, ...]) -> Iterator[int]:
+    """The registers in ``ins``'s fields with these roles, in field order (an optional register
+    that is -1 is none)."""
+    for f, v in zip(BY_NUMBER[ins[0]].fields, ins[1:]):
+        if f.role in roles:
+            if f.is_list:
+                yield from v
+            elif v >= 0:
+                yield v
+
+
+def reads(ins: tuple) -> tuple[int, ...]:
+    """Registers ``ins`` reads (every register field but ``dst``)."""
+    return tuple(operands(ins, READ_ROLES))
+
+
+def writes(ins: tuple) -> tuple[int, ...]:
+    """Registers ``ins`` writes: its ``dst``, if it has one."""
+    return tuple(operands(ins, ("dst",)))
+
+
+def shared(ins: tuple, roles: tuple[str, ...] = ("view", "part", "holds")) -> tuple[int, ...]:
+    """Registers whose values ``dst`` holds afterwards (as itself or a view of it, as a part,
+    in a tuple): a use of a tensor there continues as the uses of ``dst``."""
+    return tuple(operands(ins, roles))
+
+
+def local_uses(ins: tuple) -> tuple[int, ...]:
+    """Registers ``ins`` uses without keeping their values anywhere (read, or written in place
+    by a kernel)."""
+    return tuple(operands(ins, ("src", "srcs", "outs")))
+
+
+def register_operands(ins: tuple) -> tuple[int, ...]:
+    """Every register ``ins`` names, written or read, without repeats, in field order."""
+    return tuple(dict.fromkeys(writes(ins) + reads(ins)))
+
+
+# --- encoding -----------------------------------------------------------------------------------
 
 def encode(instructions: Sequence[tuple]) -> list[int]:
-    """Flatten instructions into int64 words."""
+    """Flatten instructions into int64 words (the current format's layout)."""
     words: list[int] = []
     for ins in instructions:
         spec = BY_NUMBER[ins[0]]
         words.append(spec.number)
         for f, value in zip(spec.fields, ins[1:]):
-            if f.kind in LIST_KINDS:
+            if f.is_list:
                 words.append(len(value))
                 words.extend(int(v) for v in value)
-            elif f.kind == "dtype":
+            elif f.encoding == "dtype":
                 words.append(DTYPE_CODES[value])
             else:
                 words.append(int(value))
     return words
 
 
-def decode(words: Sequence[int], count: int) -> list[tuple]:
-    """Read ``count`` instructions back from int64 words. Raises DecodeError on bad data."""
+def decode(words: Sequence[int], count: int, version: int | None = None) -> list[tuple]:
+    """Read ``count`` instructions back from int64 words written by format ``version`` (None:
+    the current one). Raises DecodeError on bad data."""
+    legacy = LEGACY_LAYOUTS.get(version, {}) if version is not None else {}
     out: list[tuple] = []
     pos = 0
     n = len(words)
@@ -63,26 +129,34 @@ def decode(words: Sequence[int], count: int) -> list[tuple]:
         pos += 1
         return int(words[pos - 1])
 
+    def field(spec: OpcodeSpec, f: Field) -> Any:
+        if f.is_list:
+            length = take()
+            if length < 0 or length > n - pos:
+                raise DecodeError(f"{spec.name}.{f.name}: bad length {length}")
+            return tuple(take() for _ in range(length))
+        if f.encoding == "dtype":
+            code = take()
+            if not 0 <= code < len(DTYPE_NAMES):
+                raise DecodeError(f"{spec.name}: unknown dtype code {code}")
+            return DTYPE_NAMES[code]
+        return take()
+
     for _ in range(count):
         number = take()
         spec = BY_NUMBER.get(number)
         if spec is None:
             raise DecodeError(f"unknown opcode {number} at word {pos - 1}")
-        fields: list[Any] = []
-        for f in spec.fields:
-            if f.kind in LIST_KINDS:
-                length = take()
-                if length < 0 or length > n - pos:
-                    raise DecodeError(f"{spec.name}.{f.name}: bad length {length}")
-                fields.append(tuple(take() for _ in range(length)))
-            elif f.kind == "dtype":
-                code = take()
-                if not 0 <= code < len(DTYPE_NAMES):
-                    raise DecodeError(f"{spec.name}: unknown dtype code {code}")
-                fields.append(DTYPE_NAMES[code])
-            else:
-                fields.append(take())
-        out.append((number,) + tuple(fields))
+        old = legacy.get(spec.name)
+        if old is None:
+            fields = [field(spec, f) for f in spec.fields]
+        else:
+            layout, convert = old
+            try:
+                fields = list(convert(*(field(spec, f) for f in layout)))
+            except ValueError as e:
+                raise DecodeError(f"{spec.name}: {e}") from None
+        out.append(instruction_class(spec)(number, *fields))
     if pos != n:
         raise DecodeError(f"{n - pos} words left after {count} instructions")
     return out
@@ -106,16 +180,10 @@ def format_instruction(ins: tuple, exe: "Executable | None" = None,
     """Text of one instruction, e.g. ``alloc_tensor $3 $1 0 [n, 512] float32``."""
     spec = BY_NUMBER[ins[0]]
     names = func.dim_names if func is not None else ()
-    if spec.name == "InvokePacked":
-        kernel, n_out, args = ins[1], ins[2], ins[3]
-        kname = exe.kernels[kernel].name if exe is not None and kernel < len(exe.kernels) \
-            else "kernel"
-        ins_, outs = args[:len(args) - n_out], args[len(args) - n_out:]
-        return (f"invoke_packed {kname}#{kernel} (in: {', '.join(map(_reg, ins_))}, "
-                f"out: {', '.join(map(_reg, outs))})")
     parts = [spec.text_name]
     for f, v in zip(spec.fields, ins[1:]):
-        parts.append(_format_field(f.kind, v, exe, names))
+        text = _format_field(f.kind, v, exe, names)
+        parts.append("-> " + text if f.role == "outs" else text)
     return " ".join(parts)
 
 
@@ -137,6 +205,10 @@ def _format_field(kind: str, v: Any, exe: "Executable | None", names: Sequence[s
             c = exe.constants[v]
             return f"const[{v}]:{dtypes.from_numpy(c.dtype)}{list(c.shape)}"
         return f"const[{v}]"
+    if kind == "kernel":
+        if exe is not None and 0 <= v < len(exe.kernels):
+            return f"{exe.kernels[v].name}#{v}"
+        return f"kernel#{v}"
     if kind == "prog":
         return f"dims#{v}"
     if kind == "offset":

@@ -90,6 +90,17 @@ STATEMENTS: dict[str, tuple[str, ...]] = {
     "bound": ("e", "int", "message:value,limit"), "reshape": ("arg", "arg", "slot"),
     "reshape_allowzero": ("arg", "arg", "slot"),
 }
+#: Tags that read tensor values, not only shapes: a program using one depends on data.
+READS_VALUES = frozenset({"value", "nonzero", "arange_len", "reshape", "reshape_allowzero"})
+
+
+def reads_values(node: Any) -> bool:
+    """Whether a dim program (or statement, or expression) reads tensor values."""
+    if isinstance(node, (tuple, list)):
+        if node and isinstance(node[0], str) and node[0] in READS_VALUES:
+            return True
+        return any(reads_values(x) for x in node)
+    return False
 
 
 def _arange_len(start: Any, stop: Any, step: Any) -> int:

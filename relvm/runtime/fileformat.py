@@ -26,9 +26,9 @@ from ..errors import RelvmFormatError
 
 MAGIC = b"RELVMEXE"
 WEIGHTS_MAGIC = b"RELVMWTS"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 #: Format version -> the first relvm release that reads it. Never remove an entry.
-RELEASES = {1: "0.1.0", 2: "0.2.0"}
+RELEASES = {1: "0.1.0", 2: "0.2.0", 3: "0.3.0"}
 ALIGNMENT = 64
 
 
@@ -112,6 +112,9 @@ class Container:
         self.buf = buf
         self.sections = sections
         self.fail = fail
+        #: The file's format version (the bytecode's layout depends on it, see
+        #: ``opcodes.LEGACY_LAYOUTS``).
+        self.version = FORMAT_VERSION
 
     def span(self, name: str) -> tuple[int, int]:
         offset, size, _ = self.sections[name]
@@ -152,7 +155,9 @@ def open_container(buf: memoryview, magic: bytes, table: tuple[Section, ...],
                              f"relvm {needed} or later")
     if version not in READERS:
         raise fail("header", f"unknown format version {version}")
-    return READERS[version](buf, table, fail)
+    box = READERS[version](buf, table, fail)
+    box.version = version
+    return box
 
 
 #: Sections an executable gained in a format version (older files lack them).
@@ -263,7 +268,9 @@ def relvm_version() -> str:
 
 
 #: Format version -> the reader of its header and section table. Never remove an entry.
-READERS: dict[int, Callable[..., "Container"]] = {1: _open_v1, 2: _open_v2}
+#: Version 3 changed only the layout of four instructions in ``code`` (``dst`` first; see
+#: ``opcodes.LEGACY_LAYOUTS``): its container is version 2's.
+READERS: dict[int, Callable[..., "Container"]] = {1: _open_v1, 2: _open_v2, 3: _open_v2}
 
 
 # --- docs/format.md ------------------------------------------------------------------------

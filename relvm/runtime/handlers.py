@@ -1,7 +1,8 @@
 """One handler per opcode.
 
-A handler is a factory: given the VM, the function and one instruction (with its pc), it binds
-the instruction's fields once and returns a *step* ``step(frame) -> next_pc``. The run loop
+A handler is a factory: given the VM, the function, the pc and the instruction's fields *by
+name* (its parameters are the opcode's field names, checked against the table when it is
+registered), it binds them once and returns a *step* ``step(frame) -> next_pc``. The run loop
 (``state.py``) then executes ``pc = steps[pc](frame)`` with no decoding or dispatch per
 instruction. Steps that transfer control between frames return CALL or RET; the VM finishes the
 transfer. The VM a factory is given is one thread's ``state.ThreadState``: steps are made per
@@ -12,13 +13,14 @@ thread, so what they bind (kernels, pooled views) is that thread's.
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from .. import dtypes
 from ..errors import RelvmRuntimeError
-from .opcodes import BY_NAME
+from .opcodes import BY_NAME, OpcodeSpec
 
 if TYPE_CHECKING:  # pragma: no cover
     from .executable import VMFunction
@@ -29,21 +31,29 @@ RET = -2
 ALIGNMENT = 64
 
 Step = Callable[["Frame"], int]
-Factory = Callable[["ThreadState", "VMFunction", int, tuple], Step]
+Factory = Callable[..., Step]
 
 HANDLERS: dict[int, Factory] = {}
 
 
-def handler(name: str):
-    """Register the factory for opcode ``name`` (its function is named after the opcode)."""
-    spec = BY_NAME[name]
+def handler(name_or_spec: str | OpcodeSpec):
+    """Register the factory for an opcode. It is named after the opcode and takes
+    ``(vm, fn, pc, <the opcode's fields, by their names in the table>)``."""
+    spec = BY_NAME[name_or_spec] if isinstance(name_or_spec, str) else name_or_spec
 
     def register(factory: Factory) -> Factory:
         # Python keywords get a trailing underscore ("if" -> "if_").
         assert factory.__name__.rstrip("_") == spec.text_name, (factory.__name__, spec.text_name)
+        params = tuple(inspect.signature(factory).parameters)
+        assert params == ("vm", "fn", "pc") + spec.field_names, (spec.name, params)
         HANDLERS[spec.number] = factory
         return factory
     return register
+
+
+def make_step(vm: "ThreadState", fn: "VMFunction", pc: int, ins: tuple) -> Step:
+    """The step of instruction ``ins`` at ``pc`` of ``fn``: its fields bound by name."""
+    return HANDLERS[ins[0]](vm, fn, pc, *ins[1:])
 
 
 def dim_reader(operand: int) -> Callable[[list], int] | int:
@@ -99,8 +109,7 @@ class Closure:
 # --- data movement ------------------------------------------------------------------------------
 
 @handler("Move")
-def move(vm, fn, pc, ins) -> Step:
-    _, src, dst = ins
+def move(vm, fn, pc, dst, src) -> Step:
     nxt = pc + 1
 
     def step(f):
@@ -111,9 +120,8 @@ def move(vm, fn, pc, ins) -> Step:
 
 
 @handler("LoadConst")
-def load_const(vm, fn, pc, ins) -> Step:
-    _, dst, k = ins
-    value = vm.constant(k)
+def load_const(vm, fn, pc, dst, const) -> Step:
+    value = vm.constant(const)
     nxt = pc + 1
 
     def step(f):
@@ -123,9 +131,8 @@ def load_const(vm, fn, pc, ins) -> Step:
 
 
 @handler("LoadConsti")
-def load_consti(vm, fn, pc, ins) -> Step:
-    _, dst, v = ins
-    value = np.array(v, np.int64)
+def load_consti(vm, fn, pc, dst, value) -> Step:
+    value = np.array(value, np.int64)
     value.flags.writeable = False
     nxt = pc + 1
 
@@ -136,22 +143,20 @@ def load_consti(vm, fn, pc, ins) -> Step:
 
 
 @handler("KillRegister")
-def kill_register(vm, fn, pc, ins) -> Step:
-    _, reg = ins
+def kill_register(vm, fn, pc, dst) -> Step:
     nxt = pc + 1
 
     def step(f):
-        f.regs[reg] = None
+        f.regs[dst] = None
         return nxt
     return step
 
 
 @handler("DeviceCopy")
-def device_copy(vm, fn, pc, ins) -> Step:
-    _, dst, src, src_dev, dst_dev = ins
-    if src_dev != 0 or dst_dev != 0:
+def device_copy(vm, fn, pc, dst, src, src_device, dst_device) -> Step:
+    if src_device != 0 or dst_device != 0:
         raise RelvmRuntimeError(f"@{fn.name} pc {pc}: device_copy between devices "
-                                f"{src_dev} and {dst_dev}; this build of relvm has only the CPU "
+                                f"{src_device} and {dst_device}; this build of relvm has only the CPU "
                                 f"(device 0)")
     nxt = pc + 1
 
@@ -165,8 +170,7 @@ def device_copy(vm, fn, pc, ins) -> Step:
 # --- tuples and closures ------------------------------------------------------------------------
 
 @handler("AllocADT")
-def alloc_adt(vm, fn, pc, ins) -> Step:
-    _, dst, tag, fields = ins
+def alloc_adt(vm, fn, pc, dst, tag, fields) -> Step:
     nxt = pc + 1
     if tag == 0:
         def step(f):
@@ -182,8 +186,8 @@ def alloc_adt(vm, fn, pc, ins) -> Step:
 
 
 @handler("GetField")
-def get_field(vm, fn, pc, ins) -> Step:
-    _, dst, obj, index = ins
+def get_field(vm, fn, pc, dst, object, index) -> Step:
+    obj = object
     nxt = pc + 1
 
     def step(f):
@@ -194,8 +198,8 @@ def get_field(vm, fn, pc, ins) -> Step:
 
 
 @handler("GetTag")
-def get_tag(vm, fn, pc, ins) -> Step:
-    _, dst, obj = ins
+def get_tag(vm, fn, pc, dst, object) -> Step:
+    obj = object
     nxt = pc + 1
     zero = np.array(0, np.int64)
 
@@ -208,8 +212,7 @@ def get_tag(vm, fn, pc, ins) -> Step:
 
 
 @handler("AllocClosure")
-def alloc_closure(vm, fn, pc, ins) -> Step:
-    _, dst, func, captured = ins
+def alloc_closure(vm, fn, pc, dst, func, captured) -> Step:
     nxt = pc + 1
 
     def step(f):
@@ -222,15 +225,14 @@ def alloc_closure(vm, fn, pc, ins) -> Step:
 # --- control flow -------------------------------------------------------------------------------
 
 @handler("Goto")
-def goto(vm, fn, pc, ins) -> Step:
-    target = pc + ins[1]
+def goto(vm, fn, pc, offset) -> Step:
+    target = pc + offset
     return lambda f: target
 
 
 @handler("If")
-def if_(vm, fn, pc, ins) -> Step:
-    _, test, target, t_off, f_off = ins
-    t_pc, f_pc = pc + t_off, pc + f_off
+def if_(vm, fn, pc, test, target, true_offset, false_offset) -> Step:
+    t_pc, f_pc = pc + true_offset, pc + false_offset
 
     def step(f):
         r = f.regs
@@ -239,15 +241,14 @@ def if_(vm, fn, pc, ins) -> Step:
 
 
 @handler("Fatal")
-def fatal(vm, fn, pc, ins) -> Step:
+def fatal(vm, fn, pc) -> Step:
     def step(f):
         raise RelvmRuntimeError("reached a fatal instruction (unreachable code)")
     return step
 
 
 @handler("Ret")
-def ret(vm, fn, pc, ins) -> Step:
-    _, result = ins
+def ret(vm, fn, pc, result) -> Step:
 
     def step(f):
         vm.ret_value = f.regs[result]
@@ -256,8 +257,7 @@ def ret(vm, fn, pc, ins) -> Step:
 
 
 @handler("Invoke")
-def invoke(vm, fn, pc, ins) -> Step:
-    _, func, args, dst = ins
+def invoke(vm, fn, pc, dst, func, args) -> Step:
     nxt = pc + 1
     if not any(pc in o.alloc_pcs for o in fn.outputs):
         def step(f):
@@ -283,8 +283,7 @@ def invoke(vm, fn, pc, ins) -> Step:
 
 
 @handler("InvokeClosure")
-def invoke_closure(vm, fn, pc, ins) -> Step:
-    _, closure, args, dst = ins
+def invoke_closure(vm, fn, pc, dst, closure, args) -> Step:
     nxt = pc + 1
 
     def step(f):
@@ -299,15 +298,16 @@ def invoke_closure(vm, fn, pc, ins) -> Step:
 # --- kernels and shapes ---------------------------------------------------------------------------
 
 @handler("InvokePacked")
-def invoke_packed(vm, fn, pc, ins) -> Step:
-    """Run kernel k on the argument registers (outputs last). Before the kernel first sees a
-    set of shapes, its operands are checked against its entry (``operands.py``); the step a
-    replay runs (``step.replayed``) skips that, its shapes being those of a checked call."""
-    _, k, n_out, args = ins
-    kernel = vm.kernel(k)
-    check = vm.operand_check(k)
+def invoke_packed(vm, fn, pc, kernel, inputs, outputs) -> Step:
+    """Run a kernel on its input registers and output registers (called with the outputs
+    last). Before the kernel first sees a set of shapes, its operands are checked against its
+    entry (``operands.py``); the step a replay runs (``step.replayed``) skips that, its shapes
+    being those of a checked call."""
+    check = vm.operand_check(kernel)
+    kernel = vm.kernel(kernel)
     seen = check.seen
-    outs = args[len(args) - n_out:]
+    args = inputs + outputs
+    n_out = len(outputs)
     nxt = pc + 1
     if len(args) == 2 and n_out == 1:
         a0, a1 = args
@@ -386,8 +386,7 @@ def invoke_packed(vm, fn, pc, ins) -> Step:
 
 
 @handler("ComputeDims")
-def compute_dims(vm, fn, pc, ins) -> Step:
-    _, prog, args = ins
+def compute_dims(vm, fn, pc, prog, args) -> Step:
     run = vm.dim_program(prog)
     nxt = pc + 1
     if len(args) == 1:
@@ -405,8 +404,7 @@ def compute_dims(vm, fn, pc, ins) -> Step:
 
 
 @handler("ShapeOf")
-def shape_of(vm, fn, pc, ins) -> Step:
-    _, dst, tensor = ins
+def shape_of(vm, fn, pc, dst, tensor) -> Step:
     nxt = pc + 1
 
     def step(f):
@@ -417,8 +415,7 @@ def shape_of(vm, fn, pc, ins) -> Step:
 
 
 @handler("ReshapeTensor")
-def reshape_tensor(vm, fn, pc, ins) -> Step:
-    _, dst, tensor, shape = ins
+def reshape_tensor(vm, fn, pc, dst, tensor, shape) -> Step:
     read = shape_reader(shape)
     nxt = pc + 1
 
@@ -432,8 +429,7 @@ def reshape_tensor(vm, fn, pc, ins) -> Step:
 # --- memory ---------------------------------------------------------------------------------------
 
 @handler("AllocStorage")
-def alloc_storage(vm, fn, pc, ins) -> Step:
-    _, dst, size, alignment, reuse = ins
+def alloc_storage(vm, fn, pc, dst, size, alignment, reuse) -> Step:
     size_of = dim_reader(size)
     static = isinstance(size_of, int)
     key = (vm.function_number(fn), pc)
@@ -518,8 +514,7 @@ def _viewer(vm, pc: int, storage: int, off, dt: np.dtype) -> Callable:
 
 
 @handler("AllocTensor")
-def alloc_tensor(vm, fn, pc, ins) -> Step:
-    _, dst, storage, offset, shape, dtype = ins
+def alloc_tensor(vm, fn, pc, dst, storage, offset, shape, dtype) -> Step:
     if all(d >= 0 for d in shape):
         return _alloc_step(vm, fn, pc, dst, storage, offset, tuple(shape), dtype)
     read = shape_reader(shape)
@@ -527,8 +522,8 @@ def alloc_tensor(vm, fn, pc, ins) -> Step:
 
 
 @handler("AllocTensorReg")
-def alloc_tensor_reg(vm, fn, pc, ins) -> Step:
-    _, dst, storage, offset, shape_reg, dtype = ins
+def alloc_tensor_reg(vm, fn, pc, dst, storage, offset, shape, dtype) -> Step:
+    shape_reg = shape
 
     def read(f):
         s = np.asarray(f.regs[shape_reg])

@@ -174,7 +174,7 @@ def _read_executable(buf: memoryview, weights_buf: Callable[[str], memoryview],
                      library, meta.kernel_arch or "")
     exe.native = native
     stage[0] = "code"
-    _attach_code(exe, meta.code, words)
+    _attach_code(exe, meta.code, words, box.version)
     verify.check_executable(exe, uses)
     exe.constant_checks = ConstantChecks([a for a, _ in constants], [w for _, w in constants])
     return exe
@@ -202,8 +202,10 @@ def _words(code: memoryview) -> list[int]:
     return np.frombuffer(code, dtype="<i8").tolist()
 
 
-def _attach_code(exe: Executable, ranges: list[CodeRange], words: list[int]) -> None:
-    """Decode each function's instructions; the functions must tile ``code`` in order."""
+def _attach_code(exe: Executable, ranges: list[CodeRange], words: list[int],
+                 version: int) -> None:
+    """Decode each function's instructions (laid out as format ``version`` lays them out);
+    the functions must tile ``code`` in order."""
     at = 0
     for fn, r in zip(exe.functions, ranges):
         end = r.word_offset + r.word_count
@@ -211,7 +213,7 @@ def _attach_code(exe: Executable, ranges: list[CodeRange], words: list[int]) -> 
             raise RelvmFormatError(f"@{fn.name}: words {r.word_offset}..{end} do not follow on "
                                    f"at word {at} within {len(words)}", section="code")
         try:
-            fn.instructions = decode(words[at:at + r.word_count], r.instructions)
+            fn.instructions = decode(words[at:at + r.word_count], r.instructions, version)
         except DecodeError as e:
             raise RelvmFormatError(f"@{fn.name}: {e}", section="code") from None
         at += r.word_count

@@ -32,7 +32,7 @@ from typing import Callable
 
 from .. import dtypes
 from ..errors import RelvmFormatError
-from .bytecode import format_instruction
+from .bytecode import format_instruction, reads, spec_of, writes
 from .executable import Executable, ParamSig
 from .opcodes import BY_NAME
 
@@ -48,7 +48,6 @@ MAX_DEPTH = 16
 #: through growing results gets near it).
 MAX_ROUNDS = 20
 
-_OP = {name: spec.number for name, spec in BY_NAME.items()}
 #: NumPy dtype -> relvm's name (``dtype.name`` is slow, and constants are looked up often).
 _DTYPE_NAMES = {dt: name for name, dt in dtypes.DTYPES.items()}
 
@@ -187,13 +186,13 @@ class Program:
         for fn in exe.functions:
             callees, indirect = set(), False
             for ins in fn.instructions:
-                op = ins[0]
-                if op == _OP["Invoke"]:
-                    callees.add(ins[1])
-                elif op == _OP["InvokeClosure"]:
+                name = spec_of(ins).name
+                if name == "Invoke":
+                    callees.add(ins.func)
+                elif name == "InvokeClosure":
                     indirect = True
-                elif op == _OP["AllocClosure"]:
-                    self.closures.add((ins[2], len(ins[3])))
+                elif name == "AllocClosure":
+                    self.closures.add((ins.func, len(ins.captured)))
             self.callees.append(callees)
             self.calls_closures.append(indirect)
         #: kernel -> the ranks of its arguments at each call, for entries without recorded ranks.
@@ -249,7 +248,17 @@ class Pass:
                 self.live = True
             if not self.live:
                 continue  # unreachable: never runs
-            STEPS[ins[0]](self, ins)
+            # From the opcode table: every register read must be written on every path here;
+            # jumps carry what is written to their targets; jumps and ends fall through to
+            # nothing. The opcode's step says what it writes (and checks its uses).
+            spec = spec_of(ins)
+            for r in reads(ins):
+                self.read(ins, r)
+            STEPS.get(ins[0], _by_default)(self, ins)
+            for i in spec.roles("offset"):
+                self.jump(ins[i])
+            if spec.has("jump") or spec.has("ends"):
+                self.live = False
         if self.live:
             raise self.error(self.fn.instructions[-1], "the function runs off its end (its "
                              "last instruction is not ret, goto or fatal)")
@@ -285,21 +294,28 @@ STEPS: dict[int, Step] = {}
 
 def step(name: str):
     def register(f: Step) -> Step:
-        STEPS[_OP[name]] = f
+        STEPS[BY_NAME[name].number] = f
         return f
     return register
 
 
+def _by_default(p: Pass, ins: tuple) -> None:
+    """An opcode without a step of its own (an opcode added to the table with nothing but
+    its handler): its dst gets the type of the one register it reads, else nothing is known."""
+    found = [p.regs[r] for r in reads(ins)]
+    for dst in writes(ins):
+        p.write(dst, found[0] if len(found) == 1 else UNKNOWN)
+
+
 @step("Move")
 def _move(p: Pass, ins: tuple) -> None:
-    p.write(ins[2], p.read(ins, ins[1]))
+    p.write(ins.dst, p.read(ins, ins.src))
 
 
 @step("Ret")
 def _ret(p: Pass, ins: tuple) -> None:
-    fact = p.read(ins, ins[1])
+    fact = p.read(ins, ins.result)
     p.result = join(p.result, fact)
-    p.live = False
     if p.checking:
         _check_result(p, ins, fact)
 
@@ -322,11 +338,10 @@ def _check_result(p: Pass, ins: tuple, fact: tuple) -> None:
 
 @step("Invoke")
 def _invoke(p: Pass, ins: tuple) -> None:
-    _, func, args, dst = ins
-    found = [p.read(ins, r) for r in args]
+    found = [p.read(ins, r) for r in ins.args]
     if p.checking:
-        _check_call(p, ins, func, 0, found, args)
-    p.write(dst, p.prog.results[func])
+        _check_call(p, ins, ins.func, 0, found, ins.args)
+    p.write(ins.dst, p.prog.results[ins.func])
 
 
 def _check_call(p: Pass, ins: tuple, func: int, captured: int, found: list[tuple],
@@ -344,7 +359,7 @@ def _check_call(p: Pass, ins: tuple, func: int, captured: int, found: list[tuple
 
 @step("InvokeClosure")
 def _invoke_closure(p: Pass, ins: tuple) -> None:
-    _, closure, args, dst = ins
+    dst, closure, args = ins.dst, ins.closure, ins.args
     c = p.read(ins, closure)
     found = [p.read(ins, r) for r in args]
     targets = p.prog.closure_targets(c, len(args)) if c[0] in ("closure", "unknown") else []
@@ -361,10 +376,10 @@ def _invoke_closure(p: Pass, ins: tuple) -> None:
 
 @step("InvokePacked")
 def _invoke_packed(p: Pass, ins: tuple) -> None:
-    _, k, n_out, args = ins
+    args = ins.inputs + ins.outputs
     found = [p.read(ins, r) for r in args]
     if p.checking:
-        _check_kernel_call(p, ins, k, n_out, args, found)
+        _check_kernel_call(p, ins, ins.kernel, len(ins.outputs), args, found)
 
 
 def _check_kernel_call(p: Pass, ins: tuple, k: int, n_out: int, args: tuple,
@@ -404,7 +419,7 @@ def _argument_error(p: Pass, ins: tuple, k: int, i: int, r: int, f: tuple, dtype
 
 
 def _storage(p: Pass, ins: tuple) -> None:
-    storage = ins[2]
+    storage = ins.storage
     if storage >= 0:
         s = p.read(ins, storage)
         if p.checking and s is not STORAGE:
@@ -414,24 +429,23 @@ def _storage(p: Pass, ins: tuple) -> None:
 @step("AllocTensor")
 def _alloc_tensor(p: Pass, ins: tuple) -> None:
     _storage(p, ins)
-    p.write(ins[1], tensor(ins[5], len(ins[4]), True))
+    p.write(ins.dst, tensor(ins.dtype, len(ins.shape), True))
 
 
 @step("AllocTensorReg")
 def _alloc_tensor_reg(p: Pass, ins: tuple) -> None:
     _storage(p, ins)
-    p.read(ins, ins[4])
-    p.write(ins[1], tensor(ins[5], None, True))  # the rank is the shape register's length
+    p.write(ins.dst, tensor(ins.dtype, None, True))  # the rank is the shape register's length
 
 
 @step("AllocADT")
 def _alloc_adt(p: Pass, ins: tuple) -> None:
-    p.write(ins[1], adt(ins[2], tuple(p.read(ins, r) for r in ins[3])))
+    p.write(ins.dst, adt(ins.tag, tuple(p.read(ins, r) for r in ins.fields)))
 
 
 @step("AllocClosure")
 def _alloc_closure(p: Pass, ins: tuple) -> None:
-    _, dst, func, captured = ins
+    dst, func, captured = ins.dst, ins.func, ins.captured
     found = [p.read(ins, r) for r in captured]
     if p.checking:
         params = p.prog.params[func]
@@ -445,80 +459,52 @@ def _alloc_closure(p: Pass, ins: tuple) -> None:
 
 @step("GetField")
 def _get_field(p: Pass, ins: tuple) -> None:
-    p.write(ins[1], get_field(p.read(ins, ins[2]), ins[3]))
-
-
-@step("If")
-def _if(p: Pass, ins: tuple) -> None:
-    p.read(ins, ins[1])
-    p.read(ins, ins[2])
-    p.jump(ins[3])
-    p.jump(ins[4])
-    p.live = False
+    p.write(ins.dst, get_field(p.read(ins, ins.object), ins.index))
 
 
 @step("LoadConst")
 def _load_const(p: Pass, ins: tuple) -> None:
-    c = p.exe.constants[ins[2]]
-    p.write(ins[1], tensor(_DTYPE_NAMES.get(c.dtype) or c.dtype.name, c.ndim))
-
-
-@step("Goto")
-def _goto(p: Pass, ins: tuple) -> None:
-    p.jump(ins[1])
-    p.live = False
+    c = p.exe.constants[ins.const]
+    p.write(ins.dst, tensor(_DTYPE_NAMES.get(c.dtype) or c.dtype.name, c.ndim))
 
 
 @step("GetTag")
 def _get_tag(p: Pass, ins: tuple) -> None:
-    p.read(ins, ins[2])
-    p.write(ins[1], tensor("int64", 0))
+    p.write(ins.dst, tensor("int64", 0))
 
 
 @step("LoadConsti")
 def _load_consti(p: Pass, ins: tuple) -> None:
-    p.write(ins[1], tensor("int64", 0))
-
-
-@step("Fatal")
-def _fatal(p: Pass, ins: tuple) -> None:
-    p.live = False
+    p.write(ins.dst, tensor("int64", 0))
 
 
 @step("AllocStorage")
 def _alloc_storage(p: Pass, ins: tuple) -> None:
-    p.write(ins[1], STORAGE)
+    p.write(ins.dst, STORAGE)
 
 
 @step("ShapeOf")
 def _shape_of(p: Pass, ins: tuple) -> None:
-    p.read(ins, ins[2])
-    p.write(ins[1], tensor("int64", 1, True))
+    p.write(ins.dst, tensor("int64", 1, True))
 
 
 @step("ReshapeTensor")
 def _reshape_tensor(p: Pass, ins: tuple) -> None:
-    p.write(ins[1], reshaped(p.read(ins, ins[2]), len(ins[3])))
+    p.write(ins.dst, reshaped(p.read(ins, ins.tensor), len(ins.shape)))
 
 
 @step("DeviceCopy")
 def _device_copy(p: Pass, ins: tuple) -> None:
-    src = p.read(ins, ins[2])
+    src = p.read(ins, ins.src)
     if src[0] == "tensor":
-        p.write(ins[1], tensor(src[1], src[2], True))
+        p.write(ins.dst, tensor(src[1], src[2], True))
     else:
-        p.write(ins[1], reshaped(src, 1) if src is STORAGE else UNKNOWN)
+        p.write(ins.dst, reshaped(src, 1) if src is STORAGE else UNKNOWN)
 
 
 @step("KillRegister")
 def _kill_register(p: Pass, ins: tuple) -> None:
-    p.assigned &= ~(1 << ins[1])  # it holds nothing now
-
-
-@step("ComputeDims")
-def _compute_dims(p: Pass, ins: tuple) -> None:
-    for r in ins[2]:
-        p.read(ins, r)
+    p.assigned &= ~(1 << ins.dst)  # it holds nothing now
 
 
 # --- every function, to a fixpoint ---------------------------------------------------------------

@@ -19,9 +19,10 @@ it returns a callable taking only the others, with its plan and the fixed arrays
 once (or None, and the replay calls the kernel as the run loop does). A replay's kernel steps are
 bound that way when it is made, so a replayed call skips the kernels' per-call lookups too.
 
-A function qualifies when it is straight-line (constants, dims, allocations, reshapes, moves
-and kernels, ending in ``ret``), takes tensors only, writes each register once, and its dim
-programs read shapes only (no ``value``/``nonzero``/run-time reshape: those depend on data).
+A function qualifies when it is straight-line (kernels, pure instructions, storage and tensor
+allocations and dims, ending in ``ret``; the opcode table's flags say which is which), takes
+tensors only, writes each register once, and its dim programs read shapes only (no
+``value``/``nonzero``/run-time reshape: those depend on data).
 """
 
 from __future__ import annotations
@@ -30,25 +31,15 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from .opcodes import BY_NUMBER
+from .bytecode import reads, spec_of, writes
+from .dimprog import reads_values
 
 if TYPE_CHECKING:  # pragma: no cover
     from .executable import VMFunction
 
-#: Dim-program tags that read tensor values, not just shapes.
-_READS_VALUES = frozenset({"value", "nonzero", "arange_len", "reshape", "reshape_allowzero"})
-
 #: How many input-shape signatures an entry keeps replays for; one more and all are dropped
 #: (to be made again by the calls that follow).
 MAX_REPLAYS = 16
-
-
-def _reads_values(node: Any) -> bool:
-    if isinstance(node, tuple):
-        if node and isinstance(node[0], str) and node[0] in _READS_VALUES:
-            return True
-        return any(_reads_values(x) for x in node)
-    return False
 
 
 def plan(fn: VMFunction,
@@ -64,39 +55,25 @@ def plan(fn: VMFunction,
     live: list[int] = []
     last = len(fn.instructions) - 1
     for pc, ins in enumerate(fn.instructions):
-        op = BY_NUMBER[ins[0]].name
-        dst = None
-        if op in ("LoadConst", "LoadConsti"):
-            dst = ins[1]
-            same.add(dst)
-        elif op == "ComputeDims":
-            if not 0 <= ins[1] < len(programs) or _reads_values(programs[ins[1]]):
+        spec = spec_of(ins)
+        if spec.has("kernel") or (spec.name == "Ret" and pc == last):
+            live.append(pc)
+        elif spec.has("dims"):
+            if not 0 <= ins.prog < len(programs) or reads_values(programs[ins.prog]):
                 return None
-        elif op == "AllocStorage":
-            dst = ins[1]
-            if ins[4]:  # reusable: the VM's pooled buffer for this site
-                same.add(dst)
+        elif spec.has("pure") or spec.name in ("AllocStorage", "AllocTensor"):
+            # The same value as last call when it is computed from values that are the same
+            # (the dims are: they depend on the input shapes alone); a fresh buffer, a buffer
+            # not kept between calls, or the caller's output array is live.
+            fresh = (spec.name == "AllocStorage" and not ins.reuse
+                     or spec.name == "AllocTensor" and (ins.storage < 0 or pc in bound))
+            if not fresh and all(r in same for r in reads(ins)):
+                same.update(writes(ins))
             else:
                 live.append(pc)
-        elif op == "AllocTensor":
-            dst = ins[1]
-            if ins[2] >= 0 and ins[2] in same and pc not in bound:
-                same.add(dst)
-            else:  # a fresh result, a view of fresh storage, or the caller's output array
-                live.append(pc)
-        elif op in ("ReshapeTensor", "Move"):
-            dst, src = (ins[1], ins[2]) if op == "ReshapeTensor" else (ins[2], ins[1])
-            if src in same:
-                same.add(dst)
-            else:
-                live.append(pc)
-        elif op == "InvokePacked":
-            live.append(pc)
-        elif op == "Ret" and pc == last:
-            live.append(pc)
         else:
-            return None  # control flow, calls, closures, ADTs, data-dependent shapes
-        if dst is not None:
+            return None  # control flow, calls, copies, data-dependent shapes
+        for dst in writes(ins):
             if dst in written:
                 return None  # a register reused: the registers at the end are not its values
             written.add(dst)
@@ -107,8 +84,8 @@ def _bound_step(kernel: Callable, ins: tuple, regs: list, keep: Sequence[bool],
                 nxt: int) -> Callable | None:
     """InvokePacked ``ins`` as a step calling ``kernel.bind(...)``'s result, or None."""
     bind = getattr(kernel, "bind", None)
-    _, _, n_out, args = ins
-    if bind is None or n_out != 1:
+    args = ins.inputs + ins.outputs
+    if bind is None or len(ins.outputs) != 1:
         return None
     arrays = [regs[a] for a in args]
     if not all(isinstance(a, np.ndarray) for a in arrays):
@@ -160,9 +137,9 @@ class Replay:
         steps = []
         for pc, step in live_steps:
             ins = fn.instructions[pc]
-            if BY_NUMBER[ins[0]].name == "InvokePacked":
+            if spec_of(ins).has("kernel"):
                 # Its shapes are those of the call it was made from: checked then.
-                step = (_bound_step(kernel(ins[1]), ins, regs, keep, pc + 1)
+                step = (_bound_step(kernel(ins.kernel), ins, regs, keep, pc + 1)
                         or getattr(step, "replayed", step))
             steps.append((pc, step))
         #: (pc, step) for each live instruction, in order.

@@ -55,9 +55,8 @@ class EntryPoint:
         self._only_dtype = self.out_dtypes[0] if len(fn.outputs) == 1 else None
         self._only_static = self.static_out_shapes[0] if len(fn.outputs) == 1 else None
         self.copies = 0  # inputs copied because they were not C-contiguous
-        #: The VM's steps for this function, and whether it calls no other (set by the VM).
+        #: The VM's steps for this function (set by the VM).
         self.steps: list = []
-        self.leaf = False
         #: Replays (set by the VM for straight-line entries, see replay.py): the live
         #: (pc, step) pairs (None: not replayable), the registers a replay keeps, and input
         #: shapes -> Replay.

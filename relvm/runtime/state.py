@@ -27,19 +27,16 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import RelvmError, RelvmFormatError, RelvmInputError, RelvmRuntimeError
-from .bytecode import format_instruction
+from .bytecode import format_instruction, operands, register_operands, spec_of, writes
 from .dimprog import DimError
 from .executable import Executable, VMFunction
-from .handlers import ALIGNMENT, CALL, HANDLERS
+from .handlers import ALIGNMENT, CALL, make_step
 from . import replay
 from .kernels import Constants, native_path, resolve_kernels
 from .operands import OperandCheck
-from .opcodes import Opcode
 from .signature import EntryPoint
 
 MAX_FRAMES = 1_000_000
-#: Opcodes that push a frame; a function without them runs in the simpler _loop_leaf.
-_CALLS = (Opcode.Invoke, Opcode.InvokeClosure)
 
 
 class Frame:
@@ -143,9 +140,22 @@ class ThreadState:
         self._stats_type = type("InvokeStats", (InvokeStats,),
                                 {"native_code": native_path(exe)})
         self.stats = self._stats_type()
-        self.trace = os.environ.get("RELVM_TRACE", "") not in ("", "0")
+        self._observed: dict[int, list] = {}
+        #: Called around every step while set: ``observer(frame, pc, ins, step) -> next pc``
+        #: (the tracer, a profile); None runs the plain steps, and replays.
+        self.observer: Callable | None = None
+        if os.environ.get("RELVM_TRACE", "") not in ("", "0"):
+            self.trace = True
         self.ret_value: Any = None
         self.pending: Frame | None = None
+
+    @property
+    def trace(self) -> bool:
+        return self.observer == self._trace
+
+    @trace.setter
+    def trace(self, on: bool) -> None:
+        self.observer = self._trace if on else None
 
     # --- services used by the handlers ---------------------------------------------------------
     def kernel(self, k: int) -> Callable:
@@ -172,14 +182,15 @@ class ThreadState:
         steps = self._steps.get(index)
         if steps is None:
             fn = self.exe.functions[index]
-            steps = [HANDLERS[ins[0]](self, fn, pc, ins) for pc, ins in enumerate(fn.instructions)]
+            steps = [make_step(self, fn, pc, ins) for pc, ins in enumerate(fn.instructions)]
             self._steps[index] = steps
         return steps
 
     def new_frame(self, index: int, args: list, ret_reg: int) -> Frame:
         fn = self.exe.functions[index]
         regs = args + [None] * (fn.num_regs - len(args))
-        return Frame(fn, index, self.steps(index), regs, ret_reg, self._active[index] == 0)
+        steps = self.steps(index) if self.observer is None else self.observed_steps(index)
+        return Frame(fn, index, steps, regs, ret_reg, self._active[index] == 0)
 
     def count_allocation(self, shape: tuple, dtype: np.dtype) -> None:
         n = dtype.itemsize
@@ -231,8 +242,7 @@ class ThreadState:
             fn = self.exe.function(func)
             ep = self.entries[func] = EntryPoint(fn, self.exe.function_index[func])
             ep.steps = self.steps(ep.index)
-            ep.leaf = not any(ins[0] in _CALLS for ins in fn.instructions)
-            found = replay.plan(fn, self.exe.dim_programs) if ep.leaf else None
+            found = replay.plan(fn, self.exe.dim_programs)
             if found is not None:
                 live, ep.keep = found
                 ep.live_steps = tuple((pc, ep.steps[pc]) for pc in live)
@@ -246,18 +256,18 @@ class ThreadState:
             stats.input_copies = ep.copies
             ep.copies = 0
         bound = None if outs is None else ep.bound_map(inputs, outs)
-        if ep.live_steps is not None and not self.trace:
+        if self.observer is not None:  # tracing or profiling: every instruction, observed
+            frame = Frame(ep.fn, ep.index, self.observed_steps(ep.index),
+                          inputs + ep.spare_regs, -1, self._active[ep.index] == 0, bound)
+            self._start(ep, frame, outs)
+            result = self._run(frame)
+        elif ep.live_steps is not None:
             result = self._replay(ep, inputs, bound, outs)
         else:
             frame = Frame(ep.fn, ep.index, ep.steps, inputs + ep.spare_regs, -1,
                           self._active[ep.index] == 0, bound)
             self._start(ep, frame, outs)
-            if self.trace:
-                result = self._loop_observed(frame, self._trace_step)
-            elif ep.leaf:
-                result = self._loop_leaf(frame)
-            else:
-                result = self._loop(frame)
+            result = self._run(frame)
         if outs is not None and (len(outs) != 1 or result is not outs[0]):
             result = self._finish_outputs(ep.fn, result, outs, ep.aliased)
         stats.peak_bytes = self._pooled + stats.allocated_bytes
@@ -281,7 +291,7 @@ class ThreadState:
             frame = Frame(ep.fn, ep.index, ep.steps, inputs + ep.spare_regs, -1,
                           self._active[ep.index] == 0, bound)
             self._start(ep, frame, outs)
-            result = self._loop_leaf(frame)
+            result = self._run(frame)
             if len(ep.replays) >= replay.MAX_REPLAYS:
                 ep.replays.clear()
             ep.replays[key] = replay.Replay(ep.fn, frame.regs, frame.dims, len(inputs),
@@ -305,10 +315,8 @@ class ThreadState:
         try:
             for pc, step in r.steps:
                 step(frame)
-        except (RelvmInputError, RelvmFormatError):
-            raise
         except Exception as e:
-            raise self._runtime_error(frame, pc, e) from None
+            raise self._error(frame, pc, e) from None
         finally:
             frame.regs = None
         return self.ret_value
@@ -331,20 +339,9 @@ class ThreadState:
         return _rebuild(result, iter(outs))
 
     # --- the run loop --------------------------------------------------------------------------
-    def _loop_leaf(self, f: Frame) -> Any:
-        """The run loop for a function that calls no other: one frame, no stack to keep."""
-        steps = f.steps
-        pc = f.pc
-        try:
-            while pc >= 0:
-                pc = steps[pc](f)
-        except (RelvmInputError, RelvmFormatError):
-            raise
-        except Exception as e:
-            raise self._runtime_error(f, pc, e) from None
-        return self.ret_value
-
-    def _loop(self, frame: Frame) -> Any:
+    def _run(self, frame: Frame) -> Any:
+        """Run ``frame`` to its return: the run loop, the only one (tracing and profiling run
+        it over observed steps, see ``observe``). Calls push frames on an explicit stack."""
         stack = [frame]
         active = self._active
         f = frame
@@ -376,17 +373,19 @@ class ThreadState:
                 f.regs[callee.ret_reg] = value
                 steps = f.steps
                 pc = f.pc
-        except (RelvmInputError, RelvmFormatError):
-            raise
         except Exception as e:
-            raise self._runtime_error(f, pc, e) from None
+            raise self._error(f, pc, e) from None
         finally:
             # Normally every frame was popped; after an error, release the ones still active.
             for g in stack:
                 active[g.index] -= 1
 
-    def _runtime_error(self, f: Frame, pc: int, e: Exception) -> RelvmError:
-        """Name the function, pc, instruction and the shapes of its registers."""
+    def _error(self, f: Frame, pc: int, e: Exception) -> Exception:
+        """What a failure at ``pc`` of ``f`` raises: the caller's errors (bad input, a bad
+        file) as they are, anything else as a RelvmRuntimeError naming the function, pc,
+        instruction and the shapes of exactly its register operands."""
+        if isinstance(e, (RelvmInputError, RelvmFormatError)):
+            return e
         if pc < 0:
             pc = f.pc
         fn = f.func
@@ -394,94 +393,73 @@ class ThreadState:
         text = format_instruction(ins, self.exe, fn) if ins is not None else "?"
         shapes = ""
         if ins is not None:
-            regs = [v for v in ins[1:] if isinstance(v, tuple)] + [ins[1:]]
-            seen = sorted({r for group in regs for r in group
-                           if isinstance(r, int) and 0 <= r < len(f.regs)
-                           and isinstance(f.regs[r], np.ndarray)})
+            seen = [r for r in register_operands(ins) if 0 <= r < len(f.regs)
+                    and isinstance(f.regs[r], np.ndarray)]
             if seen:
-                shapes = "; registers: " + ", ".join(
-                    f"${r}: {f.regs[r].dtype}{list(f.regs[r].shape)}" for r in seen)
+                shapes = "; registers: " + ", ".join(f"${r}: {_describe(f.regs[r])}"
+                                                     for r in seen)
         what = str(e) if isinstance(e, (RelvmError, DimError)) else f"{type(e).__name__}: {e}"
         return RelvmRuntimeError(f"@{fn.name} pc {pc}: {text}: {what}{shapes}")
 
     # --- observed runs: tracing and profiling --------------------------------------------------
-    def _loop_observed(self, frame: Frame, observe: Callable) -> Any:
-        """The run loop with ``observe(frame, pc, step)`` around every step (slow path)."""
-        stack = [frame]
-        f = frame
-        self._active[f.index] += 1
-        pc = f.pc
-        try:
-            while True:
-                nxt = observe(f, pc, f.steps[pc])
-                if nxt >= 0:
-                    pc = nxt
-                    continue
-                if nxt == CALL:
-                    f = self.pending
-                    stack.append(f)
-                    self._active[f.index] += 1
-                    pc = 0
-                    continue
-                value = self.ret_value
-                self._active[f.index] -= 1
-                stack.pop()
-                if not stack:
-                    return value
-                callee, f = f, stack[-1]
-                f.regs[callee.ret_reg] = value
-                pc = f.pc
-        except (RelvmInputError, RelvmFormatError):
-            raise
-        except Exception as e:
-            raise self._runtime_error(f, pc, e) from None
-        finally:
-            for g in stack:
-                self._active[g.index] -= 1
+    def observed_steps(self, index: int) -> list:
+        """The steps of function ``index`` with ``self.observer(frame, pc, ins, step)`` around
+        each: what the run loop runs while tracing or profiling."""
+        steps = self._observed.get(index)
+        if steps is None:
+            fn = self.exe.functions[index]
 
-    def _trace_step(self, f: Frame, pc: int, step) -> int:
+            def wrap(pc: int, ins: tuple, step: Callable) -> Callable:
+                return lambda f: self.observer(f, pc, ins, step)
+            steps = [wrap(pc, ins, step)
+                     for pc, (ins, step) in enumerate(zip(fn.instructions, self.steps(index)))]
+            self._observed[index] = steps
+        return steps
+
+    def _trace(self, f: Frame, pc: int, ins: tuple, step: Callable) -> int:
+        """Run one step and print the instruction with what it wrote (``RELVM_TRACE=1``)."""
         nxt = step(f)
-        ins = f.func.instructions[pc]
-        regs = [v for v in ins[1:2] if isinstance(v, int) and 0 <= v < len(f.regs)]
-        shown = ", ".join(f"${r}={_describe(f.regs[r])}" for r in regs)
+        spec = spec_of(ins)
+        shown = [f"${r}={_describe(f.regs[r])}" for r in writes(ins) + tuple(operands(ins, ("outs",)))]
+        if spec.has("dims"):
+            names = f.func.dim_names
+            shown += [f"{names[k] if k < len(names) else f'd{k}'}={v}"
+                      for k, v in enumerate(f.dims)]
         print(f"[relvm] @{f.func.name} {pc:>4}: {format_instruction(ins, self.exe, f.func)}"
-              + (f"  -> {shown}" if shown else ""), file=sys.stderr)
+              + (f"  -> {', '.join(shown)}" if shown else ""), file=sys.stderr)
         return nxt
 
     def profile(self, ep: EntryPoint, inputs: list) -> Profile:
         """Run ``ep`` once on ``inputs`` and time every instruction: per kernel and opcode."""
-        from .opcodes import BY_NUMBER
-
         prof = Profile()
 
-        def observe(f: Frame, pc: int, step) -> int:
-            ins = f.func.instructions[pc]
+        def observe(f: Frame, pc: int, ins: tuple, step: Callable) -> int:
             start = time.perf_counter()
             nxt = step(f)
             secs = time.perf_counter() - start
-            spec = BY_NUMBER[ins[0]]
-            name = (f"kernel {self.exe.kernels[ins[1]].name}" if spec.name == "InvokePacked"
-                    else spec.text_name)
-            prof.add(name, secs)
+            spec = spec_of(ins)
+            prof.add(f"kernel {self.exe.kernels[ins.kernel].name}" if spec.has("kernel")
+                     else spec.text_name, secs)
             return nxt
 
-        frame = self.new_frame(ep.index, inputs, -1)
-        self._run_prologue(frame)
-        self._loop_observed(frame, observe)
+        outer, self.observer = self.observer, observe
+        try:
+            self.call(ep, inputs, None)
+        finally:
+            self.observer = outer
         return prof
 
     def _run_prologue(self, frame: Frame) -> None:
         """Run the entry dims computation; its failures are the caller's (RelvmInputError)."""
         fn = frame.func
+        pc = 0
         try:
             for pc in range(fn.prologue):
                 frame.steps[pc](frame)
         except DimError as e:
             raise RelvmInputError(f"@{fn.name}: {e}") from None
-        except RelvmError:
-            raise
         except Exception as e:  # only a malformed executable gets here
-            raise self._runtime_error(frame, pc, e) from None
+            raise self._error(frame, pc, e) from None
         frame.pc = fn.prologue
 
 

@@ -3,7 +3,7 @@ runs (``check_executable``; ``relvm.load`` runs it on every file).
 
 Checksums catch damage; the verifier catches files that are well-formed but wrong (written by a
 buggy tool, by hand, or by an attacker who recomputed the checksums). Every operand is checked
-against its field kind in ``opcodes.TABLE`` -- registers within the frame, dims slots within
+against its field's role in the opcode table -- registers within the frame, dims slots within
 the dims vector, function, kernel, constant and dim-program indices within their tables, jumps
 forward and inside the function -- and every dim program against the grammar in
 ``dimprog.py``. Then ``kernelcheck.py`` checks the kernel entries (attributes, fused steps and
@@ -25,20 +25,13 @@ from .dimprog import EXPRESSIONS as _EXPRESSIONS
 from .dimprog import STATEMENTS as _STATEMENTS
 from . import kernelcheck, regtypes
 from .executable import Executable, VMFunction
-from .opcodes import BY_NAME, BY_NUMBER, Opcode
+from .bytecode import spec_of
+from .opcodes import TABLE_ROLES
 
-#: Register fields where -1 means "none" (AllocTensor's storage -1: a fresh buffer).
-OPTIONAL_REGS = frozenset({("AllocTensor", "storage"), ("AllocTensorReg", "storage")})
-#: Integer fields with a meaning beyond "an int64": (opcode, field) -> (low, high).
-INT_RANGES = {
-    ("AllocADT", "tag"): (0, 2**31 - 1),
-    ("GetField", "index"): (0, 2**31 - 1),
-    ("AllocStorage", "alignment"): (1, 4096),
-    ("AllocStorage", "reuse"): (0, 1),
-}
 MAX_EXPR_DEPTH = 100
-#: Instructions whose tensor a bound output array may replace (``OutputSig.alloc_pcs``).
-ALLOCATIONS = frozenset({BY_NAME["AllocTensor"].number, BY_NAME["AllocTensorReg"].number})
+#: The largest alignment an AllocStorage may ask for.
+MAX_ALIGNMENT = 4096
+
 
 @dataclass
 class ProgramUse:
@@ -142,8 +135,7 @@ def check_function(exe: Executable, fi: int, uses: Sequence[ProgramUse]) -> None
                           f"function has {n}")
     if len(fn.params) > fn.num_regs:
         raise _meta_error(f"@{fn.name}: {len(fn.params)} parameters but {fn.num_regs} registers")
-    limits = {"func": len(exe.functions), "kernel": len(exe.kernels),
-              "const": len(exe.constants), "prog": len(exe.dim_programs)}
+    limits = {role: len(getattr(exe, attr)) for role, attr in TABLE_ROLES.items()}
     for pc, ins in enumerate(fn.instructions):
         problem = _instruction_problem(fn, pc, ins, limits, uses)
         if problem:
@@ -164,16 +156,17 @@ def _output_problem(exe: Executable, fn: VMFunction, out) -> str | None:
         if not 0 <= p < len(fn.instructions):
             return f"alloc pc {p} outside the function"
         ins = fn.instructions[p]
-        if ins[0] == Opcode.Invoke:
-            callee = exe.functions[ins[1]]
+        spec = spec_of(ins)
+        if spec.name == "Invoke":
+            callee = exe.functions[ins.func]
             if len(callee.outputs) != 1 or callee.outputs[0].dtype != out.dtype:
                 return (f"alloc pc {p} calls @{callee.name}, which does not return one "
                         f"{out.dtype} tensor")
             continue
-        if ins[0] not in ALLOCATIONS:
+        if not spec.has("bindable"):
             return f"alloc pc {p} is {format_instruction(ins, None, fn)}, not an allocation"
-        if ins[5] != out.dtype:
-            return f"alloc pc {p} allocates {ins[5]}, but the output is {out.dtype}"
+        if ins.dtype != out.dtype:
+            return f"alloc pc {p} allocates {ins.dtype}, but the output is {out.dtype}"
     for d in out.shape or ():
         if _dim_problem(fn, d):
             return _dim_problem(fn, d)
@@ -182,45 +175,41 @@ def _output_problem(exe: Executable, fn: VMFunction, out) -> str | None:
 
 def _instruction_problem(fn: VMFunction, pc: int, ins: tuple, limits: dict,
                          uses: Sequence[ProgramUse]) -> str | None:
-    spec = BY_NUMBER[ins[0]]
+    """What is wrong with one instruction's operands, by their roles in the opcode table."""
+    spec = spec_of(ins)
     for f, v in zip(spec.fields, ins[1:]):
-        kind = f.kind
-        if kind == "reg":
-            low = -1 if (spec.name, f.name) in OPTIONAL_REGS else 0
-            if not low <= v < fn.num_regs:
-                return f"{f.name}: register {v} outside 0..{fn.num_regs - 1}"
-        elif kind == "regs":
-            bad = [r for r in v if not 0 <= r < fn.num_regs]
+        role = f.role
+        if f.is_register:
+            low = -1 if f.optional else 0
+            bad = [r for r in (v if f.is_list else (v,)) if not low <= r < fn.num_regs]
             if bad:
                 return f"{f.name}: register {bad[0]} outside 0..{fn.num_regs - 1}"
-        elif kind in ("dim", "dims"):
-            for d in (v if kind == "dims" else (v,)):
+        elif role in ("dim", "dims"):
+            for d in (v if f.is_list else (v,)):
                 problem = _dim_problem(fn, d)
                 if problem:
                     return f"{f.name}: {problem}"
-        elif kind in limits:
-            if not 0 <= v < limits[kind]:
-                return f"{f.name}: {kind} index {v}, but the executable has {limits[kind]}"
-        elif kind == "offset":
+        elif role in TABLE_ROLES:
+            if not 0 <= v < limits[role]:
+                return f"{f.name}: {role} index {v}, but the executable has {limits[role]}"
+        elif role == "offset":
             if not 0 <= pc + v < len(fn.instructions):
                 return f"{f.name}: jump to {pc + v}, outside the function"
             if v <= 0:  # so a call runs each instruction at most once, and always ends
                 return f"{f.name}: jump to {pc + v}, not forward (relvm bytecode never loops)"
-        elif kind == "int":
-            low, high = INT_RANGES.get((spec.name, f.name), (-2**63, 2**63 - 1))
-            if not low <= v <= high:
-                return f"{f.name}: {v} outside {low}..{high}"
-    if spec.name == "AllocStorage" and ins[3] & (ins[3] - 1):
-        # Kernels rely on buffers aligned to their vector width: 65 would misalign them.
-        return f"alignment: {ins[3]} is not a power of two"
-    if spec.name == "InvokePacked" and not 0 <= ins[2] <= len(ins[3]):
-        return f"output_size {ins[2]} but {len(ins[3])} arguments"
-    if spec.name == "ComputeDims":
-        use = uses[ins[1]]
-        if use.max_arg >= len(ins[2]):
-            return f"dims#{ins[1]} reads argument {use.max_arg}, but gets {len(ins[2])}"
+        elif role == "imm":
+            if not f.low <= v <= f.high:
+                return f"{f.name}: {v} outside {f.low}..{f.high}"
+        elif role == "align":
+            # Kernels rely on buffers aligned to their vector width: 65 would misalign them.
+            if not 1 <= v <= MAX_ALIGNMENT or v & (v - 1):
+                return f"{f.name}: {v} is not a power of two in 1..{MAX_ALIGNMENT}"
+    if spec.has("dims"):
+        use = uses[ins.prog]
+        if use.max_arg >= len(ins.args):
+            return f"dims#{ins.prog} reads argument {use.max_arg}, but gets {len(ins.args)}"
         if use.max_slot >= fn.num_dims:
-            return f"dims#{ins[1]} writes dims slot {use.max_slot}, but @{fn.name} has " \
+            return f"dims#{ins.prog} writes dims slot {use.max_slot}, but @{fn.name} has " \
                    f"{fn.num_dims}"
     return None
 

@@ -165,9 +165,8 @@ class VirtualMachine:
                       else ep.arrange(args, kwargs))
             st.inputs[func] = ep.convert(values)
         outs = st.next_outputs.pop(func, None) or st.bound_outputs.get(func)
-        inputs = st.inputs.get(func)
-        if inputs is None and not ep.names:
-            inputs = []  # a function without parameters needs no set_input
+        # A function without parameters needs no set_input.
+        inputs = st.inputs.get(func, [] if not ep.names else None)
         if inputs is None:
             raise RelvmInputError(f"@{func}: inputs are not set; call set_input or pass them")
         return st.call(ep, inputs, outs)
@@ -207,5 +206,9 @@ class VirtualMachine:
         if args or kwargs:
             self.set_input(func, *args, **kwargs)
         st = self._local.state
-        return st.profile(st.entry(func), st.inputs[func])
+        ep = st.entry(func)
+        inputs = st.inputs.get(func, [] if not ep.names else None)
+        if inputs is None:
+            raise RelvmInputError(f"@{func}: inputs are not set; call set_input or pass them")
+        return st.profile(ep, inputs)
 

@@ -56,7 +56,7 @@ def test_disassembly_format() -> None:
 @pytest.mark.parametrize("words,count,message", [
     ([99], 1, "unknown opcode 99"),
     ([0, 1], 1, "ends in the middle"),
-    ([4, 0, 1, 5, 1], 1, "bad length 5"),
+    ([4, 0, 5, 1], 1, "bad length 5"),
     ([5, 0, 0, 0, 1, 7, 42], 1, "unknown dtype code 42"),
     ([15, 15], 1, "1 words left"),
 ])

@@ -12,6 +12,7 @@ import pytest
 import relvm
 from relvm import RelvmInputError, RelvmRuntimeError, examples
 from relvm.runtime import replay
+from relvm.runtime.bytecode import make
 from relvm.runtime.opcodes import BY_NAME
 
 MLP = "mlp"
@@ -137,16 +138,15 @@ def _fake(instructions, n_params=1, outputs=()):
 
 
 def test_plan_refuses_reused_registers_and_overwritten_inputs() -> None:
-    op = {name: BY_NAME[name].number for name in ("LoadConst", "Move", "Ret", "AllocStorage")}
-    ok = [(op["LoadConst"], 1, 0), (op["Move"], 1, 2), (op["Ret"], 2)]
+    ok = [make("LoadConst", dst=1, const=0), make("Move", dst=2, src=1), make("Ret", result=2)]
     assert replay.plan(_fake(ok), []) == ((2,), [r in (1, 2) for r in range(8)])
-    reused = [(op["LoadConst"], 1, 0), (op["LoadConst"], 1, 1), (op["Ret"], 1)]
+    reused = [make("LoadConst", 1, 0), make("LoadConst", 1, 1), make("Ret", 1)]
     assert replay.plan(_fake(reused), []) is None
-    overwritten = [(op["LoadConst"], 0, 0), (op["Ret"], 0)]
+    overwritten = [make("LoadConst", 0, 0), make("Ret", 0)]
     assert replay.plan(_fake(overwritten), []) is None
-    ret_not_last = [(op["Ret"], 0), (op["LoadConst"], 1, 0)]
+    ret_not_last = [make("Ret", 0), make("LoadConst", 1, 0)]
     assert replay.plan(_fake(ret_not_last), []) is None
-    fresh_storage = [(op["AllocStorage"], 1, 64, 64, 0), (op["Ret"], 0)]
+    fresh_storage = [make("AllocStorage", dst=1, size=64, alignment=64, reuse=0), make("Ret", 0)]
     assert replay.plan(_fake(fresh_storage), [])[0] == (0, 1)
 
 
