@@ -94,6 +94,12 @@ STATEMENTS: dict[str, tuple[str, ...]] = {
 READS_VALUES = frozenset({"value", "nonzero", "arange_len", "reshape", "reshape_allowzero"})
 
 
+def written_slots(program: Sequence[Any]) -> list[int]:
+    """The dims slots a program's statements write, in order."""
+    return [s[1] if s[0] == "set" else s[3] for s in program if s[0] in ("set", "reshape",
+                                                                         "reshape_allowzero")]
+
+
 def reads_values(node: Any) -> bool:
     """Whether a dim program (or statement, or expression) reads tensor values."""
     if isinstance(node, (tuple, list)):

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..errors import RelvmError, RelvmFormatError, RelvmInputError, RelvmRuntimeError
 from .bytecode import format_instruction, operands, register_operands, spec_of, writes
-from .dimprog import DimError
+from .dimprog import DimError, written_slots
 from .executable import Executable, VMFunction
 from .handlers import ALIGNMENT, CALL, make_step
 from . import replay
@@ -423,8 +423,8 @@ class ThreadState:
         shown = [f"${r}={_describe(f.regs[r])}" for r in writes(ins) + tuple(operands(ins, ("outs",)))]
         if spec.has("dims"):
             names = f.func.dim_names
-            shown += [f"{names[k] if k < len(names) else f'd{k}'}={v}"
-                      for k, v in enumerate(f.dims)]
+            shown += [f"{names[k] if k < len(names) else f'd{k}'}={f.dims[k]}"
+                      for k in written_slots(self.exe.dim_programs[ins.prog])]
         print(f"[relvm] @{f.func.name} {pc:>4}: {format_instruction(ins, self.exe, f.func)}"
               + (f"  -> {', '.join(shown)}" if shown else ""), file=sys.stderr)
         return nxt
