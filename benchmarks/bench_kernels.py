@@ -29,7 +29,7 @@ from relvm.backends import c, native, numpy_ref  # noqa: E402
 from relvm.ops import OPS  # noqa: E402
 from relvm.runtime import threads  # noqa: E402
 from relvm.runtime.executable import KernelEntry  # noqa: E402
-from relvm.runtime.kernels import Constants  # noqa: E402
+from relvm.runtime.vm.kernels import Constants  # noqa: E402
 
 
 def entry(op: str, inputs, outputs, attrs=None) -> KernelEntry:

@@ -20,7 +20,7 @@ from .errors import (RelvmCompileError, RelvmError, RelvmFormatError, RelvmInput
                      RelvmRuntimeError, RelvmSyntaxError, RelvmTrustError, RelvmTypeError)
 
 from .runtime import Executable, VirtualMachine
-from .runtime.loader import load, load_bytes
+from .runtime.file.loader import load, load_bytes
 from .runtime.threads import get_num_threads, set_num_threads
 
 __version__ = "0.3.0"

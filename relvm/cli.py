@@ -340,7 +340,7 @@ def _run(args: argparse.Namespace) -> int:
 @command("inspect")
 def _inspect(args: argparse.Namespace) -> int:
     """Show an executable: signatures, kernels, constants, sizes, and the disassembly."""
-    from .runtime.kernels import planned_path
+    from .runtime.vm.kernels import planned_path
 
     exe = _load_exe(args.model, args.trust_native_code)
     print(f"{args.model}: {os.path.getsize(args.model) / 1e6:.2f} MB, backend {exe.backend}")
@@ -365,7 +365,7 @@ def _inspect(args: argparse.Namespace) -> int:
 @command("trust")
 def _trust(args: argparse.Namespace) -> int:
     """Manage the keys whose executables may run their native code: add KEYFILE, list, remove ID."""
-    from .runtime import trust
+    from .runtime.file import trust
 
     if args.action == "add":
         if not args.key:
@@ -391,7 +391,7 @@ def _trust(args: argparse.Namespace) -> int:
 @command("key")
 def _key(args: argparse.Namespace) -> int:
     """Print your public key (made on first use): give it to people who run your models."""
-    from .runtime import trust
+    from .runtime.file import trust
 
     print(trust.public_key_line(trust.signer().public, args.comment or ""))
     return 0

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from .runtime.fileformat import format_markdown
-from .runtime.opcodes import isa_markdown
+from .runtime.file.format import format_markdown
+from .runtime.bytecode.opcodes import isa_markdown
 
 HEADER = "<!-- Generated from {source} by `python -m relvm.docs`; do not edit. -->"
 

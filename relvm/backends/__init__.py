@@ -1,1 +1,1 @@
-"""Kernel backends: how an executable's kernel table becomes callables (see runtime/kernels.py)."""
+"""Kernel backends: how an executable's kernel table becomes callables (see runtime/vm/kernels.py)."""

@@ -11,7 +11,7 @@ contiguous along ``cols`` -- from the symbolic shapes (``compiler/codegen_c.py``
 
 The same function serves the compiler, which builds the C into the executable's kernel library,
 and the runtime, which builds it again from an executable's kernel table when the file's own
-library is not trusted (``runtime/kernels.py``): the C depends on nothing but this data. Each
+library is not trusted (``runtime/vm/kernels.py``): the C depends on nothing but this data. Each
 kernel is ``void relvm_fused_<k>(void *ctx, int64_t row_begin, int64_t row_end)``, the
 signature of the thread pool's parallel loop, beside ``relvm_fused_<k>_signature``.
 """

@@ -105,7 +105,7 @@ def compile_library(source: str) -> bytes:
 
 
 def _usable_cache() -> Path | None:
-    from ..runtime.trust import RelvmTrustError, private_dir
+    from ..runtime.file.trust import RelvmTrustError, private_dir
 
     try:
         return private_dir(cache_dir(), "kernel cache directory")
@@ -117,7 +117,7 @@ def _usable_cache() -> Path | None:
 
 def _cached(cache: Path, key: str) -> bytes | None:
     """The library cached under ``key`` if it passes every check, else None."""
-    from ..runtime.trust import unsafe
+    from ..runtime.file.trust import unsafe
 
     data = _read_own(cache / f"{key}.so", unsafe)
     digest = _read_own(cache / f"{key}.sha256", unsafe)

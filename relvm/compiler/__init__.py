@@ -171,7 +171,7 @@ def _compile(module: Module, bound: dict[int, np.ndarray], bounds: dict[str, int
     _bind_through_calls(functions)
     library, arch = None, ""
     if program.fused_sources:
-        from ..runtime.fileformat import machine_tag
+        from ..runtime.file.format import machine_tag
         from ..backends.fusedgen import PRELUDE
         from ..backends.toolchain import compile_library
 

@@ -22,7 +22,7 @@ from ..ir.limits import MAX_TENSOR_BYTES
 from ..ir.types import TensorType, TupleType, Type
 from ..runtime.bytecode import local_uses, make, operands, reads, shared, spec_of
 from ..runtime.executable import OutputSig, VMFunction
-from ..runtime.dimprog import reads_values
+from ..runtime.bytecode.dimprog import reads_values
 from .lower import ALIGN, Lowered, Program, _tuple_leaves
 
 @dataclass

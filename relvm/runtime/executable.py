@@ -3,8 +3,8 @@
 An Executable holds VM functions (bytecode and metadata), constants, the kernel table and the
 dim programs. It is produced by ``relvm.build`` and by ``relvm.load``; the runtime never needs
 the compiler to use one. ``exe.bytecode`` is the disassembly: a product feature, not a debug aid.
-``exe.save(path)`` writes it to one file (``writer.py``, ``docs/format.md``); ``relvm.load``
-reads it back (``loader.py``).
+``exe.save(path)`` writes it to one file (``file/writer.py``, ``docs/format.md``); ``relvm.load``
+reads it back (``file/loader.py``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from .bytecode import format_instruction
-from .dimprog import format_expr
+from .bytecode.dimprog import format_expr
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ class NativeCode:
     An executable built in this process runs its own kernels. A loaded one runs them only when
     its signature is by a key the user trusts, or the caller said to trust it
     (``relvm.load(..., trust_native_code=True)``); otherwise each generated kernel is made
-    again from its description (``runtime/kernels.py``).
+    again from its description (``runtime/vm/kernels.py``).
     """
 
     trusted: bool
@@ -173,13 +173,13 @@ class Executable:
         >>> exe.save("mlp.rvm")
         >>> vm = relvm.VirtualMachine(relvm.load("mlp.rvm"))
         """
-        from .writer import save
+        from .file.writer import save
 
         save(self, path, weights=weights, min_weight_bytes=min_weight_bytes)
 
     def save_bytes(self) -> bytes:
         """The file :meth:`save` would write, as bytes; read it back with ``relvm.load_bytes``."""
-        from .writer import save_bytes
+        from .file.writer import save_bytes
 
         return save_bytes(self)
 

@@ -184,7 +184,7 @@ def _worker(conn, seeds: Sequence[Seed], seed: int, indices: Sequence[int], fuse
     relvm.set_num_threads(1)
     # A mutant may recurse forever (@f calling @f with the argument that stopped it changed):
     # the VM's call-depth error then comes after 200 frames, not a million.
-    from ..runtime import state
+    from ..runtime.vm import thread as state
 
     state.MAX_FRAMES = 200
     for i in indices:

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 import relvm
-from relvm.runtime.fileformat import FORMAT_VERSION
+from relvm.runtime.file.format import FORMAT_VERSION
 
 TEXT = """def @main(%x: Tensor[(n, 3), float32], %w: Tensor[(2, 3), float32],
           %b: Tensor[(2), float32]) {

@@ -7,7 +7,7 @@ import json
 import numpy as np
 
 import relvm
-from relvm.runtime.fileformat import assemble, sections_of
+from relvm.runtime.file.format import assemble, sections_of
 
 # Small on purpose (fuzzing loads it 10,000 times), but with every part of a file: two functions,
 # constants, kernels, dim programs with checks, a prologue, pooled storage.

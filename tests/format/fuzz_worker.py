@@ -27,8 +27,8 @@ if "libasan" not in os.environ.get("LD_PRELOAD", ""):
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mutants import KINDS, mutant, run  # noqa: E402
 
-from relvm.runtime import state as _state  # noqa: E402
-from relvm.runtime.kernels import UntrustedCodeWarning  # noqa: E402
+from relvm.runtime.vm import thread as _state  # noqa: E402
+from relvm.runtime.vm.kernels import UntrustedCodeWarning  # noqa: E402
 
 # The base programs recurse at most a dozen calls deep; a mutated loop bound (a constant
 # 10 become 2**30) would take the default million frames and gigabytes to reach the limit.

@@ -35,9 +35,9 @@ import relvm
 from relvm import RelvmError, RelvmFormatError, dtypes, examples
 from relvm.ops.registry import OPS
 from relvm.runtime.bytecode import DecodeError, decode, encode
-from relvm.runtime.fileformat import (ENTRY, FORMAT_VERSION, HEADER, MAGIC, RELEASES,
+from relvm.runtime.file.format import (ENTRY, FORMAT_VERSION, HEADER, MAGIC, RELEASES,
                                       WEIGHTS_MAGIC, align, sections_of)
-from relvm.runtime.opcodes import BY_NUMBER, TABLE
+from relvm.runtime.bytecode.opcodes import BY_NUMBER, TABLE
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from programs import CASES  # noqa: E402

@@ -12,7 +12,7 @@ import pytest
 import relvm
 from relvm import RelvmFormatError
 from relvm.runtime import bytecode as B
-from relvm.runtime.fileformat import ENTRY, HEADER, SECTIONS, sections_of
+from relvm.runtime.file.format import ENTRY, HEADER, SECTIONS, sections_of
 
 from formatcases import small_exe, with_meta, with_section
 
@@ -96,7 +96,7 @@ def test_a_weights_file_is_not_an_executable(tmp_path) -> None:
 
 
 def test_newer_format_version_says_which_relvm_is_needed() -> None:
-    from relvm.runtime.fileformat import FORMAT_VERSION
+    from relvm.runtime.file.format import FORMAT_VERSION
 
     newer = DATA[:8] + struct.pack("<I", FORMAT_VERSION + 1) + b"7.3.0".ljust(16, b"\0") + \
         DATA[28:]

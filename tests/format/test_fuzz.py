@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import relvm
 from relvm import RelvmError, RelvmFormatError
-from relvm.runtime.fileformat import ENTRY, HEADER, SECTIONS, sections_of
+from relvm.runtime.file.format import ENTRY, HEADER, SECTIONS, sections_of
 
 from formatcases import X, Y, assert_identical, small_exe, with_section
 

@@ -13,8 +13,8 @@ import pytest
 
 import relvm
 from relvm import RelvmFormatError, RelvmRuntimeError, examples
-from relvm.runtime import kernels as K
-from relvm.runtime.fileformat import sections_of
+from relvm.runtime.vm import kernels as K
+from relvm.runtime.file.format import sections_of
 
 from formatcases import small_exe, with_meta
 from programs import CASES

@@ -14,7 +14,7 @@ import pytest
 
 import relvm
 from relvm import RelvmError, RelvmFormatError
-from relvm.runtime.fileformat import sections_of
+from relvm.runtime.file.format import sections_of
 
 from formatcases import (X, Y, assert_identical, signature_inputs, small_exe, small_expected,
                          with_section)
@@ -267,7 +267,7 @@ def _elf(machine: int) -> bytes:
 def _this_machine() -> int:
     import platform
 
-    from relvm.runtime.loader import ELF_MACHINES
+    from relvm.runtime.file.loader import ELF_MACHINES
 
     m = ELF_MACHINES.get(platform.machine().lower())
     if m is None:
@@ -276,7 +276,7 @@ def _this_machine() -> int:
 
 
 def test_kernel_library_is_carried_and_checked_not_loaded() -> None:
-    from relvm.runtime.fileformat import machine_tag
+    from relvm.runtime.file.format import machine_tag
 
     exe = small_exe()
     exe.kernel_library = _elf(_this_machine())

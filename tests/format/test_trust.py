@@ -19,9 +19,9 @@ import pytest
 
 import relvm
 from relvm.backends import toolchain
-from relvm.runtime import trust
-from relvm.runtime.fileformat import assemble, sections_of
-from relvm.runtime.kernels import UntrustedCodeWarning
+from relvm.runtime.file import trust
+from relvm.runtime.file.format import assemble, sections_of
+from relvm.runtime.vm.kernels import UntrustedCodeWarning
 
 from formatcases import with_meta
 

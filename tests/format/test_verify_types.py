@@ -15,7 +15,7 @@ import relvm
 from relvm import RelvmFormatError, examples
 from relvm.runtime import verify
 from relvm.runtime.bytecode import make
-from relvm.runtime.opcodes import BY_NAME
+from relvm.runtime.bytecode.opcodes import BY_NAME
 
 from formatcases import assert_identical, with_meta
 from programs import CASES, Case
@@ -269,8 +269,8 @@ def test_recursion_reaches_a_fixpoint() -> None:
 def test_the_type_pass_has_steps_only_for_opcodes_that_write_registers() -> None:
     """Reads, jumps and ends come from the opcode table; a step says what an opcode writes,
     so an opcode that writes no register needs none."""
-    from relvm.runtime import regtypes
-    from relvm.runtime.opcodes import TABLE
+    from relvm.runtime.verify import regtypes
+    from relvm.runtime.bytecode.opcodes import TABLE
 
     writers = {s.number for s in TABLE if s.roles("dst")}
     assert set(regtypes.STEPS) <= writers | {BY_NAME["Ret"].number, BY_NAME["InvokePacked"].number}

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import relvm
-from relvm.runtime.filemeta import META_KEYS
-from relvm.runtime.kernels import UntrustedCodeWarning
-from relvm.runtime.fileformat import (ENTRY, FORMAT_VERSION, HEADER, HEADER_FIELDS, MAGIC,
+from relvm.runtime.file.meta import META_KEYS
+from relvm.runtime.vm.kernels import UntrustedCodeWarning
+from relvm.runtime.file.format import (ENTRY, FORMAT_VERSION, HEADER, HEADER_FIELDS, MAGIC,
                                       READERS, RELEASES, SECTIONS, WEIGHTS_SECTIONS,
                                       format_markdown, sections_of)
 

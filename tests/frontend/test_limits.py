@@ -16,7 +16,7 @@ from relvm.backends.ckernels.common import MAX_DIMS
 from relvm.errors import RelvmSyntaxError, RelvmTypeError
 from relvm.frontend import parser as P
 from relvm.ir import limits
-from relvm.runtime.filemeta import MAX_RANK
+from relvm.runtime.file.meta import MAX_RANK
 
 X = "def @main(%x: Tensor[(3), float32]) { "
 NINES = "9" * 400

@@ -62,7 +62,7 @@ def @main(%x: float32) {
 }""", {})
 
 #: dyn.reshape with allowzero=1 took a 0 in the shape as "copy the dim" at run time; fixed in
-#: d115f40 while the fuzzer found it too (relvm/runtime/dimprog.py).
+#: d115f40 while the fuzzer found it too (relvm/runtime/bytecode/dimprog.py).
 DYN_RESHAPE_WITH_ALLOWZERO = FuzzCase.from_text("""
 def @main(%x: Tensor[(n, k), int32], %w: Tensor[(k, n), int32]) {
   dyn.reshape(%x, shape_of(%w), allowzero=1)

@@ -95,8 +95,8 @@ def test_an_exception_outside_the_family_is_a_finding(monkeypatch) -> None:
      "RelvmRuntimeError"),
 ])
 def test_check_reports_the_stage_and_error(monkeypatch, text, stage, error) -> None:
-    from relvm.runtime import state
+    from relvm.runtime.vm import thread
 
-    monkeypatch.setattr(state, "MAX_FRAMES", 200)  # as the campaign's workers do
+    monkeypatch.setattr(thread, "MAX_FRAMES", 200)  # as the campaign's workers do
     outcome = check(text, run=True)
     assert (outcome.stage, outcome.error, outcome.finding) == (stage, error, None)

@@ -16,7 +16,7 @@ from relvm.ops.fused import run_steps, steps_from_json
 from relvm.ir.types import TensorType
 from relvm.ops import OPS
 from relvm.runtime.executable import KernelEntry
-from relvm.runtime.kernels import Constants
+from relvm.runtime.vm.kernels import Constants
 
 def _listed(v):
     return [_listed(x) for x in v] if isinstance(v, tuple) else v

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import relvm
-from relvm.runtime.opcodes import Opcode
+from relvm.runtime.bytecode.opcodes import Opcode
 
 
 def kernels_of(exe, func="main") -> list[str]:

@@ -6,8 +6,8 @@ import pytest
 
 from relvm.docs import DOCUMENTS
 from relvm.runtime import bytecode as B
-from relvm.runtime.handlers import HANDLERS
-from relvm.runtime.opcodes import BY_NAME, TABLE, Opcode
+from relvm.runtime.vm.handlers import HANDLERS
+from relvm.runtime.bytecode.opcodes import BY_NAME, TABLE, Opcode
 
 # A sample value for each field kind, so every opcode can be built.
 SAMPLE = {"reg": 3, "regs": (0, 5, 6), "int": 2, "dim": -2, "dims": (-1, 512), "dtype": "float32",

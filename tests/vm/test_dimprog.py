@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from relvm.runtime.dimprog import (EXPRESSIONS, STATEMENTS, DimError, compile_expr,
+from relvm.runtime.bytecode.dimprog import (EXPRESSIONS, STATEMENTS, DimError, compile_expr,
                                    compile_program)
 
 SAMPLE = {"int": 3, "slot": 0, "arg": 0, "e": ("const", 2), "message:a,b": "{a} vs {b}",

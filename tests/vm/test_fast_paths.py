@@ -7,7 +7,7 @@ import pytest
 
 import relvm
 from relvm import RelvmInputError
-from relvm.runtime.opcodes import Opcode
+from relvm.runtime.bytecode.opcodes import Opcode
 
 ADD_ONE = "def @main(%x: Tensor[(1, 4), float32]) { add(%x, 1f) }"
 

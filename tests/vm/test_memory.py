@@ -9,7 +9,7 @@ import pytest
 
 import relvm
 from relvm import RelvmInputError
-from relvm.runtime.opcodes import Opcode
+from relvm.runtime.bytecode.opcodes import Opcode
 
 CHAIN = """def @main(%x: Tensor[(n, 64), float32], %w: Tensor[(64, 64), float32]) {
   %0 = nn.dense(%x, %w);

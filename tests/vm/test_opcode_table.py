@@ -17,8 +17,9 @@ import pytest
 import relvm
 from relvm import RelvmFormatError, RelvmInputError, RelvmRuntimeError
 from relvm.runtime import bytecode as B
-from relvm.runtime import handlers, opcodes, state
-from relvm.runtime.opcodes import BY_NAME, TABLE
+from relvm.runtime.vm import handlers, thread
+from relvm.runtime.bytecode import opcodes
+from relvm.runtime.bytecode.opcodes import BY_NAME, TABLE
 
 TANH = "def @main(%x: Tensor[(n, 4), float32]) { tanh(%x) }"
 X = np.linspace(-2, 2, 8, dtype=np.float32).reshape(2, 4)
@@ -156,7 +157,7 @@ def test_the_recursion_limit_holds_while_tracing(monkeypatch, capsys) -> None:
       @rnn(%xs, zeros(shape=[4], dtype="float32"), 0i64)
     }"""
     vm = relvm.VirtualMachine(relvm.build(relvm.parse(rnn)))
-    monkeypatch.setattr(state, "MAX_FRAMES", 50)
+    monkeypatch.setattr(thread, "MAX_FRAMES", 50)
     xs = np.zeros((100, 4), np.float32)
     for trace in (False, True):
         vm.trace = trace

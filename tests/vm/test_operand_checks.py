@@ -15,7 +15,7 @@ import pytest
 
 import relvm
 from relvm.runtime.bytecode import make
-from relvm.runtime.opcodes import BY_NUMBER
+from relvm.runtime.bytecode.opcodes import BY_NUMBER
 
 #: Two groups with the same steps and ranks whose second operands broadcast differently.
 TWO_CHAINS = """

@@ -1,4 +1,4 @@
-"""Replays (runtime/replay.py): a straight-line entry called again with inputs of the same shapes
+"""Replays (runtime/vm/replay.py): a straight-line entry called again with inputs of the same shapes
 runs only its kernels, fresh allocations, output views and ret -- with every result, check,
 error and statistic the full run gives."""
 
@@ -11,9 +11,9 @@ import pytest
 
 import relvm
 from relvm import RelvmInputError, RelvmRuntimeError, examples
-from relvm.runtime import replay
+from relvm.runtime.vm import replay
 from relvm.runtime.bytecode import make
-from relvm.runtime.opcodes import BY_NAME
+from relvm.runtime.bytecode.opcodes import BY_NAME
 
 MLP = "mlp"
 CONVNET = "convnet"

@@ -1,6 +1,6 @@
 """One VirtualMachine called from many threads at once: every call right, none serialised.
 
-Each thread gets its own execution state (runtime/state.py), so calls from different threads
+Each thread gets its own execution state (runtime/vm/thread.py), so calls from different threads
 share no mutable object: results, statistics, inputs and outputs set for a call, pooled
 storage and replays are all per thread. The tests call one shared VM from THREADS threads,
 CALLS calls each, with batch sizes that differ between threads and calls, and compare every

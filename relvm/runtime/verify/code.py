@@ -19,14 +19,14 @@ import string
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..errors import RelvmFormatError
-from .bytecode import format_instruction
-from .dimprog import EXPRESSIONS as _EXPRESSIONS
-from .dimprog import STATEMENTS as _STATEMENTS
+from ...errors import RelvmFormatError
+from ..bytecode import format_instruction
+from ..bytecode.dimprog import EXPRESSIONS as _EXPRESSIONS
+from ..bytecode.dimprog import STATEMENTS as _STATEMENTS
 from . import kernelcheck, regtypes
-from .executable import Executable, VMFunction
-from .bytecode import spec_of
-from .opcodes import TABLE_ROLES
+from ..executable import Executable, VMFunction
+from ..bytecode import spec_of
+from ..bytecode.opcodes import TABLE_ROLES
 
 MAX_EXPR_DEPTH = 100
 #: The largest alignment an AllocStorage may ask for.

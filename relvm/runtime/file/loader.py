@@ -1,10 +1,10 @@
-"""Loading executable files (``relvm.load``, ``relvm.load_bytes``): see ``fileformat.py``.
+"""Loading executable files (``relvm.load``, ``relvm.load_bytes``): see ``format.py``.
 
 What is checked when:
 
 * at load, everything small: the header, ``meta`` (checksum, then JSON types and ranges,
-  ``filemeta.py``), ``code`` (checksum, decoded, every operand, kernel entry and register
-  type verified, ``verify.py``),
+  ``meta.py``), ``code`` (checksum, decoded, every operand, kernel entry and register
+  type verified, ``runtime/verify/``),
   ``kernels`` (checksum, the machine it was compiled for, its ELF header) and the constants
   index against ``consts``;
 * on first use, each constant's bytes against its own CRC-32 (``Executable.verify_constant``,
@@ -37,14 +37,14 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .. import dtypes
-from ..errors import RelvmFormatError
-from . import verify
-from .bytecode import DecodeError, decode
+from ... import dtypes
+from ...errors import RelvmFormatError
+from .. import verify
+from ..bytecode import DecodeError, decode
 from . import trust
-from .executable import Executable, NativeCode
-from .filemeta import CodeRange, ConstantEntry, Meta, constant_entry, from_meta, tuples
-from .fileformat import (ALIGNMENT, MAGIC, SECTIONS, WEIGHTS_MAGIC, WEIGHTS_SECTIONS,
+from ..executable import Executable, NativeCode
+from .meta import CodeRange, ConstantEntry, Meta, constant_entry, from_meta, tuples
+from .format import (ALIGNMENT, MAGIC, SECTIONS, WEIGHTS_MAGIC, WEIGHTS_SECTIONS,
                          machine_tag, open_container)
 
 
@@ -302,7 +302,7 @@ def _hex(v: Any, nbytes: int) -> bool:
 
 
 def _check_backend(name: str) -> None:
-    from .kernels import BACKENDS
+    from ..vm.kernels import BACKENDS
 
     if name not in BACKENDS:
         raise RelvmFormatError(f"unknown kernel backend {name!r}; this relvm knows "

@@ -28,15 +28,15 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from .. import dtypes
-from .. import ops as _ops  # noqa: F401  (registers every op)
-from ..backends.fused import MAX_OPERANDS, MAX_ROW_DIMS, SYMBOL
-from ..errors import RelvmFormatError
-from ..ir import dims as D
-from ..ir.types import TensorType, TupleType, tensor_types
-from ..ops.registry import OPS, OUT_FUSABLE, AttrError, Op
-from .executable import Executable, KernelEntry
-from .filemeta import MAX_RANK
+from ... import dtypes
+from ... import ops as _ops  # noqa: F401  (registers every op)
+from ...backends.fused import MAX_OPERANDS, MAX_ROW_DIMS, SYMBOL
+from ...errors import RelvmFormatError
+from ...ir import dims as D
+from ...ir.types import TensorType, TupleType, tensor_types
+from ...ops.registry import OPS, OUT_FUSABLE, AttrError, Op
+from ..executable import Executable, KernelEntry
+from ..file.meta import MAX_RANK
 
 MAX_STEPS = 256
 FUSED_ATTRS = frozenset({"steps", "plan"})

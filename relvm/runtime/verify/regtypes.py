@@ -1,6 +1,6 @@
 """Register types: what every register can hold, proved from the bytecode before anything runs.
 
-``verify.py`` keeps each operand inside its table; this pass keeps kernels inside their arrays.
+``code.py`` keeps each operand inside its table; this pass keeps kernels inside their arrays.
 A C kernel reads and writes its arguments with the element size (and, for some, the rank) its
 kernel entry declares, so a file that hands it other arrays -- a dtype relabelled in ``meta``,
 a register swapped in ``code`` -- would make it read or write past them. For every register the
@@ -30,11 +30,11 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .. import dtypes
-from ..errors import RelvmFormatError
-from .bytecode import format_instruction, reads, spec_of, writes
-from .executable import Executable, ParamSig
-from .opcodes import BY_NAME
+from ... import dtypes
+from ...errors import RelvmFormatError
+from ..bytecode import format_instruction, reads, spec_of, writes
+from ..executable import Executable, ParamSig
+from ..bytecode.opcodes import BY_NAME
 
 #: Facts are tuples, compared by value. A tensor: ("tensor", dtype, rank or None, fresh).
 NOTHING = ("nothing",)  # no value yet: a register never written, a call that never returns

@@ -11,7 +11,7 @@ generated again from their descriptions in the kernel table (steps and plan are 
 compiled here when a C compiler is present, else each fused kernel runs its steps through the
 backend's own kernels. :func:`native_path` says which, and why.
 
-A loaded file's kernel entries were checked at load (``kernelcheck.py``), but a backend may
+A loaded file's kernel entries were checked at load (``verify/kernelcheck.py``), but a backend may
 still refuse one (an op or dtype it has no kernel for, attribute values it cannot run, a
 library that lacks a kernel): whatever it raises becomes a RelvmFormatError naming the kernel,
 so making a VM fails only within relvm's error family.
@@ -26,8 +26,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..errors import RelvmError, RelvmFormatError
-from .executable import Executable, KernelEntry
+from ...errors import RelvmError, RelvmFormatError
+from ..executable import Executable, KernelEntry
 
 _lock = threading.Lock()
 
@@ -138,7 +138,7 @@ def planned_path(exe: Executable) -> str:
     if exe.native.trusted and exe.kernel_library:
         return f"the file's own kernels: {exe.native.why}"
     why = exe.native.why if exe.kernel_library else "the file carries no kernel library"
-    from ..backends.toolchain import has_compiler
+    from ...backends.toolchain import has_compiler
 
     if has_compiler():
         return f"generated here from the file's kernel descriptions: {why}"
@@ -147,7 +147,7 @@ def planned_path(exe: Executable) -> str:
 
 def _library_for(exe: Executable):
     """(the generated kernels' library or None, where they come from and why)."""
-    from ..backends.fused import open_library
+    from ...backends.fused import open_library
 
     if exe.native.trusted and exe.kernel_library:
         try:
@@ -169,8 +169,8 @@ def _library_for(exe: Executable):
 
 def _compile_again(exe: Executable) -> bytes:
     """The generated kernels of ``exe``, made from their descriptions and compiled here."""
-    from ..backends.fusedgen import PRELUDE, CannotGenerate, generate
-    from ..backends.toolchain import compile_library
+    from ...backends.fusedgen import PRELUDE, CannotGenerate, generate
+    from ...backends.toolchain import compile_library
 
     sources = []
     for entry in exe.kernels:
@@ -217,7 +217,7 @@ def _caller_level() -> int:
 def _generated_kernel(entry: KernelEntry, library, backend, constants) -> Callable:
     """A fused kernel: the backend computes the anchor (dense, conv, ...), then the generated
     loop applies the rest in one pass over the output, on relvm's thread pool."""
-    from ..backends.fused import make_fused_kernel
+    from ...backends.fused import make_fused_kernel
 
     plan = _plan(entry)
     steps = entry.attrs["steps"]

@@ -19,9 +19,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .. import dtypes
-from ..errors import RelvmRuntimeError
-from .executable import KernelEntry
+from ... import dtypes
+from ...errors import RelvmRuntimeError
+from ..executable import KernelEntry
 
 #: Shape sets remembered per instruction; one more empties the set (dynamic dims make more).
 MAX_SEEN = 1024
@@ -99,10 +99,10 @@ def _dims(shape: Sequence) -> str:
 def _relation(entry: KernelEntry) -> Callable[[list[tuple]], list[tuple] | str]:
     """``shapes of the inputs -> shapes of the outputs`` (ints; another type where a dim
     depends on values), or a message saying why the inputs are wrong for the op."""
-    from ..ir.nodes import Attrs
-    from ..ir.types import TensorType, TupleType
-    from ..ops.fused import make_fused, steps_from_json
-    from ..ops.registry import OPS, OpTypeError
+    from ...ir.nodes import Attrs
+    from ...ir.types import TensorType, TupleType
+    from ...ops.fused import make_fused, steps_from_json
+    from ...ops.registry import OPS, OpTypeError
 
     anchor = None  # a generated loop's anchor step: its result must be the output's shape
     if entry.op == "fused":
@@ -141,7 +141,7 @@ def _relation(entry: KernelEntry) -> Callable[[list[tuple]], list[tuple] | str]:
 
 
 def _leaves(t: Any):
-    from ..ir.types import TupleType
+    from ...ir.types import TupleType
 
     if isinstance(t, TupleType):
         for f in t.fields:

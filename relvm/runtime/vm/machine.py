@@ -1,7 +1,7 @@
 """The VirtualMachine: runs an Executable's bytecode with TVM Relay VM's API, zero-copy outputs.
 
 This module is the API: it checks and arranges a call's arguments and hands the call to the
-calling thread's :class:`~relvm.runtime.state.ThreadState`, where the run loop and everything a
+calling thread's :class:`~relvm.runtime.vm.thread.ThreadState`, where the run loop and everything a
 call changes live. The VM keeps only what calls share and never change, so one VM may be
 called from many threads at once.
 """
@@ -13,12 +13,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .dimprog import compile_program
-from .executable import Executable
+from ..bytecode.dimprog import compile_program
+from ..executable import Executable
 from .kernels import Constants
-from .signature import EntryPoint
-from .state import Frame, InvokeStats, Profile, ThreadState, _leaves  # noqa: F401
-from ..errors import RelvmInputError
+from .entry import EntryPoint
+from .thread import Frame, InvokeStats, Profile, ThreadState, _leaves  # noqa: F401
+from ...errors import RelvmInputError
 
 
 class _PerThread(threading.local):

@@ -3,10 +3,10 @@
 Each entry gives the opcode's name, its fixed number (executable files depend on it: never
 renumber), its fields in encoding order with their roles, a few flags, and a one-line
 description. Everything that needs a fact about an opcode derives it from here: the instruction
-classes, encoder, decoder and disassembler (``bytecode.py``), which registers an instruction
-reads and writes (``bytecode.reads``/``writes``), the verifier's operand checks, the tracer and
+classes, encoder, decoder and disassembler (``instructions.py``), which registers an instruction
+reads and writes (``instructions.reads``/``writes``), the verifier's operand checks, the tracer and
 the runtime error report, the replay plan, memory planning's walks, the VM's handler table
-(``handlers.py``, whose factories take the fields by name) and ``docs/isa.md``.
+(``vm/handlers.py``, whose factories take the fields by name) and ``docs/isa.md``.
 
 Numbers 0-20 are TVM Relay VM's; relvm adds ComputeDims (21), which evaluates a dim program
 into the frame's dims vector (see ``dimprog.py``) so that shapes over symbolic dims cost one
@@ -247,7 +247,7 @@ def undefine(spec: OpcodeSpec) -> None:
 def isa_markdown() -> str:
     """The ISA reference (docs/isa.md), generated from TABLE."""
     lines = [
-        "<!-- Generated from relvm/runtime/opcodes.py by `python -m relvm.docs`; "
+        "<!-- Generated from relvm/runtime/bytecode/opcodes.py by `python -m relvm.docs`; "
         "do not edit. -->",
         "# relvm instruction set",
         "",

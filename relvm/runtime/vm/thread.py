@@ -26,15 +26,15 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..errors import RelvmError, RelvmFormatError, RelvmInputError, RelvmRuntimeError
-from .bytecode import format_instruction, operands, register_operands, spec_of, writes
-from .dimprog import DimError, written_slots
-from .executable import Executable, VMFunction
+from ...errors import RelvmError, RelvmFormatError, RelvmInputError, RelvmRuntimeError
+from ..bytecode import format_instruction, operands, register_operands, spec_of, writes
+from ..bytecode.dimprog import DimError, written_slots
+from ..executable import Executable, VMFunction
 from .handlers import ALIGNMENT, CALL, make_step
 from . import replay
 from .kernels import Constants, native_path, resolve_kernels
 from .operands import OperandCheck
-from .signature import EntryPoint
+from .entry import EntryPoint
 
 MAX_FRAMES = 1_000_000
 

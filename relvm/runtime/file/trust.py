@@ -2,7 +2,7 @@
 
 An executable may carry native code (its generated kernels, in the ``kernels`` section). relvm
 runs that code only when the file is signed by a key the user trusts; any other file runs
-without it (see ``runtime/kernels.py``). Keys are Ed25519 (libsodium, through PyNaCl's cffi
+without it (see ``runtime/vm/kernels.py``). Keys are Ed25519 (libsodium, through PyNaCl's cffi
 binding). Everything lives in the user's config directory, created owner-only::
 
     $RELVM_CONFIG_DIR, else $XDG_CONFIG_HOME/relvm, else ~/.config/relvm
@@ -23,7 +23,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import RelvmTrustError
+from ...errors import RelvmTrustError
 
 KEY_PREFIX = "relvm-ed25519"
 #: What a signature signs: this tag, then the SHA-256 of each signed section in order.

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .. import dtypes
-from ..errors import RelvmFormatError
-from .executable import Executable, KernelEntry, OutputSig, ParamSig, TensorSig, VMFunction
+from ... import dtypes
+from ...errors import RelvmFormatError
+from ..executable import Executable, KernelEntry, OutputSig, ParamSig, TensorSig, VMFunction
 
 #: Top-level keys of the meta JSON, each with its meaning. The writer writes exactly these (a
 #: test checks it) and docs/format.md lists them.
@@ -35,7 +35,7 @@ META_KEYS: dict[str, str] = {
                "`col_dims`, `operands` as `[input (-1: the anchor), dtype, trailing_ones, "
                "contiguous]`",
     "dim_programs": "dim programs as nested lists of strings and integers (see "
-                    "relvm/runtime/dimprog.py); compiled to closures at load, never evaluated",
+                    "relvm/runtime/bytecode/dimprog.py); compiled to closures at load, never evaluated",
     "upper_bounds": "largest value of named dims, e.g. `{\"n\": 64}`",
     "constants": "the constants index: per constant `dtype`, `shape`, `nbytes`, `crc32`, and "
                  "where its bytes are: `file` `main` (`offset` into `consts`) or `weights` "

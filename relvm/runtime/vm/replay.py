@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from .bytecode import reads, spec_of, writes
-from .dimprog import reads_values
+from ..bytecode import reads, spec_of, writes
+from ..bytecode.dimprog import reads_values
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .executable import VMFunction
+    from ..executable import VMFunction
 
 #: How many input-shape signatures an entry keeps replays for; one more and all are dropped
 #: (to be made again by the calls that follow).

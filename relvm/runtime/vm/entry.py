@@ -23,9 +23,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .. import dtypes
-from ..errors import RelvmInputError
-from .executable import ParamSig, TensorSig, VMFunction
+from ... import dtypes
+from ...errors import RelvmInputError
+from ..executable import ParamSig, TensorSig, VMFunction
 from .handlers import Closure, shape_reader
 
 _MISSING = object()

@@ -3,7 +3,7 @@
 A handler is a factory: given the VM, the function, the pc and the instruction's fields *by
 name* (its parameters are the opcode's field names, checked against the table when it is
 registered), it binds them once and returns a *step* ``step(frame) -> next_pc``. The run loop
-(``state.py``) then executes ``pc = steps[pc](frame)`` with no decoding or dispatch per
+(``thread.py``) then executes ``pc = steps[pc](frame)`` with no decoding or dispatch per
 instruction. Steps that transfer control between frames return CALL or RET; the VM finishes the
 transfer. The VM a factory is given is one thread's ``state.ThreadState``: steps are made per
 thread, so what they bind (kernels, pooled views) is that thread's.
@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from .. import dtypes
-from ..errors import RelvmRuntimeError
-from .opcodes import BY_NAME, OpcodeSpec
+from ... import dtypes
+from ...errors import RelvmRuntimeError
+from ..bytecode.opcodes import BY_NAME, OpcodeSpec
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .executable import VMFunction
-    from .state import Frame, ThreadState
+    from ..executable import VMFunction
+    from .thread import Frame, ThreadState
 
 CALL = -1
 RET = -2

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections import namedtuple
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
-from .. import dtypes
+from ... import dtypes
 from .opcodes import BY_NAME, BY_NUMBER, LEGACY_LAYOUTS, READ_ROLES, Field, OpcodeSpec
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .executable import Executable, VMFunction
+    from ..executable import Executable, VMFunction
 
 DTYPE_CODES = {name: i for i, name in enumerate(dtypes.DTYPES)}
 DTYPE_NAMES = list(dtypes.DTYPES)

@@ -1,4 +1,4 @@
-"""Writing executable files (``Executable.save``, ``save_bytes``): see ``fileformat.py``.
+"""Writing executable files (``Executable.save``, ``save_bytes``): see ``format.py``.
 
 Constants are written once, straight from their arrays, each at a 64-byte-aligned offset;
 with ``weights=...`` the large ones go to a separate weights file that the executable names
@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import dtypes
-from .bytecode import encode
-from .executable import Executable
-from .filemeta import CodeRange, to_meta
-from .fileformat import MAGIC, WEIGHTS_MAGIC, align, machine_tag, relvm_version, write_container
+from ... import dtypes
+from ..bytecode import encode
+from ..executable import Executable
+from .meta import CodeRange, to_meta
+from .format import MAGIC, WEIGHTS_MAGIC, align, machine_tag, relvm_version, write_container
 
 
 def _little_endian(c: np.ndarray) -> np.ndarray:
