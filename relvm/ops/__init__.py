@@ -1,6 +1,6 @@
 """The op registry and every op's definition. Importing this package registers all ops."""
 
-from . import (conv, dynamic, elementwise, indexing, nn, reduce,  # noqa: F401 (registration)
+from . import (conv, dynamic, elementwise, indexing, nn, pool, reduce,  # noqa: F401 (registration)
                transform)
 from . import conv_transpose, image, recurrent  # noqa: F401 (ops the ONNX importer needs)
 from .registry import OPS, Op, get_op

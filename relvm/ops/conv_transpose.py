@@ -15,16 +15,17 @@ from ..ir import dims as D
 from ..ir.types import TensorType
 from .common import (FLOATS, acc_dtype, check_dtype, check_rank, differ, fmt_shape, np_dtype,
                      out_dtype, require, same_dtype, tensor_arg)
-from .conv import _pads, _pair, check_kernel_size
+from .conv import check_kernel_size
+from .window import pad_pairs, pair
 from .registry import (DTYPE_OR_EMPTY, INT, INT_OR_INTS, OPT_INT, OPT_INT_OR_INTS, OUT_FUSABLE,
                        OpTypeError, attr, choice, register)
 
 
 def _geometry(attrs):
-    strides = _pair(attrs.strides, "strides", 1)
-    dilation = _pair(attrs.dilation, "dilation", 1)
-    out_pad = _pair(attrs.output_padding, "output_padding", 0)
-    return strides, dilation, out_pad, _pads(attrs.padding)
+    strides = pair(attrs.strides, "strides", 1)
+    dilation = pair(attrs.dilation, "dilation", 1)
+    out_pad = pair(attrs.output_padding, "output_padding", 0)
+    return strides, dilation, out_pad, pad_pairs(attrs.padding)
 
 
 def _out_len(size, k, s, d, o, pad):

@@ -6,6 +6,7 @@ nn.conv2d_transpose (sgemm + col2im)."""
 from __future__ import annotations
 
 from ...ops import conv as conv_ops
+from ...ops import window
 from ...ops import conv_transpose as conv_transpose_ops
 from . import kernel
 from .common import CODE, FLOATS, INTEGERS, NUMBERS, attrs_of, check, library, prod, remember
@@ -105,7 +106,7 @@ def _conv_plan(ffi, attrs, x, w, out, mean: bool = False, check_out: bool = True
     reference's own shape rules, so both agree by construction). With ``mean``, ``out`` is the
     conv's output averaged over each plane: (n, oc, 1, 1). Without ``check_out``, ``out`` is
     not looked at (a conv pair's first conv, whose output is never stored)."""
-    strides, dilation, pads = conv_ops._conv2d_geometry(attrs)
+    strides, dilation, pads = conv_ops.conv2d_geometry(attrs)
     g = attrs.groups
     if len(x) != 4 or len(w) != 4:
         raise shape_error("nn.conv2d needs 4-d data and weight", data=x, weight=w)
@@ -113,7 +114,7 @@ def _conv_plan(ffi, attrs, x, w, out, mean: bool = False, check_out: bool = True
     oc, ic, kh, kw = w
     if c != ic * g or oc % g:
         raise ValueError(f"input channels differ: data {x} vs weight {w} with groups={g}")
-    oh, ow = conv_ops._runtime_out(_Shape(x), (kh, kw), strides, dilation, pads, False,
+    oh, ow = window.runtime_out(_Shape(x), (kh, kw), strides, dilation, pads, False,
                                     "kernel")
     if check_out and out != ((n, oc, 1, 1) if mean else (n, oc, oh, ow)):
         raise shape_error("nn.conv2d: wrong output shape", data=x, weight=w, output=out)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ...ops import conv as conv_ops
+from ...ops import pool as pool_ops
+from ...ops import window
 from ...ops.common import normalize_axis
 from ...ops.transform import at_run_time
 from . import kernel
@@ -20,8 +21,8 @@ def _axis_split(shape, axis: int) -> tuple[int, int, int]:
 def _pool_plan(ffi, attrs, x, out, count_include_pad: bool):
     if len(x) != 4:
         raise shape_error("pooling needs 4-d NCHW data", data=x)
-    kernel_hw, strides, dilation, pads = conv_ops._pool_geometry(attrs)
-    oh, ow = conv_ops._runtime_out(_Shape(x), kernel_hw, strides, dilation, pads,
+    kernel_hw, strides, dilation, pads = pool_ops.pool_geometry(attrs)
+    oh, ow = window.runtime_out(_Shape(x), kernel_hw, strides, dilation, pads,
                                    attrs.ceil_mode, "pool_size")
     if out != x[:2] + (oh, ow):
         raise shape_error("pooling: wrong output shape", data=x, output=out)

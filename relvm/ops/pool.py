@@ -1,0 +1,111 @@
+"""Pooling: nn.max_pool2d, nn.avg_pool2d and the global pools, over NCHW.
+
+The window attributes are those of ``window.py``. Semantics (see also ``nn.py``):
+
+* With ``ceil_mode`` the output follows PyTorch: it grows by one where the last window would be
+  partial, but every window must start inside the input or its top/left padding.
+* ``max_pool2d`` ignores padding; a window that covers no input gives -inf. ``avg_pool2d``
+  divides by the taps inside the padded input (``count_include_pad``) or inside the input
+  (not); a window covering no input gives 0, as PyTorch's CPU kernel does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.types import TensorType
+from .common import FLOATS, check_dtype, check_rank, require, tensor_arg
+from .registry import BOOL, INT_OR_INTS, OPAQUE, attr, choice, register
+from .window import pad_pairs, pair, runtime_out, spatial_out, tap_index, window_taps
+
+_FLOAT = (FLOATS, "a float dtype")
+
+
+def pool_geometry(attrs):
+    return (pair(attrs.pool_size, "pool_size", 1), pair(attrs.strides, "strides", 1),
+            pair(attrs.dilation, "dilation", 1), pad_pairs(attrs.padding))
+
+
+def _pool_type(attrs, d):
+    data = tensor_arg(d, "data")
+    check_dtype(data, "data", *_FLOAT)
+    check_rank(data, "data", 4)
+    kernel, strides, dilation, _ = pool_geometry(attrs)
+    oh, ow = spatial_out(data, kernel, strides, dilation, attrs.padding, attrs.ceil_mode,
+                          "pool_size")
+    return TensorType(data.shape[:2] + (oh, ow), data.dtype)
+
+
+def _pool_taps(attrs, x: np.ndarray, value):
+    """The windows' taps of ``x`` padded with ``value``, and the per-axis tap indices."""
+    kernel, strides, dilation, pads = pool_geometry(attrs)
+    oh, ow = runtime_out(x, kernel, strides, dilation, pads, attrs.ceil_mode, "pool_size")
+    rows = tap_index(oh, kernel[0], strides[0], dilation[0])
+    cols = tap_index(ow, kernel[1], strides[1], dilation[1])
+    return window_taps(x, pads, value, rows, cols), (rows, cols), pads
+
+
+def _max_pool2d_ref(attrs, x):
+    taps, _, _ = _pool_taps(attrs, x, -np.inf)
+    return taps.max(axis=(4, 5), initial=-np.inf).astype(x.dtype)
+
+
+def _tap_count(index: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Per window, the number of taps whose padded-input position lies in [lo, hi)."""
+    return ((index >= lo) & (index < hi)).sum(axis=1)
+
+
+def _avg_pool2d_ref(attrs, x):
+    taps, (rows, cols), ((top, bottom), (left, right)) = _pool_taps(attrs, x.astype(np.float64), 0)
+    h, w = x.shape[2:]
+    # Any window covering no input averages to 0; others divide by the taps that count.
+    inside = _tap_count(rows, top, top + h)[:, None] * _tap_count(cols, left, left + w)[None, :]
+    if attrs.count_include_pad:
+        count = (_tap_count(rows, 0, top + h + bottom)[:, None]
+                 * _tap_count(cols, 0, left + w + right)[None, :])
+    else:
+        count = inside
+    total = taps.sum(axis=(4, 5))
+    return np.where(inside > 0, total / np.maximum(count, 1), 0).astype(x.dtype)
+
+
+_POOL_ATTRS = [attr("pool_size", INT_OR_INTS, (1, 1)), attr("strides", INT_OR_INTS, (1, 1)),
+               attr("dilation", INT_OR_INTS, (1, 1)), attr("padding", INT_OR_INTS, (0, 0)),
+               attr("layout", choice("NCHW"), "NCHW"), attr("out_layout", choice("", "NCHW"), ""),
+               attr("ceil_mode", BOOL, False)]
+
+register("nn.max_pool2d", inputs=("data",), infer=_pool_type, reference=_max_pool2d_ref,
+         pattern=OPAQUE, attrs=_POOL_ATTRS, doc="2-D max pooling over NCHW (padding ignored)")
+register("nn.avg_pool2d", inputs=("data",), infer=_pool_type, reference=_avg_pool2d_ref,
+         pattern=OPAQUE, attrs=_POOL_ATTRS + [attr("count_include_pad", BOOL, False)],
+         doc="2-D average pooling over NCHW")
+
+
+def _global_pool_type(attrs, d):
+    data = tensor_arg(d, "data")
+    check_dtype(data, "data", *_FLOAT)
+    check_rank(data, "data", 4)
+    return TensorType(data.shape[:2] + (1, 1), data.dtype)
+
+
+def _global_max_ref(attrs, x):
+    if x.size == 0:
+        require(x.shape[0] * x.shape[1] == 0, f"global_max_pool2d of an empty image {x.shape}")
+        return np.empty(x.shape[:2] + (1, 1), x.dtype)
+    return x.max(axis=(2, 3), keepdims=True)
+
+
+def _global_avg_ref(attrs, x):
+    total = x.astype(np.float64).sum(axis=(2, 3), keepdims=True)
+    with np.errstate(invalid="ignore"):  # an empty image averages to NaN
+        return (total / (x.shape[2] * x.shape[3])).astype(x.dtype)
+
+
+_LAYOUT_ATTRS = [attr("layout", choice("NCHW"), "NCHW"), attr("out_layout", choice("", "NCHW"), "")]
+
+register("nn.global_max_pool2d", inputs=("data",), infer=_global_pool_type,
+         reference=_global_max_ref, pattern=OPAQUE, attrs=_LAYOUT_ATTRS,
+         doc="max over H and W: (N, C, H, W) -> (N, C, 1, 1)")
+register("nn.global_avg_pool2d", inputs=("data",), infer=_global_pool_type,
+         reference=_global_avg_ref, pattern=OPAQUE, attrs=_LAYOUT_ATTRS,
+         doc="mean over H and W: (N, C, H, W) -> (N, C, 1, 1)")
