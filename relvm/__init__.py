@@ -17,7 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from .errors import (RelvmCompileError, RelvmError, RelvmFormatError, RelvmInputError,
-                     RelvmRuntimeError, RelvmSyntaxError, RelvmTrustError, RelvmTypeError)
+                     RelvmKernelError, RelvmRuntimeError, RelvmSyntaxError, RelvmTrustError,
+                     RelvmTypeError)
 
 from .runtime import Executable, VirtualMachine
 from .runtime.file.loader import load, load_bytes
@@ -78,4 +79,4 @@ def print_module(module) -> str:
 __all__ = ["parse", "print_module", "build", "load", "load_bytes", "Executable", "VirtualMachine",
            "set_num_threads", "get_num_threads",
            "RelvmError", "RelvmSyntaxError", "RelvmTypeError", "RelvmCompileError",
-           "RelvmFormatError", "RelvmInputError", "RelvmRuntimeError", "RelvmTrustError"]
+           "RelvmFormatError", "RelvmInputError", "RelvmKernelError", "RelvmRuntimeError", "RelvmTrustError"]

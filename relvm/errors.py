@@ -60,6 +60,11 @@ class RelvmFormatError(RelvmError, ValueError):
         super().__init__(prefix + message)
 
 
+class RelvmKernelError(RelvmError, RuntimeError):
+    """A kernel that cannot be made: the backend has no kernel for an op and its dtypes, or
+    relvm was installed without its compiled C kernels. Not a problem of the file."""
+
+
 class RelvmInputError(RelvmError, ValueError):
     """An input or output array that does not match a function's signature."""
 

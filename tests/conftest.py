@@ -22,3 +22,36 @@ settings.load_profile(os.environ.get("RELVM_HYPOTHESIS_PROFILE", "ci"))
 _config = tempfile.mkdtemp(prefix="relvm-test-config-")
 os.environ["RELVM_CONFIG_DIR"] = os.path.join(_config, "relvm")
 atexit.register(shutil.rmtree, _config, True)
+
+
+# --- test tiers -----------------------------------------------------------------------------------
+# Every test is in exactly one tier (README, "Test tiers"): ``pure`` runs with no C compiler on
+# PATH (Python only: front end, IR, passes, bytecode, files, the VM on the NumPy backend);
+# ``kernels`` tests the C kernels and generated C; ``e2e`` runs the build users get (C kernels,
+# fusion on). ``slow`` marks long runs on top of their tier. A test marked kernels or e2e keeps
+# its mark; otherwise its folder decides, and in the pure folders the C legs of a test
+# parametrized over the backend (``backend="c"``, ``fuse=True``) are e2e.
+TIERS = ("pure", "kernels", "e2e")
+FOLDER_TIERS = {"kernels": "kernels", "e2e": "e2e", "onnx": "e2e"}
+
+
+def _tier(item) -> str:
+    marked = [t for t in TIERS if item.get_closest_marker(t) is not None]
+    if marked:
+        return marked[0]
+    folder = item.path.parent.name
+    if folder in FOLDER_TIERS:
+        return FOLDER_TIERS[folder]
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if params.get("backend") == "c" or params.get("fuse") is True:
+        return "e2e"
+    return "pure"
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    import pytest
+
+    for item in items:
+        tier = _tier(item)
+        if item.get_closest_marker(tier) is None:
+            item.add_marker(getattr(pytest.mark, tier))

@@ -8,6 +8,7 @@ import pytest
 TUTORIAL = Path(__file__).resolve().parents[1] / "docs" / "tutorial.md"
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(not TUTORIAL.exists(), reason="docs/ is not beside the tests")
 def test_tutorial_code_runs(capsys) -> None:
     blocks = re.findall(r"```python\n(.*?)```", TUTORIAL.read_text(), re.S)

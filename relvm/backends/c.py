@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..errors import RelvmFormatError
+from ..errors import RelvmKernelError
 from ..runtime.executable import KernelEntry
 from .ckernels import BUILDERS, packed
 from .ckernels.chain import make_chain
@@ -40,7 +40,7 @@ def supports(entry: KernelEntry) -> bool:
     if entry.op == "fused":
         try:
             make_chain(entry, _checked_step)
-        except RelvmFormatError:
+        except RelvmKernelError:
             return False
         return True
     builder = BUILDERS.get(entry.op)
@@ -57,9 +57,9 @@ def make_kernel(entry: KernelEntry, constants=None) -> Callable[..., None]:
 
     Raises
     ------
-    RelvmFormatError
-        (section ``"kernels"``) when there is no C kernel for the entry's op and dtypes, or
-        when relvm was installed without its compiled kernels.
+    RelvmKernelError
+        When there is no C kernel for the entry's op and dtypes, or when relvm was installed
+        without its compiled kernels.
     """
     if entry.op == "fused":
         def chain() -> Callable[..., None]:
@@ -69,15 +69,14 @@ def make_kernel(entry: KernelEntry, constants=None) -> Callable[..., None]:
         return kernel
     if not supports(entry):
         dtypes = ", ".join(entry.inputs) or "no inputs"
-        raise RelvmFormatError(f"kernel {entry.name!r}: the c backend has no kernel for op "
-                               f"{entry.op!r} on {dtypes} -> {', '.join(entry.outputs)}",
-                               section="kernels")
+        raise RelvmKernelError(f"kernel {entry.name!r}: the c backend has no kernel for op "
+                               f"{entry.op!r} on {dtypes} -> {', '.join(entry.outputs)}")
     builder = BUILDERS[entry.op]
     try:
         kernel = builder.make(entry, constants) if builder.with_constants else builder.make(entry)
     except ImportError as e:
-        raise RelvmFormatError(f"kernel {entry.name!r}: the c backend is unavailable: {e}",
-                               section="kernels") from None
+        raise RelvmKernelError(f"kernel {entry.name!r}: the c backend is unavailable (relvm was "
+                               f"installed without its compiled kernels?): {e}") from None
     kernel.__name__ = entry.name
     return kernel
 
@@ -92,8 +91,8 @@ def fused_kernel(entry: KernelEntry, constants, fallback: Callable[[], Callable]
     try:
         kernel = packed.make_fused(entry, constants, fallback)
     except ImportError as e:
-        raise RelvmFormatError(f"kernel {entry.name!r}: the c backend is unavailable: {e}",
-                               section="kernels") from None
+        raise RelvmKernelError(f"kernel {entry.name!r}: the c backend is unavailable (relvm was "
+                               f"installed without its compiled kernels?): {e}") from None
     kernel.__name__ = entry.name
     return kernel
 
@@ -101,7 +100,7 @@ def fused_kernel(entry: KernelEntry, constants, fallback: Callable[[], Callable]
 def _checked_step(entry: KernelEntry) -> Callable[..., None]:
     """For :func:`supports`: check a fused entry's step without building its kernel."""
     if not supports(entry):
-        raise RelvmFormatError(f"no C kernel for step {entry.op}", section="kernels")
+        raise RelvmKernelError(f"no C kernel for step {entry.op}")
     return lambda *args: None
 
 

@@ -76,7 +76,7 @@ def _unary(op: str, attrs: dict, x: str, dtype: str, out_dtype: str) -> str:
         return _clip(x, attrs["a_min"], attrs["a_max"], dtype)
     if op == "cast":
         return _cast(x, dtype, out_dtype)
-    raise KeyError(op)
+    raise CannotGenerate(f"no C for {op}")
 
 
 def _c_float(value: float, dtype: str) -> str:
@@ -183,7 +183,7 @@ def _binary(op: str, a: str, b: str, dtype: str) -> str:
         return f"({a} && {b})"
     if op == "logical_or":
         return f"({a} || {b})"
-    raise KeyError(op)
+    raise CannotGenerate(f"no C for {op}")
 
 
 def _step_dtype(step: dict, arg_types: list[str]) -> str:
@@ -200,7 +200,7 @@ def _step_dtype(step: dict, arg_types: list[str]) -> str:
     if op == "where":
         return arg_types[1]
     if not arg_types:
-        raise KeyError(op)  # an op without inputs this generator does not know
+        raise CannotGenerate(f"no C for {op}")  # an op without inputs it does not know
     return arg_types[0]
 
 
@@ -283,26 +283,28 @@ def generate(symbol: str, steps: Sequence[dict], plan: dict, in_dtypes: Sequence
     exprs: list[str] = []   # C expression (a local name) per step
     lines: list[str] = []
     step_types: list[str] = []
-    try:
-        if anchor_dtype is not None:
-            step_types.append(anchor_dtype)
-            exprs.append(f"v{index[(-1, 0)]}")
-        for j, s in enumerate(steps[first:], start=first):
-            args, arg_types = [], []
-            for pos, (kind, i) in enumerate(s["args"]):
-                if kind == "step":
-                    args.append(exprs[i])
-                    arg_types.append(step_types[i])
-                else:
-                    args.append(f"v{index[(i, trailing_ones(s, pos, out_ndim))]}")
-                    arg_types.append(in_dtypes[i])
-            out = _step_dtype(s, arg_types)
-            e = _expr(s, args, arg_types, out)
-            lines.append(f"const {_ctype(out)} s{j} = ({_ctype(out)}){e};")
-            exprs.append(f"s{j}")
-            step_types.append(out)
-    except KeyError as e:
-        raise CannotGenerate(f"no C for {e}") from None
+    if anchor_dtype is not None:
+        if (-1, 0) not in index:
+            raise CannotGenerate("the plan does not read the anchor's result")
+        step_types.append(anchor_dtype)
+        exprs.append(f"v{index[(-1, 0)]}")
+    for j, s in enumerate(steps[first:], start=first):
+        args, arg_types = [], []
+        for pos, (kind, i) in enumerate(s["args"]):
+            if kind == "step":
+                args.append(exprs[i])
+                arg_types.append(step_types[i])
+            else:
+                operand = (i, trailing_ones(s, pos, out_ndim))
+                if operand not in index:  # a plan that does not fit its steps (from a file)
+                    raise CannotGenerate(f"the plan does not read input {i} as step {j} does")
+                args.append(f"v{index[operand]}")
+                arg_types.append(in_dtypes[i])
+        out = _step_dtype(s, arg_types)
+        e = _expr(s, args, arg_types, out)
+        lines.append(f"const {_ctype(out)} s{j} = ({_ctype(out)}){e};")
+        exprs.append(f"s{j}")
+        step_types.append(out)
     loop = [(str(o[1]), bool(o[3])) for o in operands]
     return _source(symbol, loop, lines, exprs[-1], out_dtype)
 

@@ -49,6 +49,7 @@ def test_help(cmd) -> None:
     assert proc.returncode == 0 and "usage: relvm " + cmd in proc.stdout
 
 
+@pytest.mark.e2e
 def test_demo_runs_and_checks_itself() -> None:
     proc = relvm_cli("demo", "--batch", "1", "3", "--repeat", "2")
     assert proc.returncode == 0, proc.stderr
@@ -63,6 +64,7 @@ def test_check_prints_types(tmp_path) -> None:
     assert proc.returncode == 0 and "-> Tensor[(n, 10), float32]" in proc.stdout
 
 
+@pytest.mark.e2e
 def test_run_with_npy_input_and_output(model) -> None:
     d = model["dir"]
     x = np.random.default_rng(0).standard_normal((3, 784)).astype(np.float32)
@@ -75,12 +77,14 @@ def test_run_with_npy_input_and_output(model) -> None:
     assert "output 0: float32[3, 10]" in proc.stdout
 
 
+@pytest.mark.e2e
 def test_run_with_random_inputs_for_dims(model) -> None:
     proc = relvm_cli("run", model["rvm"], "--dims", "n=5")
     assert proc.returncode == 0, proc.stderr
     assert "output 0: float32[5, 10]" in proc.stdout
 
 
+@pytest.mark.e2e
 def test_inspect(model) -> None:
     proc = relvm_cli("inspect", model["rvm"])
     assert proc.returncode == 0, proc.stderr
@@ -88,6 +92,7 @@ def test_inspect(model) -> None:
     assert "upper bounds: n <= 64" in proc.stdout and "invoke_packed" in proc.stdout
 
 
+@pytest.mark.e2e
 def test_bench_reports_each_setting(model) -> None:
     proc = relvm_cli("bench", model["rvm"], "--dims", "n=1,16", "--seconds", "0.05",
                      "--min-runs", "3", "--warmup", "1")
@@ -121,6 +126,7 @@ def test_bad_ir_points_at_the_error(tmp_path) -> None:
     assert debug.returncode == 1 and "Traceback" in debug.stderr
 
 
+@pytest.mark.e2e
 def test_wrong_input_shape(model) -> None:
     d = model["dir"]
     np.save(d / "bad.npy", np.zeros((3, 780), np.float32))
@@ -129,6 +135,7 @@ def test_wrong_input_shape(model) -> None:
     assert "input %x dim 1: expected 784, got 780" in proc.stderr
 
 
+@pytest.mark.e2e
 def test_over_the_upper_bound(model) -> None:
     proc = relvm_cli("run", model["rvm"], "--dims", "n=65")
     assert proc.returncode == 1 and "exceeds the upper bound n <= 64" in proc.stderr
@@ -140,6 +147,7 @@ def test_usage_errors_exit_2(args, tmp_path) -> None:
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
 
 
+@pytest.mark.e2e
 def test_import_then_compile_then_run(tmp_path) -> None:
     pytest.importorskip("onnx.helper")  # not "onnx": tests/onnx would pass
     import onnx
@@ -166,6 +174,7 @@ def test_import_then_compile_then_run(tmp_path) -> None:
     np.testing.assert_allclose(got, x @ w + np.float32([1, 2, 3]), rtol=1e-5)
 
 
+@pytest.mark.e2e
 def test_trust_commands_and_a_file_from_another_user(model, tmp_path) -> None:
     """Another user's file runs without its native code, with a one-line warning, until its
     signer's key is trusted; inspect says which kernels run and never runs them."""
@@ -199,6 +208,7 @@ def test_trust_commands_and_a_file_from_another_user(model, tmp_path) -> None:
     assert bad.returncode == 1 and "relvm: error:" in bad.stderr
 
 
+@pytest.mark.e2e
 def test_run_trust_native_code_runs_the_files_own_kernels(model, tmp_path) -> None:
     env = dict(os.environ, RELVM_CONFIG_DIR=str(tmp_path / "carol"))
     proc = subprocess.run([SCRIPT, "run", model["rvm"], "--dims", "n=2", "--trust-native-code"],

@@ -6,6 +6,8 @@ import threading
 
 import numpy as np
 
+import pytest
+
 import relvm
 
 from formatcases import assert_identical
@@ -20,6 +22,7 @@ TEXT = """def @main(%x: Tensor[(n, 32), float32], %w1: Tensor[(32, 32), float32]
 THREADS, CALLS, SIZES = 8, 200, range(1, 33)
 
 
+@pytest.mark.e2e
 def test_one_loaded_executable_eight_threads(tmp_path) -> None:
     rng = np.random.default_rng(3)
     params = {"w1": rng.standard_normal((32, 32)).astype(np.float32) / 4,

@@ -12,6 +12,7 @@ import struct
 from collections import Counter
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -71,6 +72,7 @@ def mutate(rng: np.random.Generator, data: bytes) -> bytes:
     return bytes(out)
 
 
+@pytest.mark.slow
 def test_ten_thousand_mutated_files() -> None:
     rng = np.random.default_rng(20240605)
     counts: Counter = Counter()

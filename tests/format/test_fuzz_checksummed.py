@@ -22,6 +22,8 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+import pytest
+
 from mutants import KINDS
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fuzz_worker.py")
@@ -155,6 +157,8 @@ def _exit_text(code: int) -> str:
     return f"exit status {code}"
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_mutants_with_valid_checksums_never_escape_relvms_errors() -> None:
     report = fuzz(MUTANTS)
     for kind in KINDS:

@@ -5,6 +5,8 @@ not fit its loop, are refused before the kernel reads anything."""
 
 from __future__ import annotations
 
+import functools
+
 import json
 import re
 
@@ -19,11 +21,25 @@ from relvm.runtime.file.format import sections_of
 from formatcases import small_exe, with_meta
 from programs import CASES
 
-MLP = relvm.build(relvm.parse(examples.text("mlp")), params=examples.params("mlp"), backend="c")
-MLP_BYTES = MLP.save_bytes()
 BROADCAST = next(c for c in CASES if c.name == "fused_same_chain_other_broadcast")
-#: Two generated kernels: fused_add_exp#0 reads y [4] along the inner loop, #1 z [n, 1] not.
-CHAIN_BYTES = relvm.build(relvm.parse(BROADCAST.text)).save_bytes()
+
+
+@functools.cache
+def _mlp() -> relvm.Executable:
+    """The MLP built with the C backend (made on first use: collecting needs no compiler)."""
+    return relvm.build(relvm.parse(examples.text("mlp")), params=examples.params("mlp"),
+                       backend="c")
+
+
+@functools.cache
+def _mlp_bytes() -> bytes:
+    return _mlp().save_bytes()
+
+
+@functools.cache
+def _chain_bytes() -> bytes:
+    """Two generated kernels: fused_add_exp#0 reads y [4] along the inner loop, #1 z [n, 1] not."""
+    return relvm.build(relvm.parse(BROADCAST.text)).save_bytes()
 
 
 def _set(path: str, value):
@@ -127,10 +143,11 @@ MLP_CASES = [
 ]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("path,value,message", MLP_CASES,
                          ids=[f"{p.split('.', 3)[-1]}={str(v)[:24]}" for p, v, _ in MLP_CASES])
 def test_bad_steps_and_plans_are_refused_at_load(path, value, message) -> None:
-    data = with_meta(MLP_BYTES, _set(path, value))
+    data = with_meta(_mlp_bytes(), _set(path, value))
     if message is None:
         relvm.VirtualMachine(load_trusted(data)).invoke("main", np.ones((2, 784), "f4"))
         return
@@ -138,15 +155,17 @@ def test_bad_steps_and_plans_are_refused_at_load(path, value, message) -> None:
     assert "kernel 'fused_dense_bias_add_relu'#0 (fused)" in str(err)
 
 
+@pytest.mark.e2e
 def test_a_fused_entry_has_one_output() -> None:
     def two(meta) -> None:
         meta["kernels"][0]["outputs"] = ["float32", "float32"]
         meta["kernels"][0]["ranks"][1] = [2, 2]
-    load_error(with_meta(MLP_BYTES, two), "meta", "a fused entry has one output, not 2")
+    load_error(with_meta(_mlp_bytes(), two), "meta", "a fused entry has one output, not 2")
 
 
+@pytest.mark.e2e
 def test_an_anchor_operand_needs_an_anchor() -> None:
-    load_error(with_meta(CHAIN_BYTES, _set(f"{PLAN}.operands.0", [-1, "float32", 0, True])),
+    load_error(with_meta(_chain_bytes(), _set(f"{PLAN}.operands.0", [-1, "float32", 0, True])),
                "meta", r"attrs.plan.operands\[0\] reads an anchor, but step 0 \(add\) is not one")
 
 
@@ -170,10 +189,11 @@ def test_bad_attributes_of_a_library_kernel_are_refused_at_load(path, value, mes
 X, Y, Z = (np.ones((3, 4), "f4"), np.ones(4, "f4"), np.ones((3, 1), "f4"))
 
 
+@pytest.mark.e2e
 def test_a_plan_other_than_its_kernel_was_compiled_for_is_refused() -> None:
     # Kernel 1 reads z [n, 1] once per row; claimed contiguous, the generated code (compiled
     # to read it once) and the plan would disagree.
-    data = with_meta(CHAIN_BYTES, _set("kernels.1.attrs.plan.operands.1",
+    data = with_meta(_chain_bytes(), _set("kernels.1.attrs.plan.operands.1",
                                        [1, "float32", 0, True]))
     exe = load_trusted(data)
     with pytest.raises(RelvmFormatError, match=r"kernel 'fused_add_exp': its plan \(float32/1 "
@@ -183,21 +203,24 @@ def test_a_plan_other_than_its_kernel_was_compiled_for_is_refused() -> None:
     assert info.value.section == "meta"
 
 
+@pytest.mark.e2e
 def test_a_plan_naming_another_kernel_is_refused() -> None:
-    exe = load_trusted(with_meta(CHAIN_BYTES, _set("kernels.1.attrs.plan.symbol",
+    exe = load_trusted(with_meta(_chain_bytes(), _set("kernels.1.attrs.plan.symbol",
                                                        "relvm_fused_0")))
     with pytest.raises(RelvmFormatError, match="is not what relvm_fused_0 was compiled for"):
         relvm.VirtualMachine(exe)
 
 
+@pytest.mark.e2e
 def test_a_plan_naming_no_kernel_is_refused() -> None:
-    exe = load_trusted(with_meta(CHAIN_BYTES, _set("kernels.1.attrs.plan.symbol",
+    exe = load_trusted(with_meta(_chain_bytes(), _set("kernels.1.attrs.plan.symbol",
                                                        "relvm_fused_7")))
     with pytest.raises(RelvmFormatError, match="the kernel library does not define "
                                                "relvm_fused_7 itself"):
         relvm.VirtualMachine(exe)
 
 
+@pytest.mark.e2e
 def test_shapes_that_do_not_fit_the_loop_are_refused_before_it_runs() -> None:
     # The symbol and the plan agree with the library, but kernel 1 now takes z [n, 1] as a
     # contiguous [n, 4] would be read: its loop would read past z.
@@ -205,21 +228,23 @@ def test_shapes_that_do_not_fit_the_loop_are_refused_before_it_runs() -> None:
         plan = meta["kernels"][1]["attrs"]["plan"]
         plan["symbol"] = "relvm_fused_0"
         plan["operands"][1][3] = True
-    vm = relvm.VirtualMachine(load_trusted(with_meta(CHAIN_BYTES, edit)))
+    vm = relvm.VirtualMachine(load_trusted(with_meta(_chain_bytes(), edit)))
     with pytest.raises(RelvmRuntimeError, match=r"operand 1 of shape \(3, 1\) does not fit the "
                        r"loop over the output's shape \(3, 4\) \(1 inner dims, contiguous\)"):
         vm.invoke("main", X, Y, Z)
 
 
+@pytest.mark.e2e
 def test_a_trailing_ones_view_that_does_not_fit_is_refused() -> None:
     vm = relvm.VirtualMachine(load_trusted(with_meta(
-        CHAIN_BYTES, _set("kernels.0.attrs.plan.operands.1", [1, "float32", 1, True]))))
+        _chain_bytes(), _set("kernels.0.attrs.plan.operands.1", [1, "float32", 1, True]))))
     with pytest.raises(RelvmRuntimeError, match=r"operand 1 of shape \(4,\) does not fit"):
         vm.invoke("main", X, Y, Z)
 
 
+@pytest.mark.e2e
 def test_the_library_signatures_match_the_plans() -> None:
-    exe = load_trusted(CHAIN_BYTES)
+    exe = load_trusted(_chain_bytes())
     relvm.VirtualMachine(exe)
     assert [exe._generated.signature(k.attrs["plan"]["symbol"]) for k in exe.kernels] == [
         "float32/1 float32/1 -> float32", "float32/1 float32/0 -> float32"]
@@ -241,9 +266,10 @@ def test_a_backend_error_while_making_a_kernel_names_the_kernel(monkeypatch) -> 
     assert info.value.section == "kernels"
 
 
+@pytest.mark.e2e
 def test_a_symbol_that_is_no_generated_kernel_never_reaches_cffi() -> None:
     # Built in memory, nothing checked the plan: the library still refuses the name itself.
-    exe = load_trusted(CHAIN_BYTES)
+    exe = load_trusted(_chain_bytes())
     exe.kernels[0].attrs["plan"]["symbol"] = "relvm_fused_0(void); int x"
     with pytest.raises(RelvmFormatError, match=r"'relvm_fused_0\(void\); int x' is not the name "
                        r"of a generated kernel") as info:
@@ -251,8 +277,9 @@ def test_a_symbol_that_is_no_generated_kernel_never_reaches_cffi() -> None:
     assert info.value.section == "kernels"
 
 
+@pytest.mark.e2e
 def test_a_library_is_opened_once_per_content() -> None:
-    a, b = load_trusted(CHAIN_BYTES), load_trusted(CHAIN_BYTES)
+    a, b = load_trusted(_chain_bytes()), load_trusted(_chain_bytes())
     relvm.VirtualMachine(a), relvm.VirtualMachine(b)
     assert a._generated is b._generated
 
@@ -269,11 +296,12 @@ def test_resolve_kernels_wraps_every_exception(monkeypatch) -> None:
             K.resolve_kernels(exe)
 
 
+@pytest.mark.e2e
 def test_files_of_relvm_0_1_0_without_ranks_are_checked_with_the_ranks_they_pass() -> None:
     def drop_ranks(meta) -> None:
         for k in meta["kernels"]:
             del k["ranks"]
-    data = with_meta(MLP_BYTES, drop_ranks)
+    data = with_meta(_mlp_bytes(), drop_ranks)
     relvm.VirtualMachine(load_trusted(data)).invoke("main", np.ones((2, 784), "f4"))
     # Without ranks, the entry's types are checked with the ranks its calls pass (rank 2).
     bad = with_meta(data, _set("kernels.2.attrs.axis", 2))

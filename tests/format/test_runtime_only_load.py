@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+import pytest
+
 import relvm
 import relvm.examples
 from isolation import BLOCK_FRONT_END
@@ -40,6 +42,7 @@ CHILD = BLOCK_FRONT_END + textwrap.dedent("""
 """)
 
 
+@pytest.mark.e2e
 def test_saved_executable_runs_without_lark_compiler_or_cc(tmp_path: Path) -> None:
     exe = relvm.build(relvm.parse(relvm.examples.text("mlp")),
                       params=relvm.examples.params("mlp"))

@@ -49,6 +49,7 @@ def assert_same_outcome(got, want) -> None:
         assert_identical(got, want)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_every_program_round_trips_bit_for_bit(case: Case) -> None:
     exe = relvm.build(relvm.parse(case.text, constants=case.constants), params=case.params)
@@ -98,6 +99,7 @@ def test_vm_test_programs_round_trip_bit_for_bit(text: str) -> None:
     assert_same_outcome(outcome(vm2, fn.name, inputs), outcome(vm, fn.name, inputs))
 
 
+@pytest.mark.e2e
 def test_upper_bounds_and_pooled_storage_round_trip() -> None:
     text = """def @main(%x: Tensor[(n, 16), float32], %w: Tensor[(16, 16), float32]) {
       %0 = nn.dense(%x, %w);
@@ -123,6 +125,7 @@ def test_save_writes_the_bytes_of_save_bytes(tmp_path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["small.rvm"]  # no temporary file left
 
 
+@pytest.mark.e2e
 def test_load_maps_constants_read_only_and_aligned(tmp_path) -> None:
     import relvm.examples
 
@@ -324,6 +327,7 @@ def test_saving_over_a_loaded_file_is_safe(tmp_path) -> None:
     assert relvm.load(tmp_path / "m.rvm").functions == other.functions
 
 
+@pytest.mark.e2e
 def test_a_carried_library_that_does_not_load_is_a_format_error() -> None:
     exe = relvm.build(relvm.parse("""def @main(%x: Tensor[(n), float32]) {
       nn.relu(exp(%x))

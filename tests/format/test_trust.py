@@ -67,6 +67,7 @@ def run(exe: relvm.Executable) -> tuple[np.ndarray, str]:
 
 # --- the user's own builds ------------------------------------------------------------------------
 
+@pytest.mark.e2e
 def test_a_build_saved_by_its_user_runs_its_own_kernels_with_no_flag(config, tmp_path) -> None:
     build().save(tmp_path / "m.rvm")
     key = config / "signing.key"
@@ -81,6 +82,7 @@ def test_a_build_saved_by_its_user_runs_its_own_kernels_with_no_flag(config, tmp
     assert path == "the file's own kernels: signed by your key"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("compiler", [True, False], ids=["regenerated", "library-steps"])
 def test_an_unsigned_file_runs_correctly_without_its_native_code(compiler, monkeypatch) -> None:
     data = unsigned(build().save_bytes())
@@ -99,6 +101,7 @@ def test_an_unsigned_file_runs_correctly_without_its_native_code(compiler, monke
     assert vm.stats.native_code.startswith(want)
 
 
+@pytest.mark.e2e
 def test_another_users_file_is_trusted_once_its_key_is(config, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("RELVM_CONFIG_DIR", str(tmp_path / "alice"))
     data = build().save_bytes()
@@ -119,6 +122,7 @@ def test_another_users_file_is_trusted_once_its_key_is(config, tmp_path, monkeyp
     assert trust.trust_remove(kid) and not relvm.load_bytes(data).native.trusted
 
 
+@pytest.mark.e2e
 def test_a_file_changed_after_signing_is_not_trusted() -> None:
     data = with_meta(build().save_bytes(), lambda meta: meta.update(writer="someone"))
     exe = relvm.load_bytes(data)
@@ -126,6 +130,7 @@ def test_a_file_changed_after_signing_is_not_trusted() -> None:
     np.testing.assert_allclose(run(exe)[0], expected(), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.e2e
 def test_an_untrusted_file_saved_again_is_not_signed() -> None:
     exe = relvm.load_bytes(unsigned(build().save_bytes()))
     assert sections_of(exe.save_bytes())["sign"] == b""
@@ -133,6 +138,7 @@ def test_an_untrusted_file_saved_again_is_not_signed() -> None:
     assert sections_of(trusted.save_bytes())["sign"] != b""
 
 
+@pytest.mark.e2e
 def test_a_malformed_signature_section_is_a_format_error() -> None:
     sections = sections_of(build().save_bytes())
     sections["sign"] = b'{"algorithm": "rsa"}'
@@ -162,6 +168,7 @@ __attribute__((constructor)) static void planted(void) {{
     return lib.read_bytes()
 
 
+@pytest.mark.e2e
 def test_a_planted_constructor_runs_only_with_explicit_trust(tmp_path) -> None:
     marker = tmp_path / "marker"
     sections = sections_of(build().save_bytes())
@@ -175,6 +182,7 @@ def test_a_planted_constructor_runs_only_with_explicit_trust(tmp_path) -> None:
     assert marker.read_text() == "ran"                                     # nothing: not run)
 
 
+@pytest.mark.e2e
 def test_system_is_refused_even_when_trusted() -> None:
     def to_system(meta) -> None:
         meta["kernels"][0]["attrs"]["plan"]["symbol"] = "system"
@@ -184,6 +192,7 @@ def test_system_is_refused_even_when_trusted() -> None:
     assert info.value.section in ("meta", "kernels")
 
 
+@pytest.mark.e2e
 def test_a_kernel_name_the_library_does_not_define_itself_is_refused(tmp_path) -> None:
     """dlsym would find a symbol of a library the kernel library links to: only its own
     .dynsym counts."""
@@ -214,6 +223,7 @@ def _cache_entries(cache) -> list:
     return sorted(p.name for p in (cache / "kernels").iterdir() if p.suffix == ".so")
 
 
+@pytest.mark.e2e
 def test_a_planted_cache_entry_is_not_used(tmp_path) -> None:
     cache = tmp_path / "cache"
     build()
@@ -228,6 +238,7 @@ def test_a_planted_cache_entry_is_not_used(tmp_path) -> None:
     assert build().kernel_library != planted
 
 
+@pytest.mark.e2e
 def test_a_cache_others_can_write_is_refused(tmp_path) -> None:
     (tmp_path / "cache" / "kernels").mkdir(parents=True)
     os.chmod(tmp_path / "cache" / "kernels", 0o777)
@@ -238,6 +249,7 @@ def test_a_cache_others_can_write_is_refused(tmp_path) -> None:
     np.testing.assert_allclose(run(exe)[0], expected(), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.e2e
 def test_a_symlinked_cache_entry_is_not_followed(tmp_path) -> None:
     cache = tmp_path / "cache"
     build()
@@ -251,6 +263,7 @@ def test_a_symlinked_cache_entry_is_not_followed(tmp_path) -> None:
 
 # --- saving and weights files -------------------------------------------------------------------
 
+@pytest.mark.e2e
 def test_save_never_follows_a_link_at_the_old_temporary_path(tmp_path) -> None:
     victim = tmp_path / "victim"
     victim.write_text("precious")
@@ -288,6 +301,7 @@ def test_a_weights_name_that_is_not_a_plain_file_name_is_refused(tmp_path, ref) 
         relvm.load(tmp_path / "m.rvm")
 
 
+@pytest.mark.e2e
 def test_weights_must_be_saved_beside_the_executable(tmp_path) -> None:
     (tmp_path / "sub").mkdir()
     with pytest.raises(ValueError, match="must be in the executable's directory"):

@@ -5,6 +5,8 @@ constant passed as a kernel's output, a call that passes other types than the ca
 
 from __future__ import annotations
 
+import functools
+
 import json
 import re
 
@@ -55,6 +57,7 @@ def test_every_example_verifies_and_runs_after_loading(name: str, fuse: bool) ->
     _same_runs(exe, "main", [[x]])
 
 
+@pytest.mark.e2e
 def test_the_verifier_checks_an_executable_in_memory() -> None:
     exe = relvm.build(relvm.parse(examples.text("mlp")), params=examples.params("mlp"))
     verify.check_executable(exe)
@@ -66,8 +69,16 @@ def test_the_verifier_checks_an_executable_in_memory() -> None:
 
 # --- relabelled metadata ------------------------------------------------------------------------
 
-MLP = relvm.build(relvm.parse(examples.text("mlp")), params=examples.params("mlp"), backend="c")
-MLP_BYTES = MLP.save_bytes()
+@functools.cache
+def _mlp() -> relvm.Executable:
+    """The MLP built with the C backend (made on first use: collecting needs no compiler)."""
+    return relvm.build(relvm.parse(examples.text("mlp")), params=examples.params("mlp"),
+                       backend="c")
+
+
+@functools.cache
+def _mlp_bytes() -> bytes:
+    return _mlp().save_bytes()
 
 
 def load_error(data: bytes, section: str, pattern: str) -> RelvmFormatError:
@@ -88,51 +99,57 @@ def _edit(path: str, value):
     return edit
 
 
+@pytest.mark.e2e
 def test_a_kernel_dtype_relabelled_in_meta_is_refused_not_an_abort() -> None:
     # Before the verifier proved register types this file loaded, and the softmax kernel then
     # read float32 arrays as float64: the process died with munmap_chunk(): invalid pointer.
     def relabel(meta) -> None:
         meta["kernels"][2]["inputs"] = ["float64"]
         meta["kernels"][2]["outputs"] = ["float64"]
-    err = load_error(with_meta(MLP_BYTES, relabel), "code",
+    err = load_error(with_meta(_mlp_bytes(), relabel), "code",
                      r"@main pc 17: invoke_packed nn.softmax#2 \(\$9\) -> \(\$10\): input 0 "
                      r"\$9: kernel nn.softmax#2 declares float64 of rank 2, found float32 tensor")
     assert "rank 2" in str(err)
 
 
+@pytest.mark.e2e
 def test_a_kernel_relabelled_against_its_op_is_refused() -> None:
-    load_error(with_meta(MLP_BYTES, _edit("kernels.2.outputs", ["int8"])), "meta",
+    load_error(with_meta(_mlp_bytes(), _edit("kernels.2.outputs", ["int8"])), "meta",
                r"kernel 'nn.softmax'#2 \(nn.softmax\): its op gives \(float32 of rank 2\), but "
                r"the entry declares \(int8 of rank 2\)")
-    load_error(with_meta(MLP_BYTES, _edit("kernels.0.inputs", ["float32", "float16", "float32"])),
+    load_error(with_meta(_mlp_bytes(), _edit("kernels.0.inputs", ["float32", "float16", "float32"])),
                "meta", r"nn.dense does not accept .*dtypes differ")
 
 
+@pytest.mark.e2e
 def test_a_kernel_rank_relabelled_in_meta_is_refused() -> None:
-    load_error(with_meta(MLP_BYTES, _edit("kernels.2.ranks", [[3], [3]])), "code",
+    load_error(with_meta(_mlp_bytes(), _edit("kernels.2.ranks", [[3], [3]])), "code",
                r"input 0 \$9: kernel nn.softmax#2 declares float32 of rank 3, found float32 "
                r"tensor of rank 2")
 
 
+@pytest.mark.e2e
 def test_an_output_relabelled_in_meta_is_refused() -> None:
     # The output's allocation hands out the caller's array: it must be the output's dtype.
-    load_error(with_meta(MLP_BYTES, _edit("functions.0.outputs.0.dtype", "float64")), "meta",
+    load_error(with_meta(_mlp_bytes(), _edit("functions.0.outputs.0.dtype", "float64")), "meta",
                r"@main output 0: alloc pc 16 allocates float32, but the output is float64")
 
 
+@pytest.mark.e2e
 def test_a_parameter_relabelled_in_meta_is_refused() -> None:
-    load_error(with_meta(MLP_BYTES, _edit("functions.0.params.0.tensors.0.dtype", "int8")),
+    load_error(with_meta(_mlp_bytes(), _edit("functions.0.params.0.tensors.0.dtype", "int8")),
                "code", r"input 0 \$0: kernel fused_dense_bias_add_relu#0 declares float32 of "
                        r"rank 2, found int8 tensor of rank 2")
-    load_error(with_meta(MLP_BYTES, _edit("functions.0.params.0.tensors.0.shape", [5])), "code",
+    load_error(with_meta(_mlp_bytes(), _edit("functions.0.params.0.tensors.0.shape", [5])), "code",
                r"declares float32 of rank 2, found float32 tensor of rank 1")
 
 
+@pytest.mark.e2e
 def test_a_constant_relabelled_in_meta_is_refused() -> None:
     def relabel(meta) -> None:
         c = meta["constants"][5]  # b3: float32[10]
         c.update(dtype="int32")
-    load_error(with_meta(MLP_BYTES, relabel), "code",
+    load_error(with_meta(_mlp_bytes(), relabel), "code",
                r"input 2 \$8: kernel fused_dense_bias_add#1 declares float32 of rank 1, found "
                r"int32 tensor of rank 1")
 
@@ -171,6 +188,7 @@ def _mlp_with(pc: int, *fields) -> bytes:
     return exe.save_bytes()
 
 
+@pytest.mark.e2e
 def test_a_constant_as_a_kernel_output_is_refused() -> None:
     # The constants are mapped read-only: a kernel writing one would fault.
     load_error(_mlp_with(17, "InvokePacked", 2, (9,), (7,)), "code",
@@ -178,28 +196,33 @@ def test_a_constant_as_a_kernel_output_is_refused() -> None:
                r"\(read-only\)")
 
 
+@pytest.mark.e2e
 def test_an_input_as_a_kernel_output_is_refused() -> None:
     load_error(_mlp_with(7, "InvokePacked", 0, (0, 1, 2), (0,)), "code",
                r"output 0 \$0: a kernel writes its outputs, but this is float32 tensor")
 
 
+@pytest.mark.e2e
 def test_a_tensor_used_as_storage_is_refused() -> None:
     load_error(_mlp_with(6, "AllocTensor", 3, 1, 0, (-3, 512), "float32"), "code",
                r"alloc_tensor \$3 \$1 .*: \$1 is float32 tensor of rank 2 \(read-only\), not a "
                r"storage buffer")
 
 
+@pytest.mark.e2e
 def test_a_register_read_before_it_is_written_is_refused() -> None:
     load_error(_mlp_with(4, "Move", 0, 0), "code",
                r"pc 7: .*: reads \$1 before it is written")
 
 
+@pytest.mark.e2e
 def test_a_storage_buffer_as_a_kernel_argument_is_refused() -> None:
     load_error(_mlp_with(15, "InvokePacked", 1, (6, 7, 8), (11,)), "code",
                r"output 0 \$11: kernel fused_dense_bias_add#1 declares float32 of rank 2, found "
                r"a storage buffer")
 
 
+@pytest.mark.e2e
 def test_a_function_running_off_its_end_is_refused() -> None:
     load_error(_mlp_with(18, "Move", 10, 9), "code", r"pc 18: .*runs off its end")
 
@@ -211,6 +234,7 @@ def _case(name: str) -> relvm.Executable:
     return relvm.build(relvm.parse(case.text, constants=case.constants), params=case.params)
 
 
+@pytest.mark.e2e
 def test_jumps_go_forward() -> None:
     exe = _case("if_else_on_input")
     fn = exe.functions[0]
@@ -261,6 +285,7 @@ def test_a_tuple_parameter_relabelled_is_refused() -> None:
                r"declares float32 of rank 1, found float64 tensor of rank 1")
 
 
+@pytest.mark.e2e
 def test_recursion_reaches_a_fixpoint() -> None:
     for name in ("recursion_counts", "mutual_recursion", "recursive_rnn_over_symbolic_length"):
         verify.check_executable(_case(name))

@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("version", sorted(READERS))
 def test_a_released_format_file_loads_and_runs_with_its_known_result(version) -> None:
     raw = (DATA / f"format_v{version}.rvm").read_bytes()

@@ -126,6 +126,7 @@ def test_a_program_that_is_not_text_is_a_relvm_error(value, message) -> None:
     assert e.value.message == message
 
 
+@pytest.mark.e2e
 def test_a_huge_but_legal_parameter_builds_at_once() -> None:
     """A 16 GiB input is within the limits; building must not fill or plan anything that size
     (its ones() is left to run time, not folded into a 16 GiB constant)."""

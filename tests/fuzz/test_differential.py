@@ -114,6 +114,8 @@ def every_leg_matches_the_reference(case: FuzzCase) -> None:
     check_case(case, tally=TALLY)
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_every_leg_matches_the_reference() -> None:
     TALLY.reset()
     every_leg_matches_the_reference()
@@ -125,6 +127,7 @@ def test_every_leg_matches_the_reference() -> None:
 ONTO_INPUTS = settings(FUZZ, max_examples=max(50, settings.default.max_examples // 4))
 
 
+@pytest.mark.e2e
 @ONTO_INPUTS
 @given(case=fuzz_cases(runs=2))
 def test_results_written_onto_inputs_match_the_reference(case: FuzzCase) -> None:
@@ -183,6 +186,7 @@ def @main(%x: Tensor[(n), float32]) {
 # --- which legs run -------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_the_c_backend_runs_generated_fused_kernels() -> None:
     """The C legs need relvm's compiled kernels and a C compiler for the fused ones: without
     them this fails, as the differential test does, rather than skipping."""
@@ -237,6 +241,7 @@ def _bindings(text: str) -> list[str]:
     return [line for line in text.splitlines() if re.match(r"\s*(let )?%\w+ = ", line)]
 
 
+@pytest.mark.slow
 def test_broken_broadcasting_is_caught_and_shrunk(misbroadcasting_add) -> None:
     # The elementwise forms reach the bug within a few dozen programs (the full generator
     # takes a few hundred); derandomized, so the run time is the same on every run.

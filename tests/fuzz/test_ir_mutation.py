@@ -31,6 +31,7 @@ SEEDS = [Seed(c.name, c.text, c.constants) for c in CASES] + [
     Seed(name, examples.text(name)) for name in examples.NAMES]
 
 
+@pytest.mark.slow
 def test_ten_thousand_mutants_are_programs_or_relvm_errors() -> None:
     count = int(os.environ.get("RELVM_IR_MUTANTS", 100_000 if LONG else 10_000))
     report = campaign(SEEDS, count, seed=0, workers=2, limit=5.0,

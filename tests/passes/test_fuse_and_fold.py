@@ -33,6 +33,7 @@ DENSE_EPILOGUE = """def @main(%x: Tensor[(n, 8), float32], %w: Tensor[(4, 8), fl
 }"""
 
 
+@pytest.mark.e2e
 def test_dense_epilogue_fuses_into_one_kernel_named_in_bytecode() -> None:
     exe = build(DENSE_EPILOGUE)
     assert kernels_of(exe) == ["fused_dense_bias_add_relu_add_clip_cast"]
@@ -41,6 +42,7 @@ def test_dense_epilogue_fuses_into_one_kernel_named_in_bytecode() -> None:
         "nn.dense", "nn.bias_add", "nn.relu", "add", "clip", "cast"]
 
 
+@pytest.mark.e2e
 def test_fused_equals_unfused() -> None:
     x, w, b, r = rand(5, 8), rand(4, 8, seed=1), rand(4, seed=2), rand(5, 4, seed=3)
     outs = [relvm.VirtualMachine(build(DENSE_EPILOGUE, fuse=f)).invoke("main", x, w, b, r)
@@ -104,6 +106,7 @@ def test_global_avg_pool_ends_its_convs_group(groups, backend) -> None:
         np.testing.assert_allclose(got, ref.invoke("main", x, w, b), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.e2e
 def test_a_pool_of_a_conv_output_used_elsewhere_is_not_fused() -> None:
     tail = "(nn.global_avg_pool2d(%2), %2)"
     exe = build(CONV_MEAN.format(icg=4, groups=1, tail=tail))
@@ -131,6 +134,7 @@ CONV_BN = """def @main(%x: Tensor[(n, 3, 6, 6), float32], %w: Tensor[(4, 3, 3, 3
 }"""
 
 
+@pytest.mark.e2e
 def test_batch_norm_folds_into_conv_and_fuses() -> None:
     rng = np.random.default_rng(0)
     params = {"w": rand(4, 3, 3, 3), "g": rand(4, seed=1), "b": rand(4, seed=2),
@@ -146,6 +150,7 @@ def test_batch_norm_folds_into_conv_and_fuses() -> None:
                                rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.e2e
 def test_batch_norm_without_conv_becomes_scale_and_shift() -> None:
     text = """def @main(%x: Tensor[(n, 3), float32]) {
       %0 = nn.batch_norm(%x, meta[relay.Constant][0], meta[relay.Constant][1],
@@ -257,6 +262,7 @@ def test_conv_pair_fuses_into_one_kernel(restore_threads, tail, name, backend) -
     ("nn.global_avg_pool2d(sigmoid(%5))",
      ["fused_conv2d_bias_add_relu", "fused_conv2d_bias_add_relu_sigmoid_global_avg_pool2d"]),
 ], ids=["sigmoid", "residual_add", "sigmoid_then_pool"])
+@pytest.mark.e2e
 def test_a_pair_whose_second_group_goes_on_splits(restore_threads, tail, names) -> None:
     """The second conv's group may go on only with bias_add, relu and the pool: anything else
     gives the two convs a group each, and the results do not change."""
@@ -270,6 +276,7 @@ def test_a_pair_whose_second_group_goes_on_splits(restore_threads, tail, names) 
     ("(%5, %2)", ["fused_conv2d_bias_add_relu", "fused_conv2d_bias_add_relu"]),
     ("(%5, %0)", ["nn.conv2d", "fused_bias_add_relu", "fused_conv2d_bias_add_relu"]),
 ], ids=["relu_output_kept", "conv_output_kept"])
+@pytest.mark.e2e
 def test_a_conv_whose_output_has_another_use_is_not_paired(tail, names) -> None:
     text = conv_pair(tail)
     assert kernels_of(build(text)) == names
@@ -279,6 +286,7 @@ def test_a_conv_whose_output_has_another_use_is_not_paired(tail, names) -> None:
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("kw", [{"groups1": 2}, {"groups2": 2}, {"dt": "float64"}],
                          ids=["first_groups2", "second_groups2", "float64"])
 def test_only_float32_convs_of_one_group_pair(restore_threads, kw) -> None:
@@ -303,6 +311,7 @@ THREE_CONVS = """def @main(%x: Tensor[(n, 3, h, w), float32], %w1: Tensor[(8, 3,
 }"""
 
 
+@pytest.mark.e2e
 def test_three_convs_make_one_pair_and_a_single_conv_group(restore_threads) -> None:
     """A conv reading a pair does not join it: the pair is one kernel, the third conv another."""
     assert kernels_of(build(THREE_CONVS)) == [PAIR_NAME, "fused_conv2d_bias_add_relu"]
@@ -330,6 +339,7 @@ BARE_PAIR = """def @main(%x: Tensor[(n, 4, h, w), float32], %w1: Tensor[(8, 4, 3
     ("nn.global_avg_pool2d(%1)", ["fused_conv2d_conv2d_global_avg_pool2d"]),
     ("sigmoid(%1)", ["nn.conv2d", "fused_conv2d_sigmoid"]),  # split: the first half is one op
 ], ids=["bare", "bare_pool", "bare_then_sigmoid"])
+@pytest.mark.e2e
 def test_bare_conv_pair(restore_threads, tail, names) -> None:
     """Two convs with no bias or relu between them pair as well."""
     text = BARE_PAIR.format(tail=tail)
@@ -344,6 +354,7 @@ def test_bare_conv_pair(restore_threads, tail, names) -> None:
                                        rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.e2e
 def test_convnet_example_end_to_end(restore_threads) -> None:
     """The example convnet builds to the pair (with its pool) and the dense layer; fused ==
     unfused, and invoke_with_outputs writes the result into the caller's array."""
@@ -367,6 +378,7 @@ def test_convnet_example_end_to_end(restore_threads) -> None:
             np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.e2e
 def test_a_long_elementwise_chain_is_cut_into_groups_of_at_most_max_group_ops() -> None:
     from relvm.passes.fuse import MAX_GROUP_OPS
 

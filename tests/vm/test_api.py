@@ -127,6 +127,7 @@ def @main(%xs: Tensor[(t, 4), float32]) {
 }"""
 
 
+@pytest.mark.e2e
 def test_recursion_2000_deep_without_growing_the_python_stack() -> None:
     import sys
 
@@ -196,6 +197,7 @@ def test_vm_is_usable_after_an_error() -> None:
     np.testing.assert_array_equal(vm.invoke("main", np.ones((2, 3), np.float32)), [1, 1, 1])
 
 
+@pytest.mark.e2e
 def test_bytecode_disassembly_lists_every_function() -> None:
     exe = relvm.build(relvm.parse(RNN))
     text = exe.bytecode

@@ -36,6 +36,7 @@ def test_bias_of_another_length_is_refused_naming_the_input(fuse: bool) -> None:
     np.testing.assert_allclose(vm.invoke("main", x, w, b), x @ w.T + b)
 
 
+@pytest.mark.e2e
 def test_a_dim_assumed_to_broadcast_is_checked() -> None:
     vm = _vm("""
 def @main(%x: Tensor[(n, 4), float32], %y: Tensor[(k), float32]) {

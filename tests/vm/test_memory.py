@@ -42,6 +42,7 @@ def test_intermediates_share_storage_by_liveness() -> None:
     assert len(pooled) == 6 and len(storages) == 2
 
 
+@pytest.mark.e2e
 def test_pooled_storage_is_reused_across_invokes() -> None:
     vm = relvm.VirtualMachine(build())
     x = np.ones((8, 64), np.float32)
@@ -55,6 +56,7 @@ def test_pooled_storage_is_reused_across_invokes() -> None:
     np.testing.assert_allclose(out, reference(x), rtol=1e-5)
 
 
+@pytest.mark.e2e
 def test_upper_bounds_arena_zero_allocations_after_first() -> None:
     exe = build(upper_bounds={"n": 64})
     fn = exe.function("main")
@@ -71,6 +73,7 @@ def test_upper_bounds_arena_zero_allocations_after_first() -> None:
             assert vm.stats.allocations == 0
 
 
+@pytest.mark.e2e
 def test_upper_bound_exceeded_is_a_clear_error() -> None:
     vm = relvm.VirtualMachine(build(upper_bounds={"n": 64}))
     with pytest.raises(RelvmInputError, match=r"n=65 exceeds the upper bound n <= 64"):
@@ -90,6 +93,7 @@ def _rss_bytes() -> int | None:
         return None
 
 
+@pytest.mark.e2e
 def test_memory_stays_bounded_when_n_changes_every_call() -> None:
     vm = relvm.VirtualMachine(build())
     x = np.ones((512, 64), np.float32)
@@ -110,6 +114,7 @@ def test_memory_stays_bounded_when_n_changes_every_call() -> None:
     assert vm.stats.peak_bytes <= peak_pool + 512 * 64 * 4
 
 
+@pytest.mark.e2e
 def test_stats_report_allocations_and_peak() -> None:
     vm = relvm.VirtualMachine(build())
     vm.invoke("main", np.ones((10, 64), np.float32))

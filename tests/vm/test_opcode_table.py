@@ -147,6 +147,7 @@ def test_a_failing_kernel_names_exactly_its_operands() -> None:
     assert m[3] == f"${src}: float32[0, 3], ${dst}: float32[3]"
 
 
+@pytest.mark.e2e
 def test_the_recursion_limit_holds_while_tracing(monkeypatch, capsys) -> None:
     rnn = """def @rnn(%xs: Tensor[(t, 4), float32], %h: Tensor[(4), float32], %i: int64) -> Tensor[(4), float32] {
       if (less(%i, take(shape_of(%xs, dtype="int64"), 0i64))) {

@@ -31,6 +31,7 @@ def _pcs(exe, op: str) -> list[int]:
             if BY_NUMBER[ins[0]].name == op]
 
 
+@pytest.mark.e2e
 def test_a_generated_kernel_given_another_groups_operands_refuses() -> None:
     """The bug the check guards against: two groups sharing one generated kernel."""
     exe = relvm.build(relvm.parse(TWO_CHAINS))
@@ -48,6 +49,7 @@ def test_a_generated_kernel_given_another_groups_operands_refuses() -> None:
            "(1 inner dims, contiguous)" in message
 
 
+@pytest.mark.e2e
 def test_an_output_of_another_size_is_refused() -> None:
     exe = relvm.build(relvm.parse("""
 def @main(%x: Tensor[(n, 8), float32], %w: Tensor[(16, 8), float32]) {

@@ -70,6 +70,7 @@ def test_reversed_slice_into_its_input_and_into_an_overlapping_view() -> None:
     assert vm.stats.output_copies == 1
 
 
+@pytest.mark.e2e
 def test_a_replayed_model_writing_over_its_input() -> None:
     """The MLP's result (n, 10) written over the start of its input (n, 784), call after call
     (the calls after the first are replays)."""

@@ -33,6 +33,7 @@ def _numpy_mlp(x: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
+@pytest.mark.e2e
 def test_reference_models_replay_all_but_kernels_allocations_and_ret() -> None:
     for name in (MLP, CONVNET):
         vm = _vm(name)
@@ -46,6 +47,7 @@ def test_reference_models_replay_all_but_kernels_allocations_and_ret() -> None:
         assert not any(keep[:len(fn.params)])  # inputs come new with every call
 
 
+@pytest.mark.e2e
 def test_replayed_calls_read_new_input_values_and_write_new_output_arrays() -> None:
     vm = _vm(MLP)
     rng = np.random.default_rng(0)
@@ -62,6 +64,7 @@ def test_replayed_calls_read_new_input_values_and_write_new_output_arrays() -> N
     assert len(vm._entry("main").replays) == 1
 
 
+@pytest.mark.e2e
 def test_replay_without_bound_outputs_returns_a_fresh_result_each_call() -> None:
     vm = _vm(MLP)
     x = np.ones((2, 784), np.float32)
@@ -72,6 +75,7 @@ def test_replay_without_bound_outputs_returns_a_fresh_result_each_call() -> None
     assert vm.stats.allocations == 1  # the result, as in the full run
 
 
+@pytest.mark.e2e
 def test_shapes_taking_turns_each_get_a_replay_and_growth_retires_old_ones() -> None:
     vm = _vm(CONVNET)
     rng = np.random.default_rng(1)
@@ -88,6 +92,7 @@ def test_shapes_taking_turns_each_get_a_replay_and_growth_retires_old_ones() -> 
     assert all(r.epoch == vm.storage_epoch for r in ep.replays.values())
 
 
+@pytest.mark.e2e
 def test_replayed_call_checks_the_output_array_shape() -> None:
     vm = _vm(MLP)
     x = np.zeros((2, 784), np.float32)
@@ -150,6 +155,7 @@ def test_plan_refuses_reused_registers_and_overwritten_inputs() -> None:
     assert replay.plan(_fake(fresh_storage), [])[0] == (0, 1)
 
 
+@pytest.mark.e2e
 def test_replays_bind_the_packed_kernels_once_and_still_see_new_arrays() -> None:
     """A replay's GEMM/conv steps call the kernel bound when the replay was made (plan and the
     pointers of weights and pooled buffers made once); the input and output arrays, which may
@@ -207,6 +213,7 @@ def test_bind_call_places_fixed_pointers_once_and_the_others_per_call() -> None:
     assert packed.bind_call(c_function, ["ok", None], {1: 0}, [a, b], [True, False], "") is None
 
 
+@pytest.mark.e2e
 def test_a_replayed_call_keeps_no_registers_between_calls() -> None:
     vm = _vm(MLP)
     x = np.ones((2, 784), np.float32)

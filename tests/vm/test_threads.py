@@ -68,6 +68,7 @@ def batches(name: str) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     return out
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", ["mlp", "convnet"])
 def test_examples_from_many_threads_with_batch_sizes_of_their_own(name: str) -> None:
     exe = model(name)[0]
@@ -90,6 +91,7 @@ def test_examples_from_many_threads_with_batch_sizes_of_their_own(name: str) -> 
     assert run_threads(work) == 0
 
 
+@pytest.mark.e2e
 def test_generated_fused_kernels_from_many_threads() -> None:
     text = """def @main(%x: Tensor[(n, 4096), float32], %y: Tensor[(4096), float32]) {
       %0 = multiply(%x, 2f);
@@ -207,6 +209,7 @@ def test_two_threads_run_kernels_at_the_same_time(monkeypatch) -> None:
     assert run_threads(work, threads=2) == 0
 
 
+@pytest.mark.e2e
 def test_a_threads_state_is_made_on_its_first_call_and_freed_with_it() -> None:
     vm = relvm.VirtualMachine(relvm.build(relvm.parse(
         "def @main(%x: Tensor[(n, 8), float32]) { exp(add(%x, 1f)) }")))
@@ -223,6 +226,7 @@ def test_a_threads_state_is_made_on_its_first_call_and_freed_with_it() -> None:
     assert vm._local.state is mine  # this thread's was made with the VM, and stays
 
 
+@pytest.mark.e2e
 def test_threads_share_the_packed_weights_of_constants() -> None:
     """Kernels are each thread's own, but a constant weight is packed once per VM."""
     exe = model("mlp")[0]

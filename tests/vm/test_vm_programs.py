@@ -51,6 +51,7 @@ def test_vm_matches_numpy_and_reference(case: Case, fuse: bool) -> None:
         _assert_same(got, evaluate(mod, *inputs, params=case.params, func=case.func), case.rtol)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_vm_writes_into_caller_outputs(case: Case) -> None:
     mod, exe = _build(case)

@@ -42,7 +42,7 @@ def step_dtype(op: str, attrs, inputs: list[str]) -> str:
 
 def make_chain(entry: KernelEntry, make_step: Callable[[KernelEntry], Callable]) -> Callable:
     """The kernel for a fused ``entry``; ``make_step`` makes each step's C kernel (and raises
-    RelvmFormatError for a step the backend cannot run)."""
+    RelvmKernelError for a step the backend cannot run)."""
     try:
         steps = steps_from_json(entry.attrs["steps"])
     except (KeyError, ValueError, TypeError, AttrError) as e:

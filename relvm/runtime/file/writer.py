@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ... import dtypes
+from ...errors import RelvmInputError
 from ..bytecode import encode
 from ..executable import Executable
 from .meta import CodeRange, to_meta
@@ -134,9 +135,9 @@ def save(exe: Executable, path, weights=None, *, min_weight_bytes: int = 1024) -
         return
     weights = os.fspath(weights)
     if os.path.abspath(weights) == os.path.abspath(path):
-        raise ValueError(f"the weights file must not be the executable itself ({path})")
+        raise RelvmInputError(f"the weights file must not be the executable itself ({path})")
     if os.path.dirname(os.path.abspath(weights)) != os.path.dirname(os.path.abspath(path)):
-        raise ValueError(f"the weights file {weights} must be in the executable's directory "
+        raise RelvmInputError(f"the weights file {weights} must be in the executable's directory "
                          f"({os.path.dirname(os.path.abspath(path))}): the executable names it "
                          f"by its file name alone")
     with _atomic(weights) as wout, _atomic(path) as out:

@@ -13,7 +13,7 @@ backend's own kernels. :func:`native_path` says which, and why.
 
 A loaded file's kernel entries were checked at load (``verify/kernelcheck.py``), but a backend may
 still refuse one (an op or dtype it has no kernel for, attribute values it cannot run, a
-library that lacks a kernel): whatever it raises becomes a RelvmFormatError naming the kernel,
+library that lacks a kernel): whatever it raises becomes a RelvmKernelError naming the kernel,
 so making a VM fails only within relvm's error family.
 """
 
@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ...errors import RelvmError, RelvmFormatError
+from ...errors import RelvmError, RelvmFormatError, RelvmKernelError
 from ..executable import Executable, KernelEntry
 
 _lock = threading.Lock()
@@ -92,8 +92,8 @@ def resolve_kernels(exe: Executable, constants: Constants | None = None
         except RelvmError:
             raise
         except Exception as e:  # a backend's own KeyError, cffi's CDefError, ...
-            raise RelvmFormatError(f"kernel {entry.name!r}#{k} ({entry.op}) cannot be made: "
-                                   f"{type(e).__name__}: {e}", section="kernels") from None
+            raise RelvmKernelError(f"kernel {entry.name!r}#{k} ({entry.op}) cannot be made: "
+                                   f"{type(e).__name__}: {e}") from None
     return kernels
 
 
