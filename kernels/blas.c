@@ -18,11 +18,13 @@ typedef __typeof__(scipy_openblas_set_num_threads) set_threads_fn;
 typedef __typeof__(scipy_openblas_get_config) get_config_fn;
 /* Newer than some wheels' headers (OpenBLAS 0.3.27 / 0.3.29), so spelled out here; both are
  * looked up by name and used only when present. */
-typedef void sgemm_strided_fn(enum CBLAS_ORDER, enum CBLAS_TRANSPOSE, enum CBLAS_TRANSPOSE,
-                              blasint m, blasint n, blasint k, float alpha, const float *a,
-                              blasint lda, blasint stride_a, const float *b, blasint ldb,
-                              blasint stride_b, float beta, float *c, blasint ldc,
-                              blasint stride_c, blasint batch);
+#define GEMM_STRIDED_FN(NAME, T)                                                              \
+    typedef void NAME(enum CBLAS_ORDER, enum CBLAS_TRANSPOSE, enum CBLAS_TRANSPOSE, blasint m,   \
+                      blasint n, blasint k, T alpha, const T *a, blasint lda, blasint stride_a,  \
+                      const T *b, blasint ldb, blasint stride_b, T beta, T *c, blasint ldc,      \
+                      blasint stride_c, blasint batch);
+GEMM_STRIDED_FN(sgemm_strided_fn, float)
+GEMM_STRIDED_FN(dgemm_strided_fn, double)
 typedef void blas_threads_fn(int sync, void (*dojob)(int, void *, int), int numjobs,
                              size_t elsize, void *jobdata, int dojob_data);
 typedef void set_callback_fn(blas_threads_fn *callback);
@@ -33,6 +35,7 @@ static struct {
     sgemv_fn *sgemv;
     dgemv_fn *dgemv;
     sgemm_strided_fn *sgemm_strided; /* optional: OpenBLAS >= 0.3.29 */
+    dgemm_strided_fn *dgemm_strided;
     set_threads_fn *set_threads;
     get_config_fn *get_config;
     int uses_pool;
@@ -56,6 +59,7 @@ RELVM_EXPORT int relvm_blas_open(const char *path, int use_pool) {
     blas.sgemv = (sgemv_fn *)dlsym(h, "scipy_cblas_sgemv");
     blas.dgemv = (dgemv_fn *)dlsym(h, "scipy_cblas_dgemv");
     blas.sgemm_strided = (sgemm_strided_fn *)dlsym(h, "scipy_cblas_sgemm_batch_strided");
+    blas.dgemm_strided = (dgemm_strided_fn *)dlsym(h, "scipy_cblas_dgemm_batch_strided");
     blas.set_threads = (set_threads_fn *)dlsym(h, "scipy_openblas_set_num_threads");
     blas.get_config = (get_config_fn *)dlsym(h, "scipy_openblas_get_config");
     set_callback_fn *set_callback =
@@ -121,48 +125,34 @@ static struct gemv_args as_gemv(int trans_a, int trans_b, int64_t m, int64_t n, 
 /* Leading dimensions: OpenBLAS rejects one below 1, even for an empty operand. */
 static inline int ld(int64_t cols) { return (int)relvm_max64(1, cols); }
 
-void relvm_sgemm_batch(int trans_a, int trans_b, int64_t batch, int64_t m, int64_t n, int64_t k,
-                       const float *a, int64_t stride_a, const float *b, int64_t stride_b,
-                       float *c) {
-    if ((m == 1 || n == 1) && k > 0) {
-        const struct gemv_args g = as_gemv(trans_a, trans_b, m, n, k, stride_a, stride_b);
-        const float *mat = g.matrix_is_a ? a : b, *vec = g.matrix_is_a ? b : a;
-        for (int64_t i = 0; i < batch; ++i)
-            blas.sgemv(CblasRowMajor, g.trans, g.rows, g.cols, 1.0f, mat + i * g.matrix_stride,
-                       g.ld, vec + i * g.vector_stride, 1, 0.0f, c + i * m * n, 1);
-        return;
+/* C[i] = op(A[i]) op(B[i]) for i < batch, one definition for float and double: a batch of
+ * matrix-vector products goes to gemv, a batch OpenBLAS can take in one strided call (where it
+ * has one) to it, the rest to one gemm per matrix. */
+#define GEMM_BATCH(NAME, T, GEMM, GEMV, STRIDED)                                                  \
+    void NAME(int trans_a, int trans_b, int64_t batch, int64_t m, int64_t n, int64_t k,          \
+              const T *a, int64_t stride_a, const T *b, int64_t stride_b, T *c) {                \
+        if ((m == 1 || n == 1) && k > 0) {                                                       \
+            const struct gemv_args g = as_gemv(trans_a, trans_b, m, n, k, stride_a, stride_b);   \
+            const T *mat = g.matrix_is_a ? a : b, *vec = g.matrix_is_a ? b : a;                  \
+            for (int64_t i = 0; i < batch; ++i)                                                  \
+                blas.GEMV(CblasRowMajor, g.trans, g.rows, g.cols, 1, mat + i * g.matrix_stride,  \
+                          g.ld, vec + i * g.vector_stride, 1, 0, c + i * m * n, 1);              \
+            return;                                                                              \
+        }                                                                                        \
+        const enum CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;                     \
+        const enum CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;                     \
+        const int lda = ld(trans_a ? m : k), ldb = ld(trans_b ? k : n), ldc = ld(n);             \
+        if (batch > 1 && blas.STRIDED && fits_blasint(stride_a) && fits_blasint(stride_b) &&     \
+            fits_blasint(m * n) && fits_blasint(batch)) {                                        \
+            /* One call lets OpenBLAS spread a batch of small matrices over the threads. */      \
+            blas.STRIDED(CblasRowMajor, ta, tb, (int)m, (int)n, (int)k, 1, a, lda,               \
+                         (int)stride_a, b, ldb, (int)stride_b, 0, c, ldc, (int)(m * n),          \
+                         (int)batch);                                                            \
+            return;                                                                              \
+        }                                                                                        \
+        for (int64_t i = 0; i < batch; ++i)                                                      \
+            blas.GEMM(CblasRowMajor, ta, tb, (int)m, (int)n, (int)k, 1, a + i * stride_a, lda,   \
+                      b + i * stride_b, ldb, 0, c + i * m * n, ldc);                             \
     }
-    const enum CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
-    const enum CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
-    const int lda = ld(trans_a ? m : k), ldb = ld(trans_b ? k : n), ldc = ld(n);
-    if (batch > 1 && blas.sgemm_strided && fits_blasint(stride_a) && fits_blasint(stride_b) &&
-        fits_blasint(m * n) && fits_blasint(batch)) {
-        /* One call lets OpenBLAS spread a batch of small matrices over the threads. */
-        blas.sgemm_strided(CblasRowMajor, ta, tb, (int)m, (int)n, (int)k, 1.0f, a, lda,
-                           (int)stride_a, b, ldb, (int)stride_b, 0.0f, c, ldc, (int)(m * n),
-                           (int)batch);
-        return;
-    }
-    for (int64_t i = 0; i < batch; ++i)
-        blas.sgemm(CblasRowMajor, ta, tb, (int)m, (int)n, (int)k, 1.0f, a + i * stride_a, lda,
-                   b + i * stride_b, ldb, 0.0f, c + i * m * n, ldc);
-}
-
-void relvm_dgemm_batch(int trans_a, int trans_b, int64_t batch, int64_t m, int64_t n, int64_t k,
-                       const double *a, int64_t stride_a, const double *b, int64_t stride_b,
-                       double *c) {
-    if ((m == 1 || n == 1) && k > 0) {
-        const struct gemv_args g = as_gemv(trans_a, trans_b, m, n, k, stride_a, stride_b);
-        const double *mat = g.matrix_is_a ? a : b, *vec = g.matrix_is_a ? b : a;
-        for (int64_t i = 0; i < batch; ++i)
-            blas.dgemv(CblasRowMajor, g.trans, g.rows, g.cols, 1.0, mat + i * g.matrix_stride,
-                       g.ld, vec + i * g.vector_stride, 1, 0.0, c + i * m * n, 1);
-        return;
-    }
-    const enum CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
-    const enum CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
-    const int lda = ld(trans_a ? m : k), ldb = ld(trans_b ? k : n), ldc = ld(n);
-    for (int64_t i = 0; i < batch; ++i)
-        blas.dgemm(CblasRowMajor, ta, tb, (int)m, (int)n, (int)k, 1.0, a + i * stride_a, lda,
-                   b + i * stride_b, ldb, 0.0, c + i * m * n, ldc);
-}
+GEMM_BATCH(relvm_sgemm_batch, float, sgemm, sgemv, sgemm_strided)
+GEMM_BATCH(relvm_dgemm_batch, double, dgemm, dgemv, dgemm_strided)

@@ -8,8 +8,6 @@
 #include "internal/vmath.h"
 #include "threads.h"
 
-RELVM_EXPORT int relvm_kernels_abi_version(void) { return 2; }
-
 /* --- unary -------------------------------------------------------------------------------- */
 
 typedef void (*unary_fn)(const void *x, void *out, int64_t n);

@@ -3,9 +3,6 @@
 #define RELVM_ELEMENTWISE_H
 #include <stdint.h>
 
-/* Kernel ABI version: bumped whenever a signature in kernels/ changes. */
-int relvm_kernels_abi_version(void);
-
 enum relvm_unary_op {
     RELVM_RELU, RELVM_SIGMOID, RELVM_TANH, RELVM_EXP, RELVM_LOG, RELVM_SQRT, RELVM_RSQRT,
     RELVM_ERF, RELVM_FLOOR, RELVM_CEIL, RELVM_ROUND, RELVM_NEGATIVE, RELVM_ABS, RELVM_SIGN,

@@ -169,11 +169,13 @@ RELVM_EXPORT int relvm_pgemm(int64_t m, int64_t n, int64_t k, const void *a, int
     struct pg_job j = {relvm_pgemm_panel_kernel(), m, n, k, lda, ldc, 1, m, a, packed, c,
                        {bias_per_row ? bias : NULL, bias_per_row ? NULL : bias, relu, NULL}};
     /* Panels are the natural tasks (each streams its slice of B once); with fewer panels than
-     * two per thread, rows are split too, in chunks of at least 12 rows (an AVX-512 tile). */
+     * two per thread, rows are split too, in chunks of at least one tile of the chosen kernel
+     * (chosen_rows, set by relvm_pgemm_panel_kernel above). */
     const int64_t panels = (n + PG_PANEL - 1) / PG_PANEL, threads = relvm_threads_get();
-    if (panels < 2 * threads && m > 12) {
+    const int64_t tile = chosen_rows;
+    if (panels < 2 * threads && m > tile) {
         const int64_t want = (2 * threads + panels - 1) / panels;
-        j.row_chunks = relvm_min64(want, (m + 11) / 12);
+        j.row_chunks = relvm_min64(want, (m + tile - 1) / tile);
         j.chunk_rows = (m + j.row_chunks - 1) / j.row_chunks;
         j.row_chunks = (m + j.chunk_rows - 1) / j.chunk_rows;
     }
