@@ -36,7 +36,7 @@ def test_making_a_vm_whose_kernel_the_backend_lacks_names_the_kernel() -> None:
 
 
 def test_saving_the_weights_into_the_executable_itself_is_refused_before_writing(tmp_path) -> None:
-    exe = relvm.build(relvm.parse(CHAIN))
+    exe = relvm.build(relvm.parse(CHAIN), backend="numpy")  # the pure tier: no compiler
     path = tmp_path / "model.rvm"
     path.write_bytes(b"the file that was there")
     with pytest.raises(RelvmInputError,
