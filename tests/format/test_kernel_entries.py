@@ -5,6 +5,7 @@ not fit its loop, are refused before the kernel reads anything."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import json
@@ -308,3 +309,35 @@ def test_files_of_relvm_0_1_0_without_ranks_are_checked_with_the_ranks_they_pass
                             r"\(Tensor\[\(arg0.0, arg0.1\), float32\]\).*axis 2 is out of range")
     meta = json.loads(sections_of(data)["meta"])
     assert all("ranks" not in k for k in meta["kernels"])
+
+
+# --- entries checked once per content ---------------------------------------------------------
+
+def test_an_entry_that_passed_is_not_checked_again_but_any_change_is(monkeypatch) -> None:
+    from relvm.runtime.verify import kernelcheck
+
+    exe = small_exe()
+    kernelcheck.check_kernels(exe)                  # remembered by content
+    calls = []
+    monkeypatch.setattr(kernelcheck, "check_entry", lambda e, r: calls.append(e.name))
+    kernelcheck.check_kernels(exe)
+    assert calls == []
+    entry = exe.kernels[0]
+    changed = [dataclasses.replace(entry, attrs={**entry.attrs, "extra": True}),
+               dataclasses.replace(entry, inputs=tuple("float64" for _ in entry.inputs)),
+               dataclasses.replace(entry, groups=(7,) * len(entry.groups) if entry.groups else (7,))]
+    for other in changed:
+        exe.kernels[0] = other
+        kernelcheck.check_kernels(exe)
+    assert calls == [entry.name] * len(changed)
+
+
+def test_attributes_json_would_change_are_never_remembered() -> None:
+    from relvm.runtime.verify import kernelcheck
+
+    entry = small_exe().kernels[0]
+    assert kernelcheck._content_key(entry, []) is not None
+    # JSON writes a tuple as a list and True and 1 apart; the checks tell a tuple from a list,
+    # so an entry whose attributes JSON would change is checked every time.
+    for attrs in ({"axis": (1,)}, {1: "x"}, {"x": float("nan")}, {"x": object()}):
+        assert kernelcheck._content_key(dataclasses.replace(entry, attrs=attrs), []) is None

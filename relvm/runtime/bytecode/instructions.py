@@ -118,42 +118,46 @@ def decode(words: Sequence[int], count: int, version: int | None = None) -> list
     """Read ``count`` instructions back from int64 words written by format ``version`` (None:
     the current one). Raises DecodeError on bad data."""
     legacy = LEGACY_LAYOUTS.get(version, {}) if version is not None else {}
+    words = [int(w) for w in words]
     out: list[tuple] = []
-    pos = 0
-    n = len(words)
+    pos, n = 0, len(words)
 
-    def take() -> int:
+    def fields_of(spec: OpcodeSpec, layout: Sequence[Field]) -> list:
         nonlocal pos
-        if pos >= n:
-            raise DecodeError("bytecode ends in the middle of an instruction")
-        pos += 1
-        return int(words[pos - 1])
-
-    def field(spec: OpcodeSpec, f: Field) -> Any:
-        if f.is_list:
-            length = take()
-            if length < 0 or length > n - pos:
-                raise DecodeError(f"{spec.name}.{f.name}: bad length {length}")
-            return tuple(take() for _ in range(length))
-        if f.encoding == "dtype":
-            code = take()
-            if not 0 <= code < len(DTYPE_NAMES):
-                raise DecodeError(f"{spec.name}: unknown dtype code {code}")
-            return DTYPE_NAMES[code]
-        return take()
+        values = []
+        for f in layout:
+            if pos >= n:
+                raise DecodeError("bytecode ends in the middle of an instruction")
+            v = words[pos]
+            pos += 1
+            if f.is_list:
+                if v < 0 or v > n - pos:
+                    raise DecodeError(f"{spec.name}.{f.name}: bad length {v}")
+                values.append(tuple(words[pos:pos + v]))
+                pos += v
+            elif f.encoding == "dtype":
+                if not 0 <= v < len(DTYPE_NAMES):
+                    raise DecodeError(f"{spec.name}: unknown dtype code {v}")
+                values.append(DTYPE_NAMES[v])
+            else:
+                values.append(v)
+        return values
 
     for _ in range(count):
-        number = take()
+        if pos >= n:
+            raise DecodeError("bytecode ends in the middle of an instruction")
+        number = words[pos]
         spec = BY_NUMBER.get(number)
         if spec is None:
-            raise DecodeError(f"unknown opcode {number} at word {pos - 1}")
+            raise DecodeError(f"unknown opcode {number} at word {pos}")
+        pos += 1
         old = legacy.get(spec.name)
         if old is None:
-            fields = [field(spec, f) for f in spec.fields]
+            fields = fields_of(spec, spec.fields)
         else:
             layout, convert = old
             try:
-                fields = list(convert(*(field(spec, f) for f in layout)))
+                fields = list(convert(*fields_of(spec, layout)))
             except ValueError as e:
                 raise DecodeError(f"{spec.name}: {e}") from None
         out.append(instruction_class(spec)(number, *fields))

@@ -21,6 +21,7 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable
 
 #: Field roles: role -> (encoding, meaning). Encodings: ``reg`` one register (-1: none, for an
@@ -79,21 +80,21 @@ class Field:
     low: int = -2**63               # the range of an ``imm`` field
     high: int = 2**63 - 1
 
-    @property
+    @cached_property  # asked for every field of every instruction decoded and checked
     def encoding(self) -> str:
         return ROLES[self.role][0]
 
-    @property
+    @cached_property
     def kind(self) -> str:
         """How the field is encoded and printed: its role's encoding, or the role itself for
         table indices, dims and offsets."""
         return self.role if self.role in ("dim", "offset", *TABLE_ROLES) else self.encoding
 
-    @property
+    @cached_property
     def is_list(self) -> bool:
         return self.encoding in LIST_ENCODINGS
 
-    @property
+    @cached_property
     def is_register(self) -> bool:
         return self.role in REGISTER_ROLES
 

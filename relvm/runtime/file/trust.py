@@ -34,11 +34,25 @@ _lock = threading.Lock()
 
 def config_dir() -> Path:
     """Where the keys live (not created)."""
-    base = os.environ.get("RELVM_CONFIG_DIR")
-    if base:
-        return Path(base)
-    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(xdg) / "relvm"
+    return Path(_config_path())
+
+
+def _config_path() -> str:
+    """:func:`config_dir` as a string, from the environment as it is now (every load of a
+    signed file asks, so this avoids pathlib and ``expanduser`` when nothing changed)."""
+    env = (os.environ.get("RELVM_CONFIG_DIR"), os.environ.get("XDG_CONFIG_HOME"),
+           os.environ.get("HOME"))
+    cached = _paths.get(env)
+    if cached is None:
+        base = env[0]
+        if not base:
+            xdg = env[1] or os.path.join(os.path.expanduser("~"), ".config")
+            base = os.path.join(xdg, "relvm")
+        cached = _paths[env] = base
+    return cached
+
+
+_paths: dict[tuple, str] = {}
 
 
 def private_dir(path: Path, what: str) -> Path:
@@ -158,11 +172,13 @@ def trusted_keys() -> dict[str, bytes]:
     """Key id -> public key: this user's own key (if made) and those in ``trusted/``.
 
     Read again only when the key files change (every load of a signed file asks)."""
-    folder = config_dir()
-    stamp = (str(folder), _stamp(folder / "signing.key"), _stamp(folder / "trusted"))
+    base = _config_path()
+    stamp = (base, _stamp(os.path.join(base, "signing.key")),
+             _stamp(os.path.join(base, "trusted")))
     with _lock:
         if _known.get("stamp") == stamp:
             return _known["keys"]
+    folder = Path(base)
     keys: dict[str, bytes] = {}
     own = None
     if stamp[1] is not None:
@@ -191,7 +207,7 @@ def own_key_id() -> str | None:
 _known: dict = {}
 
 
-def _stamp(path: Path) -> tuple | None:
+def _stamp(path: str) -> tuple | None:
     try:
         st = os.lstat(path)
     except OSError:

@@ -26,6 +26,7 @@ Failures are RelvmFormatErrors naming ``meta`` and the kernel.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Iterable
 
 from ... import dtypes
@@ -51,9 +52,38 @@ def check_kernels(exe: Executable) -> None:
     """Check every kernel entry's attributes, steps and plan, and its types where the file
     records ranks."""
     for k, entry in enumerate(exe.kernels):
+        ranks = ([(entry.input_ranks, entry.output_ranks)]
+                 if entry.input_ranks or entry.output_ranks or _no_args(entry) else [])
+        key = _content_key(entry, ranks)
+        if key is not None and key in _checked:
+            continue
         with _naming(k, entry):
-            check_entry(entry, [(entry.input_ranks, entry.output_ranks)]
-                        if entry.input_ranks or entry.output_ranks or _no_args(entry) else [])
+            check_entry(entry, ranks)
+        if key is not None:
+            if len(_checked) >= MAX_CHECKED:
+                _checked.clear()
+            _checked.add(key)
+
+
+#: Entries that passed :func:`check_entry`, by content: the check is a function of the entry's
+#: op, attributes, dtypes, groups and ranks alone, and models repeat entries (every dense layer
+#: with a bias and relu), so a process that loads many files checks each kind once.
+_checked: set = set()
+MAX_CHECKED = 4096
+
+
+def _content_key(entry: KernelEntry, ranks: list) -> tuple | None:
+    """Everything :func:`check_entry` reads, or None when the attributes are not plain JSON
+    (JSON turns a tuple into a list, which the checks tell apart: such an entry is checked
+    every time)."""
+    try:
+        attrs = json.dumps(entry.attrs, sort_keys=True, allow_nan=True)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    if json.loads(attrs) != entry.attrs:
+        return None
+    return (entry.op, attrs, tuple(entry.inputs), tuple(entry.outputs), tuple(entry.groups),
+            tuple((tuple(i), tuple(o)) for i, o in ranks))
 
 
 def check_calls(exe: Executable, call_ranks: dict[int, set[tuple[int, ...]]]) -> None:
