@@ -25,6 +25,8 @@ from pathlib import Path
 from cffi import FFI
 
 HERE = Path(__file__).resolve().parent
+#: Headers the package ships for generated C too (relvm_vmath.h), on the library's include path.
+PACKAGE_HEADERS = HERE.parent / "relvm" / "backends"
 HEADERS = sorted(HERE.glob("*.h"))
 SOURCES = sorted(HERE.glob("*.c"))
 
@@ -77,7 +79,7 @@ ffibuilder.set_source(
     "relvm._kernels",
     "\n".join(f'#include "{h.name}"' for h in HEADERS),
     sources=[os.path.relpath(s) for s in SOURCES],
-    include_dirs=[os.path.relpath(HERE), blas_include_dir()],
+    include_dirs=[os.path.relpath(HERE), os.path.relpath(PACKAGE_HEADERS), blas_include_dir()],
     extra_compile_args=CFLAGS + sanitize_flags(),
     extra_link_args=["-pthread"] + sanitize_flags(),
     libraries=["m", "dl"],
