@@ -4,11 +4,13 @@
  * The inner kernel is one source (internal/pgemm_tile.h) compiled for AVX-512, AVX2+FMA and
  * SSE2; the CPU picks at run time, so the library runs on any x86-64. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include "relvm_config.h"
 #include "pgemm.h"
 #include "internal/pgemm_panel.h"
+#include "internal/scratch.h"
 #include "internal/types.h"
 #include "threads.h"
 
@@ -183,4 +185,86 @@ RELVM_EXPORT int relvm_pgemm(int64_t m, int64_t n, int64_t k, const void *a, int
     relvm_parallel_for(panels * j.row_chunks, relvm_max64(1, PG_GRAIN_FMAS / fmas), pg_tasks,
                        &j);
     return RELVM_OK;
+}
+
+/* --- batches of products whose B is not packed ahead (attention's Q K^T and P V) ----------- */
+
+/* Task t is batch item t / (panels * row_chunks), then panel, then row chunk, so consecutive
+ * tasks of a thread share the panel of B it packed. */
+struct pgb_job {
+    pg_panel_fn *fn;
+    int trans_a, trans_b;
+    int64_t m, n, k, stride_a, stride_b, panels, row_chunks, chunk_rows;
+    const float *a, *b;
+    float *c;
+    _Atomic int failed; /* a thread could not get its scratch */
+};
+
+/* Panel q (k x PG_PANEL, zero past column n) of op(B): B is k x n, or n x k when trans_b. */
+static void pack_b_panel(const float *b, int trans_b, int64_t k, int64_t n, int64_t q,
+                         float *panel) {
+    const int64_t col0 = q * PG_PANEL, cols = relvm_min64(PG_PANEL, n - col0);
+    for (int64_t p = 0; p < k; ++p) {
+        float *dst = panel + p * PG_PANEL;
+        if (trans_b)
+            for (int64_t j = 0; j < cols; ++j) dst[j] = b[(col0 + j) * k + p];
+        else
+            memcpy(dst, b + p * n + col0, (size_t)cols * sizeof(float));
+        for (int64_t j = cols; j < PG_PANEL; ++j) dst[j] = 0.0f;
+    }
+}
+
+static void pgb_tasks(void *ctx, int64_t begin, int64_t end) {
+    struct pgb_job *j = ctx;
+    const int64_t k = j->k, per_item = j->panels * j->row_chunks;
+    const size_t a_floats = j->trans_a ? (size_t)(j->chunk_rows * k) : 0;
+    float *panel = relvm_scratch_floats((size_t)(k * PG_PANEL) + a_floats);
+    if (!panel) {
+        atomic_store(&j->failed, 1);
+        return;
+    }
+    float *at = panel + k * PG_PANEL; /* 64-byte aligned: k * 128 bytes in */
+    const struct pg_epilogue none = {NULL, NULL, 0, NULL};
+    int64_t packed_item = -1, packed_q = -1;
+    for (int64_t t = begin; t < end; ++t) {
+        const int64_t item = t / per_item, rest = t % per_item;
+        const int64_t q = rest / j->row_chunks, r0 = rest % j->row_chunks * j->chunk_rows;
+        const int64_t rows = relvm_min64(j->chunk_rows, j->m - r0);
+        const float *b = j->b + item * j->stride_b, *a = j->a + item * j->stride_a;
+        if (item != packed_item || q != packed_q) {
+            pack_b_panel(b, j->trans_b, k, j->n, q, panel);
+            packed_item = item, packed_q = q;
+        }
+        const float *rows_a = a + r0 * k;
+        if (j->trans_a) { /* A is k x m: its rows r0.. are columns there */
+            for (int64_t r = 0; r < rows; ++r)
+                for (int64_t p = 0; p < k; ++p) at[r * k + p] = a[p * j->m + r0 + r];
+            rows_a = at;
+        }
+        const int64_t col0 = q * PG_PANEL;
+        j->fn(rows, k, rows_a, k, panel, j->c + (item * j->m + r0) * j->n + col0, j->n,
+              relvm_min64(PG_PANEL, j->n - col0), &none, r0, col0);
+    }
+}
+
+RELVM_EXPORT int relvm_pgemm_batch(int trans_a, int trans_b, int64_t batch, int64_t m, int64_t n,
+                                   int64_t k, const void *a, int64_t stride_a, const void *b,
+                                   int64_t stride_b, void *c) {
+    if (batch < 0 || m < 0 || n < 0 || k < 0 || stride_a < 0 || stride_b < 0)
+        return RELVM_UNSUPPORTED;
+    if (batch == 0 || m == 0 || n == 0) return RELVM_OK;
+    const int64_t panels = (n + PG_PANEL - 1) / PG_PANEL, threads = relvm_threads_get();
+    struct pgb_job j = {relvm_pgemm_panel_kernel(), trans_a, trans_b, m, n, k, stride_a,
+                        stride_b, panels, 1, m, a, b, c, 0};
+    const int64_t tile = chosen_rows;
+    if (batch * panels < 2 * threads && m > tile) { /* too few tasks: split rows too */
+        const int64_t want = (2 * threads + batch * panels - 1) / (batch * panels);
+        j.row_chunks = relvm_min64(want, (m + tile - 1) / tile);
+        j.chunk_rows = (m + j.row_chunks - 1) / j.row_chunks;
+        j.row_chunks = (m + j.chunk_rows - 1) / j.chunk_rows;
+    }
+    const int64_t fmas = relvm_max64(1, j.chunk_rows * PG_PANEL * relvm_max64(k, 1));
+    relvm_parallel_for(batch * panels * j.row_chunks,
+                       relvm_max64(1, PG_GRAIN_FMAS / fmas), pgb_tasks, &j);
+    return atomic_load(&j.failed) ? RELVM_NO_MEMORY : RELVM_OK;
 }

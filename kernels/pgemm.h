@@ -19,6 +19,15 @@ void relvm_pgemm_pack(int trans_b, int64_t k, int64_t n, const void *b, void *pa
 int relvm_pgemm(int64_t m, int64_t n, int64_t k, const void *a, int64_t lda, const void *packed,
                 void *c, int64_t ldc, const void *bias, int bias_per_row, int relu);
 
+/* c[i] = op(a[i]) x op(b[i]) for i < batch, float32, on the same inner kernel, for products
+ * whose B changes from call to call (attention's Q K^T and P V): each thread packs the panel
+ * of B it works on. op(a) is m x k (a stored k x m when trans_a), op(b) k x n (stored n x k
+ * when trans_b), c m x n and contiguous; stride_a / stride_b are floats between batch items,
+ * 0 to reuse one matrix. Returns RELVM_OK, RELVM_UNSUPPORTED for negative sizes, or
+ * RELVM_NO_MEMORY. */
+int relvm_pgemm_batch(int trans_a, int trans_b, int64_t batch, int64_t m, int64_t n, int64_t k,
+                      const void *a, int64_t stride_a, const void *b, int64_t stride_b, void *c);
+
 /* The instruction set the inner kernel uses on this CPU: "avx512f", "avx2" or "sse2" (the
  * best the CPU has, or less if the environment variable RELVM_PGEMM_ISA says avx2 or sse2). */
 const char *relvm_pgemm_isa(void);

@@ -420,6 +420,22 @@ def @main(%a: Tensor[(n, 3, 4), float32], %b: Tensor[(n, 5, 4), float32]) {
 }""", lambda n, r: [f32(r, n, 3, 4), f32(r, n, 5, 4)],
      lambda a, b: a @ b.transpose(0, 2, 1), rtol=1e-4)
 
+case("attention_products_over_symbolic_heads_and_tokens", """
+def @main(%q: Tensor[(n, h, t, 8), float32], %k: Tensor[(n, h, t, 8), float32],
+          %v: Tensor[(n, h, t, 8), float32]) {
+  %0 = multiply(nn.batch_matmul(%q, %k), 0.35f);
+  %1 = nn.softmax(%0, axis=-1);
+  nn.batch_matmul(%1, %v, transpose_b=False)
+}""", lambda n, r: [f32(r, n, 2, n + 3, 8) for _ in range(3)],
+     lambda q, k, v: _softmax(q @ k.transpose(0, 1, 3, 2) * np.float32(0.35), -1) @ v,
+     rtol=1e-4, result_type="Tensor[(n, h, t, 8), float32]")
+
+case("batch_matmul_broadcast_batch_dims", """
+def @main(%a: Tensor[(n, 1, 5, 4), float32], %b: Tensor[(1, 3, 4, 6), float32]) {
+  nn.batch_matmul(%a, %b, transpose_b=False)
+}""", lambda n, r: [f32(r, n, 1, 5, 4), f32(r, 1, 3, 4, 6)], lambda a, b: a @ b, rtol=1e-4,
+     result_type="Tensor[(n, 3, 5, 6), float32]")
+
 case("matmul", """
 def @main(%a: Tensor[(n, 3), float32], %b: Tensor[(3, 2), float32]) {
   nn.matmul(%a, %b)

@@ -125,30 +125,34 @@ def _batch_matmul_type(attrs, x, y):
     a, b = tensor_arg(x, "tensor_a"), tensor_arg(y, "tensor_b")
     dtype = same_dtype(("tensor_a", a), ("tensor_b", b))
     check_dtype(a, "tensor_a", *_NUMBER)
-    check_rank(a, "tensor_a", 3)
-    check_rank(b, "tensor_b", 3)
-    (batch_a, m, k), (batch_b, k2, n) = (_transposed(a, attrs.transpose_a),
-                                         _transposed(b, attrs.transpose_b))
+    if a.ndim < 3 or b.ndim != a.ndim:
+        raise OpTypeError(f"tensor_a and tensor_b must have one rank of at least 3, got "
+                          f"{fmt_shape(a.shape)} and {fmt_shape(b.shape)}")
+    sa, sb = _transposed(a, attrs.transpose_a), _transposed(b, attrs.transpose_b)
+    (m, k), (k2, n) = sa[-2:], sb[-2:]
     if differ(k, k2):
         raise _inner_mismatch(a, b, attrs)
     try:
-        batch = D.broadcast(batch_a, batch_b)
+        batch = tuple(D.broadcast(p, q) for p, q in zip(sa[:-2], sb[:-2]))
     except ValueError:
         raise OpTypeError(f"batch dims do not broadcast: tensor_a {fmt_shape(a.shape)} vs "
                           f"tensor_b {fmt_shape(b.shape)}") from None
-    return TensorType((batch, m, n), out_dtype(attrs, dtype))
+    return TensorType(batch + (m, n), out_dtype(attrs, dtype))
 
 
 def _batch_matmul_ref(attrs, a, b):
-    require(a.shape[0] == b.shape[0] or 1 in (a.shape[0], b.shape[0]),
-             f"batch dims do not broadcast: {a.shape} vs {b.shape}")
+    require(a.ndim == b.ndim >= 3, f"tensor_a and tensor_b must have one rank of at least 3: "
+                                   f"{a.shape} vs {b.shape}")
+    require(all(p == q or 1 in (p, q) for p, q in zip(a.shape[:-2], b.shape[:-2])),
+            f"batch dims do not broadcast: {a.shape} vs {b.shape}")
     return _matmul_family_ref(attrs, a, b)
 
 
 register("nn.batch_matmul", inputs=("tensor_a", "tensor_b"), infer=_batch_matmul_type,
          reference=_batch_matmul_ref, pattern=OUT_FUSABLE,
          attrs=_MATMUL_ATTRS + [attr("transpose_b", BOOL, True)],
-         doc="batched matrix product (B, M, K) x (B, N, K) -> (B, M, N); batch 1 broadcasts")
+         doc="batched matrix product (..., M, K) x (..., N, K) -> (..., M, N): both of one rank "
+             "of at least 3, the batch dims broadcast as NumPy's (a dim of 1 is reused)")
 
 
 # --- bias_add -------------------------------------------------------------------------------------

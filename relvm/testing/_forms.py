@@ -293,16 +293,18 @@ def matmul(gen: Gen, block: Block) -> bool:
 
 
 def batch_matmul(gen: Gen, block: Block) -> bool:
-    """``nn.batch_matmul(a, b)``: (B, M, K) by a new (B or 1, N, K) param (or (B, K, N))."""
-    a = operand(gen, block, lambda v: _matmul_operand(v) and v.ndim == 3
-                and all(block.evaluable(d) for d in v.shape), 3)
+    """``nn.batch_matmul(a, b)``: (..., M, K) of rank 3 or 4 by a new (..., N, K) param (or
+    (..., K, N)) whose batch dims are a's or 1 (reused for every item)."""
+    rank = 3 if gen.coin(0.6) else 4
+    a = operand(gen, block, lambda v: _matmul_operand(v) and v.ndim == rank
+                and all(block.evaluable(d) for d in v.shape), rank)
     if a is None:
         return False
     ta, tb = gen.coin(0.2), not gen.coin(0.3)
-    k = a.shape[1] if ta else a.shape[2]
-    batch = 1 if gen.coin(0.3) else a.shape[0]
+    k = a.shape[-2] if ta else a.shape[-1]
+    batch = tuple(1 if gen.coin(0.3) else d for d in a.shape[:-2])
     n = block.new_dim()
-    b = block.new_param((batch, n, k) if tb else (batch, k, n), a.dtype)
+    b = block.new_param(batch + ((n, k) if tb else (k, n)), a.dtype)
     attrs = {k2: v for k2, v in (("transpose_a", ta), ("transpose_b", tb))
              if v != (k2 == "transpose_b")}
     return _bind_product(gen, block, "nn.batch_matmul", [a, b], attrs)

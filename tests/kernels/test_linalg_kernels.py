@@ -47,6 +47,39 @@ def test_batch_matmul(check, rand, ta, tb, ba, bb, m, k, n):
     check("nn.batch_matmul", {"transpose_a": ta, "transpose_b": tb}, [a, b], **GEMM_TOL)
 
 
+@pytest.mark.parametrize("ta", [False, True])
+@pytest.mark.parametrize("tb", [False, True])
+@pytest.mark.parametrize("ba,bb", [((2, 3), (2, 3)), ((1, 3), (2, 3)), ((2, 1), (2, 3)),
+                                   ((2, 1), (1, 3)), ((1, 1), (2, 3)), ((2, 3), (1, 1)),
+                                   ((3, 1, 2), (1, 4, 2)), ((2, 0), (2, 1)), ((1, 2, 1), (3, 2, 1))])
+@pytest.mark.parametrize("m,k,n", [(5, 7, 3), (33, 17, 65), (1, 4, 6), (6, 4, 1)])
+def test_batch_matmul_broadcasts_batch_dims_of_any_rank(check, rand, ta, tb, ba, bb, m, k, n):
+    a = rand(ba + ((k, m) if ta else (m, k)))
+    b = rand(bb + ((n, k) if tb else (k, n)))
+    check("nn.batch_matmul", {"transpose_a": ta, "transpose_b": tb}, [a, b], **GEMM_TOL)
+
+
+@pytest.mark.parametrize("m,k,n,batch", [(40, 100, 70, 1), (128, 64, 128, 12), (3, 300, 37, 2),
+                                         (8, 8, 64, 48), (64, 0, 5, 2)])
+def test_float32_products_on_relvms_gemm(check, rand, m, k, n, batch):
+    """Panels of B packed per task, rows split when there are few tasks, k = 0."""
+    check("nn.batch_matmul", {"transpose_b": False}, [rand((batch, m, k)), rand((1, k, n))],
+          **GEMM_TOL)
+    check("nn.matmul", {"transpose_b": True}, [rand((m, k)), rand((n, k))], **GEMM_TOL)
+
+
+def test_batch_matmul_refuses_batch_dims_that_do_not_broadcast(c_kernel, rand):
+    kernel = c_kernel("nn.batch_matmul", {"transpose_b": False}, ["float32"] * 2, ["float32"])
+    with pytest.raises(ValueError, match=r"batch dims do not broadcast: \(2, 3, 4, 5\) vs "
+                                         r"\(2, 2, 5, 6\)"):
+        kernel(rand((2, 3, 4, 5)), rand((2, 2, 5, 6)), np.empty((2, 3, 4, 6), np.float32))
+
+
+@pytest.mark.parametrize("isa", ["avx2", "sse2"])
+def test_products_on_lesser_instruction_sets(isa, rerun_under_isa):
+    rerun_under_isa(isa, __file__, "float32_products or broadcasts_batch_dims")
+
+
 def test_gemm_rejects_wrong_inner_dims(c_kernel, rand):
     kernel = c_kernel("nn.dense", {}, ["float32", "float32"], ["float32"])
     with pytest.raises(ValueError, match="inner dims differ"):

@@ -120,6 +120,32 @@ def test_batch_matmul_types():
         infer("nn.batch_matmul", T((2, 3, 7)), T((2, 7, 5)))
 
 
+def test_batch_matmul_of_higher_ranks_broadcasts_its_batch_dims():
+    hd = Sym("hd")
+    # Attention's products over (batch, heads, tokens, head dim), every dim symbolic.
+    assert infer("nn.batch_matmul", T((n, h, w, hd)), T((n, h, w, hd))) == T((n, h, w, w))
+    assert infer("nn.batch_matmul", T((n, h, w, w)), T((n, h, w, hd)),
+                 transpose_b=False) == T((n, h, w, hd))
+    assert infer("nn.batch_matmul", T((1, 3, 5, 7)), T((2, 1, 7, 4)),
+                 transpose_b=False) == T((2, 3, 5, 4))
+    with pytest.raises(OpTypeError, match=r"batch dims do not broadcast: tensor_a "
+                                          r"\(2, 3, 5, 7\) vs tensor_b \(2, 4, 4, 7\)"):
+        infer("nn.batch_matmul", T((2, 3, 5, 7)), T((2, 4, 4, 7)))
+    with pytest.raises(OpTypeError, match=r"one rank of at least 3, got \(2, 3, 5, 7\) and "
+                                          r"\(3, 4, 7\)"):
+        infer("nn.batch_matmul", T((2, 3, 5, 7)), T((3, 4, 7)))
+    with pytest.raises(OpTypeError, match="one rank of at least 3"):
+        infer("nn.batch_matmul", T((5, 7)), T((4, 7)))
+
+
+@pytest.mark.parametrize("ba,bb", [((2, 3), (2, 3)), ((1, 3), (2, 1)), ((2, 1), (1, 3)),
+                                   ((1, 1), (2, 3)), ((2, 0), (1, 1))])
+def test_batch_matmul_reference_of_rank_4(ba, bb):
+    x, y = rand(*ba, 2, 5), rand(*bb, 5, 4)
+    out = check_against_type("nn.batch_matmul", [x, y], {"transpose_b": False})
+    np.testing.assert_allclose(out, np.matmul(x, y), rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("ba,bb", [(1, 1), (3, 3), (1, 4), (4, 1), (0, 0)])
 def test_batch_matmul_reference(ba, bb):
     x, y = rand(ba, 2, 5), rand(bb, 3, 5)

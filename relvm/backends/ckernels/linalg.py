@@ -1,5 +1,6 @@
 """C kernels for the products: nn.dense (float32 on relvm's own GEMM, see ``packed.py``; other
-dtypes on OpenBLAS or the integer loop), nn.matmul and nn.batch_matmul (OpenBLAS GEMM),
+dtypes on OpenBLAS or the integer loop), nn.matmul and nn.batch_matmul (``relvm_gemm``: relvm's
+GEMM for float32, OpenBLAS for float64, the integer loop; batch dims broadcast),
 nn.conv2d (relvm's GEMM over im2col panels, or a direct depthwise loop) and
 nn.conv2d_transpose (sgemm + col2im)."""
 
@@ -9,7 +10,8 @@ from ...ops import conv as conv_ops
 from ...ops import window
 from ...ops import conv_transpose as conv_transpose_ops
 from . import kernel
-from .common import CODE, FLOATS, INTEGERS, NUMBERS, attrs_of, check, library, prod, remember
+from .common import (CODE, FLOATS, INTEGERS, ITEMSIZE, NUMBERS, attrs_of, check, library, prod,
+                     remember)
 from .common import shape_error
 
 
@@ -44,18 +46,55 @@ def _matmul_plan(attrs, a, b, out):
 
 
 def _batch_matmul_plan(attrs, a, b, out):
-    if a[0] != b[0] and 1 not in (a[0], b[0]):
-        raise ValueError(f"batch dims do not broadcast: {a} vs {b}")
-    m, k = (a[2], a[1]) if attrs.transpose_a else (a[1], a[2])
-    k2, n = (b[2], b[1]) if attrs.transpose_b else (b[1], b[2])
+    """(batch, m, n, k, stride_a, stride_b, *outer): one GEMM call over the innermost run of
+    batch dims that the strides of a, b and the output describe (stride 0 where a dim of 1 is
+    reused), repeated at each (offset_a, offset_b, offset_out) of ``outer`` (in elements) for
+    the batch dims outside that run; no ``outer``: one call at the arrays' starts."""
+    if len(a) != len(b) or len(a) < 3:
+        raise ValueError(f"tensor_a and tensor_b must have one rank of at least 3: {a} vs {b}")
+    m, k = (a[-1], a[-2]) if attrs.transpose_a else (a[-2], a[-1])
+    k2, n = (b[-1], b[-2]) if attrs.transpose_b else (b[-2], b[-1])
     if k != k2:
         raise ValueError(f"inner dims differ: {k} vs {k2} (shapes {a}, {b})")
-    batch = max(a[0], b[0]) if 0 not in (a[0], b[0]) else 0
-    if out != (batch, m, n):
+    if any(p != q and 1 not in (p, q) for p, q in zip(a[:-2], b[:-2])):
+        raise ValueError(f"batch dims do not broadcast: {a} vs {b}")
+    batch = tuple(0 if 0 in (p, q) else max(p, q) for p, q in zip(a[:-2], b[:-2]))
+    if out != batch + (m, n):
         raise shape_error("nn.batch_matmul: wrong output shape", tensor_a=a, tensor_b=b,
                           output=out)
-    # A batch of one is reused for every item: stride 0.
-    return batch, m, n, k, (m * k if a[0] > 1 else 0), (k * n if b[0] > 1 else 0)
+    if 0 in batch:
+        return (0, m, n, k, 0, 0)
+    dims = _batch_dims(batch, a[:-2], b[:-2], m * k, k * n, m * n)
+    if not dims:
+        return (1, m, n, k, 0, 0)
+    (size, sa, sb, _), outer = dims[-1], dims[:-1]
+    offsets = [(0, 0, 0)]
+    for d_size, da, db, dc in outer:
+        offsets = [(oa + i * da, ob + i * db, oc + i * dc) for oa, ob, oc in offsets
+                   for i in range(d_size)]
+    return (size, m, n, k, sa, sb) + (() if offsets == [(0, 0, 0)] else tuple(offsets))
+
+
+def _batch_dims(batch, ba, bb, size_a, size_b, size_c) -> list[tuple[int, int, int, int]]:
+    """The batch dims as (size, stride_a, stride_b, stride_out) in elements, outermost first:
+    a reused dim of 1 has stride 0, dims of size 1 are dropped, and neighbours that step alike
+    are merged into one."""
+    dims = []
+    for d in range(len(batch) - 1, -1, -1):
+        dims.append((batch[d], size_a if ba[d] != 1 else 0, size_b if bb[d] != 1 else 0,
+                     size_c))
+        size_a, size_b, size_c = size_a * ba[d], size_b * bb[d], size_c * batch[d]
+    merged: list[tuple[int, int, int, int]] = []
+    for size, sa, sb, sc in reversed(dims):
+        if size == 1:
+            continue
+        if merged:
+            p_size, pa, pb, pc = merged[-1]
+            if (pa, pb, pc) == (sa * size, sb * size, sc * size):
+                merged[-1] = (p_size * size, sa, sb, sc)
+                continue
+        merged.append((size, sa, sb, sc))
+    return merged
 
 
 def _make_gemm(entry, plan_of, trans_a: bool, trans_b: bool):
@@ -63,14 +102,23 @@ def _make_gemm(entry, plan_of, trans_a: bool, trans_b: bool):
     src, dst = CODE[entry.inputs[0]], CODE[entry.outputs[0]]
     gemm, ptr, name, plans = lib.relvm_gemm, ffi.from_buffer, entry.name, {}
     ta, tb = int(trans_a), int(trans_b)
+    size_in, size_out = ITEMSIZE[entry.inputs[0]], ITEMSIZE[entry.outputs[0]]
 
     def run(a, b, out):
         key = (a.shape, b.shape, out.shape)
         plan = plans.get(key)
         if plan is None:
             plan = remember(plans, key, plan_of(*key))
-        batch, m, n, k, sa, sb = plan
-        status = gemm(src, dst, ta, tb, batch, m, n, k, ptr(a), sa, ptr(b), sb, ptr(out))
+        batch, m, n, k, sa, sb, *outer = plan
+        if not outer:
+            status = gemm(src, dst, ta, tb, batch, m, n, k, ptr(a), sa, ptr(b), sb, ptr(out))
+        else:  # batch dims that no one stride steps through: a call per outer position
+            pa, pb, pc = ptr(a), ptr(b), ptr(out)
+            for oa, ob, oc in outer:
+                status = gemm(src, dst, ta, tb, batch, m, n, k, pa + oa * size_in, sa,
+                              pb + ob * size_in, sb, pc + oc * size_out)
+                if status:
+                    break
         if status:
             check(status, f"{name} {key}")
     return run

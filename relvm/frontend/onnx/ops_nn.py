@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import dims as D
-from .converters import converter, merge_leading, norm_axis, scalar
+from .converters import converter, norm_axis, scalar
 from .importer import Node
 
 # --- sliding windows ---------------------------------------------------------------------------
@@ -281,21 +281,14 @@ def _matmul(n: Node, a, b, ra: int, rb: int):
         if ra == 2:
             return n.call("nn.matmul", a, b)
         return n.call("nn.dense", a, n.call("transpose", b, axes=[1, 0]))
-    if ra == 2:  # (M, K) x (..., K, N): one batch of b's leading dims
-        b3 = merge_leading(n, b, rb - 2)
-        y = n.call("nn.batch_matmul", n.call("expand_dims", a, axis=0), b3, transpose_b=False)
-        return n.call("reshape_like", y, b, lhs_begin=0, lhs_end=1, rhs_begin=0, rhs_end=rb - 2)
-    if ra == rb == 3:
-        return n.call("nn.batch_matmul", a, b, transpose_b=False)
-    ta, tb = a.checked_type, b.checked_type
-    if ra == rb and all(D.prove_equal(p, q) for p, q in zip(ta.shape[:-2], tb.shape[:-2])):
-        y = n.call("nn.batch_matmul", merge_leading(n, a, ra - 2), merge_leading(n, b, rb - 2),
-                   transpose_b=False)
-        return n.call("reshape_like", y, a, lhs_begin=0, lhs_end=1, rhs_begin=0, rhs_end=ra - 2)
-    # Batch dims that broadcast: (..., M, K, 1) * (..., 1, K, N) summed over K.
-    prod = n.call("multiply", n.call("expand_dims", a, axis=ra),
-                  n.call("expand_dims", b, axis=rb - 2))
-    return n.call("sum", prod, axis=[-2])
+    # NumPy's rule: the operand of lower rank gets leading dims of 1; the batch dims then
+    # broadcast, checked when the program runs where the dims are symbolic.
+    rank = max(ra, rb)
+    if ra < rank:
+        a = n.call("expand_dims", a, axis=0, num_newaxis=rank - ra)
+    if rb < rank:
+        b = n.call("expand_dims", b, axis=0, num_newaxis=rank - rb)
+    return n.call("nn.batch_matmul", a, b, transpose_b=False)
 
 
 # --- recurrent layers --------------------------------------------------------------------------
