@@ -1,65 +1,110 @@
-/* LSTM and GRU. The input projection of every step is one sgemm up front; each step then
- * multiplies the hidden states of the whole batch by the recurrent weights (one sgemm; a GRU
- * without linear_before_reset needs a second for its hidden gate) and runs the gate math in
- * float64, where the states live, as the reference computes. */
+/* LSTM and GRU on relvm's GEMM. The input projection of every step is one product up front,
+ * with the biases that only add (all of them but a GRU's recurrent hidden bias under
+ * linear_before_reset) applied in its epilogue; each step then multiplies the hidden states of
+ * the whole batch by the recurrent weights (one product; a GRU without linear_before_reset
+ * needs a second for its hidden gate) and runs the gate math on whole rows of float32 values,
+ * with the vectorizable exp and tanh of relvm_vmath.h (glibc's scalar ones made a small LSTM
+ * cost more in its gates than in its products). Both weight matrices are read packed for the
+ * GEMM: a constant weight is packed once by the caller, any other by each call. Working memory
+ * is a per-thread buffer kept between calls. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "blas.h"
+#include "pgemm.h"
 #include "recurrent.h"
 #include "relvm_config.h"
+#include "internal/scratch.h"
+#include "internal/types.h"
+#include "internal/vmath.h"
 
-static double activate(int64_t kind, double x, double a, double b) {
+/* v = act(clip(v)) over n floats: one loop per activation, so each vectorizes. */
+static RELVM_VECTORIZE void activate(int64_t kind, float a, float b, int clip, float bound,
+                                     float *v, int64_t n) {
+    if (clip)
+        for (int64_t j = 0; j < n; ++j) v[j] = v[j] < -bound ? -bound : (v[j] > bound ? bound : v[j]);
     switch (kind) {
-    case RELVM_ACT_SIGMOID: return 1.0 / (1.0 + exp(-x));
-    case RELVM_ACT_TANH: return tanh(x);
-    case RELVM_ACT_RELU: return x < 0 ? 0.0 : x;
-    case RELVM_ACT_AFFINE: return a * x + b;
-    case RELVM_ACT_LEAKYRELU: return x >= 0 ? x : a * x;
-    case RELVM_ACT_THRESHOLDEDRELU: return x > a ? x : 0.0;
-    case RELVM_ACT_SCALEDTANH: return a * tanh(b * x);
-    case RELVM_ACT_HARDSIGMOID: { /* NaN stays NaN, as in np.clip */
-        const double v = a * x + b;
-        return v < 0 ? 0.0 : (v > 1 ? 1.0 : v);
-    }
-    case RELVM_ACT_ELU: return x >= 0 ? x : a * (exp(x) - 1.0);
-    case RELVM_ACT_SOFTSIGN: return x / (1.0 + fabs(x));
-    default: return log1p(exp(x)); /* softplus */
+    case RELVM_ACT_SIGMOID:
+        for (int64_t j = 0; j < n; ++j) v[j] = vm_sigmoidf(v[j]);
+        break;
+    case RELVM_ACT_TANH:
+        for (int64_t j = 0; j < n; ++j) v[j] = vm_tanhf(v[j]);
+        break;
+    case RELVM_ACT_RELU:
+        for (int64_t j = 0; j < n; ++j) v[j] = v[j] < 0 ? 0.0f : v[j];
+        break;
+    case RELVM_ACT_AFFINE:
+        for (int64_t j = 0; j < n; ++j) v[j] = a * v[j] + b;
+        break;
+    case RELVM_ACT_LEAKYRELU:
+        for (int64_t j = 0; j < n; ++j) v[j] = v[j] >= 0 ? v[j] : a * v[j];
+        break;
+    case RELVM_ACT_THRESHOLDEDRELU:
+        for (int64_t j = 0; j < n; ++j) v[j] = v[j] > a ? v[j] : 0.0f;
+        break;
+    case RELVM_ACT_SCALEDTANH:
+        for (int64_t j = 0; j < n; ++j) v[j] = a * vm_tanhf(b * v[j]);
+        break;
+    case RELVM_ACT_HARDSIGMOID: /* NaN stays NaN, as in np.clip */
+        for (int64_t j = 0; j < n; ++j) {
+            const float t = a * v[j] + b;
+            v[j] = t < 0 ? 0.0f : (t > 1 ? 1.0f : t);
+        }
+        break;
+    case RELVM_ACT_ELU:
+        for (int64_t j = 0; j < n; ++j) v[j] = v[j] >= 0 ? v[j] : a * (vm_expf(v[j]) - 1.0f);
+        break;
+    case RELVM_ACT_SOFTSIGN:
+        for (int64_t j = 0; j < n; ++j) v[j] = v[j] / (1.0f + fabsf(v[j]));
+        break;
+    default: /* softplus, as log1p(exp(x)): exact where exp(x) overflows float32 too */
+        for (int64_t j = 0; j < n; ++j) v[j] = (float)log1p(exp((double)v[j]));
+        break;
     }
 }
 
-static inline double gate(const struct relvm_rnn *s, int which, double v) {
-    if (s->has_clip) v = v < -s->clip ? -s->clip : (v > s->clip ? s->clip : v);
-    return activate(s->act[which], v, s->alpha[which], s->beta[which]);
+/* Gate group `which` (0: f, 1: g, 2: LSTM's h) of s applied to v; h is not clipped. */
+static void gate(const struct relvm_rnn *s, int which, float *v, int64_t n) {
+    activate(s->act[which], (float)s->alpha[which], (float)s->beta[which],
+             which < 2 && s->has_clip, (float)s->clip, v, n);
 }
 
-/* The working memory of one direction. */
+/* The working memory of one direction, carved from one per-thread buffer (64-byte aligned
+ * parts: the GEMM's packed operands need it). */
 struct rnn_state {
-    float *xw;     /* (seq, batch, G*H): x W^T */
-    float *rec;    /* (batch, G*H): h R^T for the current step */
-    float *hf;     /* (batch, H): h as float32, the GEMM's operand */
-    float *rh;     /* GRU: (batch, H) reset * h, then its product with R_h */
-    double *h, *c; /* (batch, H) states */
-    double *z;     /* GRU: (batch, H) update gate between the two passes */
+    float *xw;      /* (seq * batch, G*H): x W^T + the biases that add */
+    float *rec;     /* (batch, G*H): h R^T for the current step */
+    float *h, *c;   /* (batch, H) states */
+    float *rh;      /* GRU: (batch, H) reset * h, then its product with R_h */
+    float *g;       /* (G*H) one row's gate values */
+    float *bias;    /* (G*H) the projection's bias */
+    float *w_pack;  /* W packed for the GEMM, when the caller gave none */
+    float *r_pack;  /* R likewise */
+    float *rh_pack; /* GRU without linear_before_reset: R_h alone */
 };
 
-static void free_state(struct rnn_state *m) {
-    free(m->xw); free(m->rec); free(m->hf); free(m->rh); free(m->h); free(m->c); free(m->z);
-}
+static size_t part(int64_t floats) { return ((size_t)floats + 15) / 16 * 16; }
 
-static int alloc_state(struct rnn_state *m, const struct relvm_rnn *s, int64_t gates) {
-    const size_t bh = (size_t)(s->batch * s->hidden) + 1;
-    memset(m, 0, sizeof *m);
-    m->xw = malloc(((size_t)(s->seq * s->batch * gates * s->hidden) + 1) * sizeof(float));
-    m->rec = malloc(((size_t)(s->batch * gates * s->hidden) + 1) * sizeof(float));
-    m->hf = malloc(bh * sizeof(float));
-    m->rh = malloc(bh * sizeof(float));
-    m->h = malloc(bh * sizeof(double));
-    m->c = malloc(bh * sizeof(double));
-    m->z = malloc(bh * sizeof(double));
-    if (m->xw && m->rec && m->hf && m->rh && m->h && m->c && m->z) return RELVM_OK;
-    free_state(m);
-    return RELVM_NO_MEMORY;
+static int carve(struct rnn_state *m, const struct relvm_rnn *s, int64_t gates, int pack_w,
+                 int pack_r) {
+    const int64_t H = s->hidden, GH = gates * H, bh = s->batch * H;
+    const int second = s->gru && !s->linear_before_reset;
+    const size_t sizes[9] = {
+        part(s->seq * s->batch * GH), part(s->batch * GH), part(bh), part(bh), part(bh),
+        part(GH), part(GH), part(pack_w ? relvm_pgemm_packed_size(s->input, GH) : 0),
+        part(pack_r ? relvm_pgemm_packed_size(H, GH) + (second ? relvm_pgemm_packed_size(H, H)
+                                                               : 0) : 0)};
+    size_t total = 0;
+    for (int i = 0; i < 9; ++i) total += sizes[i];
+    float *p = relvm_scratch_floats(total);
+    if (!p) return RELVM_NO_MEMORY;
+    float **parts[9] = {&m->xw, &m->rec, &m->h, &m->c, &m->rh, &m->g, &m->bias, &m->w_pack,
+                        &m->r_pack};
+    for (int i = 0; i < 9; ++i) {
+        *parts[i] = p;
+        p += sizes[i];
+    }
+    m->rh_pack = second && pack_r ? m->r_pack + relvm_pgemm_packed_size(H, GH) : NULL;
+    return RELVM_OK;
 }
 
 /* Which step of sequence bi runs at loop step t (-1: none, the sequence is over). */
@@ -69,94 +114,109 @@ static inline int64_t step_of(const struct relvm_rnn *s, const int64_t *lens, in
     return s->reverse ? lens[bi] - 1 - t : t;
 }
 
-static void lstm_row(const struct relvm_rnn *s, const float *xg, const float *rg,
-                     const float *b, const float *p, double *h, double *c) {
-    const int64_t H = s->hidden, GH = 4 * H;
+/* One LSTM row: gates i, o, f, c in g (projections and recurrent products, biased). */
+static RELVM_VECTORIZE void lstm_row(const struct relvm_rnn *s, const float *xg,
+                                     const float *rg, const float *p, float *g, float *h,
+                                     float *c) {
+    const int64_t H = s->hidden;
+    float *in = g, *out = g + H, *forget = g + 2 * H, *cand = g + 3 * H;
+    for (int64_t j = 0; j < 4 * H; ++j) g[j] = xg[j] + rg[j];
     for (int64_t j = 0; j < H; ++j) {
-        double g[4];
-        for (int k = 0; k < 4; ++k) /* i, o, f, c: input and recurrent products and biases */
-            g[k] = (double)xg[k * H + j] + (double)rg[k * H + j] + (double)b[k * H + j] +
-                   (double)b[GH + k * H + j];
-        const double c_old = c[j];
-        const double in = gate(s, 0, g[0] + (double)p[j] * c_old);
-        const double forget =
-            s->input_forget ? 1.0 - in : gate(s, 0, g[2] + (double)p[2 * H + j] * c_old);
-        const double c_new = forget * c_old + in * gate(s, 1, g[3]);
-        const double out = gate(s, 0, g[1] + (double)p[H + j] * c_new);
-        c[j] = c_new;
-        h[j] = out * activate(s->act[2], c_new, s->alpha[2], s->beta[2]);
+        in[j] += p[j] * c[j];
+        forget[j] += p[2 * H + j] * c[j];
+    }
+    gate(s, 0, in, H);
+    if (s->input_forget)
+        for (int64_t j = 0; j < H; ++j) forget[j] = 1.0f - in[j];
+    else
+        gate(s, 0, forget, H);
+    gate(s, 1, cand, H);
+    for (int64_t j = 0; j < H; ++j) {
+        c[j] = forget[j] * c[j] + in[j] * cand[j];
+        out[j] += p[H + j] * c[j];
+        cand[j] = c[j]; /* h = o * act_h(c) */
+    }
+    gate(s, 0, out, H);
+    gate(s, 2, cand, H);
+    for (int64_t j = 0; j < H; ++j) h[j] = out[j] * cand[j];
+}
+
+/* GRU's first pass: z and r into g; with linear_before_reset also the new h (rb_h: the
+ * recurrent hidden bias, which r multiplies). Otherwise leaves reset * h in rh for the
+ * second product. */
+static RELVM_VECTORIZE void gru_first(const struct relvm_rnn *s, const float *xg,
+                                      const float *rg, const float *rb_h, float *g, float *h,
+                                      float *rh) {
+    const int64_t H = s->hidden;
+    float *z = g, *reset = g + H, *cand = g + 2 * H;
+    for (int64_t j = 0; j < 2 * H; ++j) g[j] = xg[j] + rg[j];
+    gate(s, 0, g, 2 * H);
+    if (s->linear_before_reset) {
+        for (int64_t j = 0; j < H; ++j) cand[j] = xg[2 * H + j] + reset[j] * (rg[2 * H + j] + rb_h[j]);
+        gate(s, 1, cand, H);
+        for (int64_t j = 0; j < H; ++j) h[j] = (1.0f - z[j]) * cand[j] + z[j] * h[j];
+    } else {
+        for (int64_t j = 0; j < H; ++j) rh[j] = reset[j] * h[j];
     }
 }
 
-/* GRU's first pass: z and r; with linear_before_reset also the new h. Otherwise leaves
- * reset * h in rh for the second product. */
-static void gru_first(const struct relvm_rnn *s, const float *xg, const float *rg,
-                      const float *b, const double *h, double *z, float *rh, double *h_new) {
-    const int64_t H = s->hidden, GH = 3 * H;
-    for (int64_t j = 0; j < H; ++j) {
-        z[j] = gate(s, 0, (double)xg[j] + (double)rg[j] + (double)b[j] + (double)b[GH + j]);
-        const double reset = gate(s, 0, (double)xg[H + j] + (double)rg[H + j] +
-                                            (double)b[H + j] + (double)b[GH + H + j]);
-        if (s->linear_before_reset) {
-            const double rec = (double)rg[2 * H + j] + (double)b[GH + 2 * H + j];
-            const double cand =
-                gate(s, 1, (double)xg[2 * H + j] + (double)b[2 * H + j] + reset * rec);
-            h_new[j] = (1.0 - z[j]) * cand + z[j] * h[j];
-        } else {
-            rh[j] = (float)(reset * h[j]);
-        }
-    }
-}
-
-static void gru_second(const struct relvm_rnn *s, const float *xg, const float *rhr,
-                       const float *b, const double *z, double *h) {
-    const int64_t H = s->hidden, GH = 3 * H;
-    for (int64_t j = 0; j < H; ++j) {
-        const double cand = gate(s, 1, (double)xg[2 * H + j] + (double)b[2 * H + j] +
-                                           (double)rhr[j] + (double)b[GH + 2 * H + j]);
-        h[j] = (1.0 - z[j]) * cand + z[j] * h[j];
-    }
+static RELVM_VECTORIZE void gru_second(const struct relvm_rnn *s, const float *xg,
+                                       const float *rhr, float *g, float *h) {
+    const int64_t H = s->hidden;
+    const float *z = g;
+    float *cand = g + 2 * H;
+    for (int64_t j = 0; j < H; ++j) cand[j] = xg[2 * H + j] + rhr[j];
+    gate(s, 1, cand, H);
+    for (int64_t j = 0; j < H; ++j) h[j] = (1.0f - z[j]) * cand[j] + z[j] * h[j];
 }
 
 static void start_states(const struct relvm_rnn *s, struct rnn_state *m, const float *h0,
                          const float *c0) {
     const int64_t H = s->hidden;
-    for (int64_t bi = 0; bi < s->batch; ++bi)
-        for (int64_t j = 0; j < H; ++j) {
-            m->h[bi * H + j] = h0[bi * s->h0_stride + j];
-            m->c[bi * H + j] = c0 ? c0[bi * s->c0_stride + j] : 0.0;
-            m->hf[bi * H + j] = (float)m->h[bi * H + j];
-        }
+    for (int64_t bi = 0; bi < s->batch; ++bi) {
+        memcpy(m->h + bi * H, h0 + bi * s->h0_stride, (size_t)H * sizeof(float));
+        if (c0) memcpy(m->c + bi * H, c0 + bi * s->c0_stride, (size_t)H * sizeof(float));
+    }
+}
+
+/* The z and r rows of a GRU's GEMM need only the first 2H columns: a GRU step multiplies by
+ * all of R when r applies after the product (linear_before_reset), else by R_z and R_r. */
+static int64_t first_product_width(const struct relvm_rnn *s, int64_t GH) {
+    return s->gru && !s->linear_before_reset ? 2 * s->hidden : GH;
 }
 
 /* One step t for every sequence still running. */
 static void run_step(const struct relvm_rnn *s, struct rnn_state *m, int64_t t,
-                     const float *r, const float *b, const int64_t *lens, const float *peephole,
-                     float *y) {
+                     const float *r_pack, const float *rh_pack, const float *rb_h,
+                     const int64_t *lens, const float *peephole, float *y) {
     const int64_t H = s->hidden, G = s->gru ? 3 : 4, GH = G * H;
-    relvm_sgemm_batch(0, 1, 1, s->batch, GH, H, m->hf, 0, r, 0, m->rec);
+    relvm_pgemm(s->batch, first_product_width(s, GH), H, m->h, H, r_pack, m->rec, GH, NULL, 0,
+                0);
     for (int64_t bi = 0; bi < s->batch; ++bi) {
         const int64_t at = step_of(s, lens, bi, t);
         if (at < 0) continue;
         const float *xg = m->xw + (at * s->batch + bi) * GH, *rg = m->rec + bi * GH;
-        if (!s->gru) lstm_row(s, xg, rg, b, peephole, m->h + bi * H, m->c + bi * H);
-        else gru_first(s, xg, rg, b, m->h + bi * H, m->z + bi * H, m->rh + bi * H, m->h + bi * H);
+        if (!s->gru) lstm_row(s, xg, rg, peephole, m->g, m->h + bi * H, m->c + bi * H);
+        else gru_first(s, xg, rg, rb_h, m->g, m->h + bi * H, m->rh + bi * H);
+        if (s->gru && !s->linear_before_reset) /* keep z for the second pass, in columns */
+            memcpy(m->rec + bi * GH + 2 * H, m->g, (size_t)H * sizeof(float)); /* 2H.. of rec */
     }
     if (s->gru && !s->linear_before_reset) {
-        float *rhr = m->rec; /* (batch, H): (reset * h) R_h^T, reusing the gate buffer */
-        relvm_sgemm_batch(0, 1, 1, s->batch, H, H, m->rh, 0, r + 2 * H * H, 0, rhr);
+        float *rhr = m->rec; /* (reset * h) R_h^T into columns 0..H of rec's rows */
+        relvm_pgemm(s->batch, H, H, m->rh, H, rh_pack, rhr, GH, NULL, 0, 0);
         for (int64_t bi = 0; bi < s->batch; ++bi) {
             const int64_t at = step_of(s, lens, bi, t);
             if (at < 0) continue;
-            gru_second(s, m->xw + (at * s->batch + bi) * GH, rhr + bi * H, b, m->z + bi * H,
+            memcpy(m->g, m->rec + bi * GH + 2 * H, (size_t)H * sizeof(float)); /* z */
+            gru_second(s, m->xw + (at * s->batch + bi) * GH, rhr + bi * GH, m->g,
                        m->h + bi * H);
         }
     }
     for (int64_t bi = 0; bi < s->batch; ++bi) {
         const int64_t at = step_of(s, lens, bi, t);
-        if (at < 0) continue;
-        float *row = y + ((at * s->dirs + s->dir) * s->batch + bi) * H;
-        for (int64_t j = 0; j < H; ++j) row[j] = m->hf[bi * H + j] = (float)m->h[bi * H + j];
+        if (at >= 0)
+            memcpy(y + ((at * s->dirs + s->dir) * s->batch + bi) * H, m->h + bi * H,
+                   (size_t)H * sizeof(float));
     }
 }
 
@@ -169,28 +229,55 @@ static int valid_rnn(const struct relvm_rnn *s) {
     return 1;
 }
 
+RELVM_EXPORT int64_t relvm_rnn_packed_sizes(int64_t gates, int64_t input, int64_t hidden,
+                                            int64_t *w_floats, int64_t *r_floats) {
+    *w_floats = relvm_pgemm_packed_size(input, gates * hidden);
+    *r_floats = relvm_pgemm_packed_size(hidden, gates * hidden) +
+                (gates == 3 ? relvm_pgemm_packed_size(hidden, hidden) : 0);
+    return *w_floats + *r_floats;
+}
+
+RELVM_EXPORT void relvm_rnn_pack(int64_t gates, int64_t input, int64_t hidden, const float *w,
+                                 const float *r, float *w_pack, float *r_pack) {
+    const int64_t GH = gates * hidden;
+    if (w_pack) relvm_pgemm_pack(1, input, GH, w, w_pack);
+    if (r_pack) {
+        relvm_pgemm_pack(1, hidden, GH, r, r_pack);
+        if (gates == 3) /* R_h alone, for a GRU's second product */
+            relvm_pgemm_pack(1, hidden, hidden, r + 2 * hidden * hidden,
+                             r_pack + relvm_pgemm_packed_size(hidden, GH));
+    }
+}
+
 RELVM_EXPORT int relvm_rnn_direction(const struct relvm_rnn *s, const float *x, const float *w,
                                      const float *r, const float *b, const int64_t *lens,
                                      const float *h0, const float *c0, const float *peephole,
-                                     float *y, float *h_last, float *c_last) {
+                                     float *y, float *h_last, float *c_last,
+                                     const float *w_packed, const float *r_packed) {
     if (!valid_rnn(s) || (!s->gru && (!c0 || !peephole || !c_last))) return RELVM_UNSUPPORTED;
     for (int64_t bi = 0; bi < s->batch; ++bi)
         if (lens[bi] < 0 || lens[bi] > s->seq) return RELVM_BAD_INDEX;
-    if (!relvm_blas_ready()) return RELVM_NO_BLAS;
-    const int64_t H = s->hidden, G = s->gru ? 3 : 4;
+    const int64_t H = s->hidden, G = s->gru ? 3 : 4, GH = G * H;
     struct rnn_state m;
-    if (alloc_state(&m, s, G) != RELVM_OK) return RELVM_NO_MEMORY;
+    if (carve(&m, s, G, !w_packed, !r_packed) != RELVM_OK) return RELVM_NO_MEMORY;
+    if (!w_packed || !r_packed)
+        relvm_rnn_pack(G, s->input, H, w, r, w_packed ? NULL : m.w_pack,
+                       r_packed ? NULL : m.r_pack);
+    const float *wp = w_packed ? w_packed : m.w_pack, *rp = r_packed ? r_packed : m.r_pack;
+    const float *rhp = s->gru ? rp + relvm_pgemm_packed_size(H, GH) : NULL;
+    /* The projection's bias: input biases, and the recurrent ones that only add. */
+    const int lbr = s->gru && s->linear_before_reset;
+    for (int64_t j = 0; j < GH; ++j)
+        m.bias[j] = b[j] + (lbr && j >= 2 * H ? 0.0f : b[GH + j]);
     for (int64_t t = 0; t < s->seq; ++t) /* rows no step reaches stay 0 */
         for (int64_t bi = 0; bi < s->batch; ++bi)
             memset(y + ((t * s->dirs + s->dir) * s->batch + bi) * H, 0, (size_t)H * sizeof(float));
     if (s->seq * s->batch > 0)
-        relvm_sgemm_batch(0, 1, 1, s->seq * s->batch, G * H, s->input, x, 0, w, 0, m.xw);
+        relvm_pgemm(s->seq * s->batch, GH, s->input, x, s->input, wp, m.xw, GH, m.bias, 0, 0);
     start_states(s, &m, h0, c0);
-    for (int64_t t = 0; t < s->seq; ++t) run_step(s, &m, t, r, b, lens, peephole, y);
-    for (int64_t i = 0; i < s->batch * H; ++i) {
-        h_last[i] = (float)m.h[i];
-        if (c_last) c_last[i] = (float)m.c[i];
-    }
-    free_state(&m);
+    for (int64_t t = 0; t < s->seq; ++t)
+        run_step(s, &m, t, rp, rhp, b + GH + 2 * H, lens, peephole, y);
+    memcpy(h_last, m.h, (size_t)(s->batch * H) * sizeof(float));
+    if (c_last) memcpy(c_last, m.c, (size_t)(s->batch * H) * sizeof(float));
     return RELVM_OK;
 }

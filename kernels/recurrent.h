@@ -24,11 +24,22 @@ struct relvm_rnn {
     int64_t h0_stride, c0_stride;
 };
 
+/* Floats the packed forms of one direction's weights take (w_floats for W, r_floats for R);
+ * returns their sum. */
+int64_t relvm_rnn_packed_sizes(int64_t gates, int64_t input, int64_t hidden, int64_t *w_floats,
+                               int64_t *r_floats);
+
+/* Pack one direction's w (G*H, input) and r (G*H, H) as relvm_rnn_direction reads them, into
+ * w_pack and r_pack (64-byte aligned, sizes from relvm_rnn_packed_sizes; NULL: skip). */
+void relvm_rnn_pack(int64_t gates, int64_t input, int64_t hidden, const float *w, const float *r,
+                    float *w_pack, float *r_pack);
+
 /* Run one direction: sequence b runs lens[b] steps (backwards with reverse); Y rows past its
  * length are 0 and its last states are those after its last step. c0, peephole (3*H: i, o, f)
- * and c_last are LSTM's; NULL for GRU. float32, float64 inside (the reference's precision). */
+ * and c_last are LSTM's; NULL for GRU. float32 throughout. w_packed / r_packed are w and r as
+ * relvm_rnn_pack packs them (constant weights, packed once), or NULL to pack them here. */
 int relvm_rnn_direction(const struct relvm_rnn *s, const float *x, const float *w,
                         const float *r, const float *b, const int64_t *lens, const float *h0,
                         const float *c0, const float *peephole, float *y, float *h_last,
-                        float *c_last);
+                        float *c_last, const float *w_packed, const float *r_packed);
 #endif

@@ -1,4 +1,5 @@
-"""C kernels for nn.lstm and nn.gru: one C call per direction runs the whole sequence."""
+"""C kernels for nn.lstm and nn.gru: one C call per direction runs the whole sequence, on
+relvm's GEMM; constant weights are packed for it once per VM."""
 
 from __future__ import annotations
 
@@ -75,12 +76,50 @@ def _lengths(lens: np.ndarray, seq: int, batch: int) -> np.ndarray:
     return lens.astype(np.int64)
 
 
-def make_recurrent(entry):
+def _aligned(count: int) -> np.ndarray:
+    """``count`` float32s starting on a 64-byte boundary (the GEMM reads packed weights with
+    aligned vector loads)."""
+    buf = np.empty(max(count, 1) + 16, np.float32)
+    start = (-buf.ctypes.data % 64) // 4
+    return buf[start:start + max(count, 1)]
+
+
+def _packing(ffi, lib, gates: int, w: np.ndarray, r: np.ndarray):
+    """Every direction's w and r packed for the GEMM: [(w pointer, r pointer)] per direction
+    (the arrays are kept alive by the list they come in)."""
+    dirs, _, width = w.shape
+    hidden = r.shape[2]
+    sizes = ffi.new("int64_t[2]")
+    lib.relvm_rnn_packed_sizes(gates, width, hidden, sizes, sizes + 1)
+    keep, pointers = [], []
+    ptr = ffi.from_buffer
+    for d in range(dirs):
+        wp, rp = _aligned(sizes[0]), _aligned(sizes[1])
+        lib.relvm_rnn_pack(gates, width, hidden, ffi.cast("float *", ptr(w[d])),
+                           ffi.cast("float *", ptr(r[d])), ffi.cast("float *", ptr(wp)),
+                           ffi.cast("float *", ptr(rp)))
+        keep += [wp, rp]
+        pointers.append((ffi.cast("float *", ptr(wp)), ffi.cast("float *", ptr(rp))))
+    return keep, pointers
+
+
+def make_recurrent(entry, constants=None):
     ffi, lib = library()
     attrs, op, gru = attrs_of(entry), entry.op, entry.op == "nn.gru"
+    gates = 3 if gru else 4
     n_in = len(entry.inputs)
     run_direction, ptr, plans = lib.relvm_rnn_direction, ffi.from_buffer, {}
-    fptr = lambda a, offset=0: ffi.cast("float *", ptr(a)) + offset  # noqa: E731
+    fptr = lambda a, offset=0: ptr("float[]", a) + offset  # noqa: E731
+    null = ffi.NULL
+    full_lengths: dict[tuple[int, int], np.ndarray] = {}  # every sequence full: (seq, batch)
+
+    def packed(w: np.ndarray, r: np.ndarray):
+        """Per direction (w, r) packed, when both are the VM's constants (packed once per VM,
+        shared by every thread); else None: each call packs them."""
+        if constants is None or not (constants.holds(w) and constants.holds(r)):
+            return None
+        return constants.prepared(w, ("rnn", id(r), gates),
+                                  lambda: _packing(ffi, lib, gates, w, r))[1]
 
     def run(*args):
         ins, outs = args[:n_in], args[n_in:]
@@ -90,19 +129,27 @@ def make_recurrent(entry):
             plan = remember(plans, key, _plan(ffi, lib, attrs, op, key[:n_in], key[n_in:]))
         x, w, r, b, lens, h0 = ins[:6]
         seq, batch = x.shape[:2]
-        lengths = _lengths(lens, seq, batch)
+        if lens.size:
+            lengths = _lengths(lens, seq, batch)
+        else:
+            lengths = full_lengths.get((seq, batch))
+            if lengths is None:
+                lengths = remember(full_lengths, (seq, batch), _lengths(lens, seq, batch))
+        lens_ptr = ptr("int64_t[]", lengths)
+        pack = packed(w, r)
         for d, s in enumerate(plan):
             state = h0.shape[1] * h0.shape[2]
             status = run_direction(
                 s, fptr(x), fptr(w, d * w[0].size), fptr(r, d * r[0].size), fptr(b, d * b[0].size),
-                ffi.cast("int64_t *", ptr(lengths)), fptr(h0, d * state),
-                ffi.NULL if gru else fptr(ins[6], d * ins[6].shape[1] * ins[6].shape[2]),
-                ffi.NULL if gru else fptr(ins[7], d * ins[7].shape[1]),
+                lens_ptr, fptr(h0, d * state),
+                null if gru else fptr(ins[6], d * ins[6].shape[1] * ins[6].shape[2]),
+                null if gru else fptr(ins[7], d * ins[7].shape[1]),
                 fptr(outs[0]), fptr(outs[1], d * batch * s.hidden),
-                ffi.NULL if gru else fptr(outs[2], d * batch * s.hidden))
+                null if gru else fptr(outs[2], d * batch * s.hidden),
+                *(pack[d] if pack else (null, null)))
             check(status, f"{entry.name} {key}")
     return run
 
 
-kernel("nn.lstm", dtypes=("float32",))(make_recurrent)
-kernel("nn.gru", dtypes=("float32",))(make_recurrent)
+kernel("nn.lstm", dtypes=("float32",), with_constants=True)(make_recurrent)
+kernel("nn.gru", dtypes=("float32",), with_constants=True)(make_recurrent)
