@@ -14,16 +14,34 @@
  * has run out it closes the region's gate, so a worker that has not started by then (its core
  * busy with another process) never joins, and the caller waits only for workers already inside.
  * A loop therefore never waits for a scheduler time slice. OpenBLAS's jobs wait on each other,
- * so a BLAS region instead waits for every job. */
+ * so a BLAS region instead waits for every job.
+ *
+ * On a machine whose cores other processes keep busy, threads that wait for work must not
+ * take the core from the one thread that has it: waiting threads yield their core every few
+ * microseconds, and when workers keep missing loops (MISS_LIMIT), loops run on their caller
+ * alone for a while without waking anyone. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <time.h>
 #include "relvm_config.h"
 #include "threads.h"
 #include "internal/types.h"
 
 #define MAX_THREADS 256
-#define SPIN_ROUNDS 20000 /* ~0.1-1 ms of pause instructions before a worker sleeps */
+/* A worker waits for the next region this long before it sleeps: kernels come in quick
+ * succession (a few microseconds of Python apart), and a sleeping worker takes tens of
+ * microseconds to wake. Measured in time, not in pause instructions, whose cost differs
+ * tenfold between CPUs. While it waits it yields its core every SPIN_SLICE_NS, so a thread
+ * with work (the caller, when another process holds the other core) runs instead. */
+#define SPIN_NS 200000
+#define SPIN_SLICE_NS 4000
+/* Participation adapts to a busy machine: when workers miss MISS_LIMIT loop regions in a row
+ * (the caller ran every chunk before any worker came in: their cores are taken), the next
+ * ALONE_REGIONS loops run on the caller alone, without waking anyone, then workers are tried
+ * again. On an idle machine workers join every region and nothing changes. */
+#define MISS_LIMIT 8
+#define ALONE_REGIONS 256
 
 typedef void (*job_fn)(void *arg, int thread_index);
 
@@ -43,8 +61,12 @@ static struct {
     void *arg;
     _Atomic int nthreads; /* set from Python while other threads may be running kernels */
     int nworkers;
+    _Atomic int entered; /* loop regions: workers that came in, this region */
+    /* Kept by the thread holding `region`: how many loop regions in a row no worker joined,
+     * and how many loops to run on the caller alone before asking the workers again. */
+    int misses, alone;
 } pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
-          0, 0, 0, NULL, NULL, 1, 0};
+          0, 0, 0, NULL, NULL, 1, 0, 0, 0, 0};
 
 #define GATE_OPEN ((uint64_t)1 << 31)
 #define GATE_INSIDE(g) ((g) & (GATE_OPEN - 1))
@@ -74,18 +96,44 @@ static inline void cpu_relax(void) {
 #endif
 }
 
+static inline int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Spin until done(arg) holds, yielding the core every SPIN_SLICE_NS; false after `limit_ns`. */
+static int spin_until(int (*done)(const void *), const void *arg, int64_t limit_ns) {
+    const int64_t start = now_ns();
+    int64_t slice = start;
+    for (;;) {
+        for (int i = 0; i < 32; ++i) {
+            if (done(arg)) return 1;
+            cpu_relax();
+        }
+        const int64_t t = now_ns();
+        if (t - start >= limit_ns) return 0;
+        if (t - slice >= SPIN_SLICE_NS) {
+            sched_yield();
+            slice = t;
+        }
+    }
+}
+
 struct worker_start {
     int index;
     uint64_t seen; /* the state at creation: a region started later is not missed */
 };
 static struct worker_start starts[MAX_THREADS];
 
+static int state_moved(const void *seen) {
+    return atomic_load_explicit(&pool.state, memory_order_acquire) != *(const uint64_t *)seen;
+}
+
 static uint64_t wait_for_region(uint64_t seen) {
     uint64_t s;
-    for (int spin = 0; spin < SPIN_ROUNDS; ++spin) {
-        if ((s = atomic_load_explicit(&pool.state, memory_order_acquire)) != seen) return s;
-        cpu_relax();
-    }
+    if (spin_until(state_moved, &seen, SPIN_NS))
+        return atomic_load_explicit(&pool.state, memory_order_acquire);
     pthread_mutex_lock(&pool.lock);
     while ((s = atomic_load_explicit(&pool.state, memory_order_acquire)) == seen)
         pthread_cond_wait(&pool.wake, &pool.lock);
@@ -103,6 +151,7 @@ static void *worker_main(void *p) {
         if (index >= PARTICIPANTS(seen)) continue;
         if (GATED(seen)) { /* job and arg are read inside the gate: the region cannot end */
             if (!gate_enter(GENERATION(seen))) continue;
+            atomic_fetch_add_explicit(&pool.entered, 1, memory_order_relaxed);
             pool.job(pool.arg, index);
             atomic_fetch_sub_explicit(&pool.gate, 1, memory_order_release);
         } else {
@@ -130,6 +179,14 @@ static void ensure_workers(int count) {
     }
 }
 
+static int nobody_inside(const void *unused) {
+    return GATE_INSIDE(atomic_load_explicit(&pool.gate, memory_order_acquire)) == 0;
+}
+
+static int no_jobs_pending(const void *unused) {
+    return atomic_load_explicit(&pool.pending, memory_order_acquire) <= 0;
+}
+
 /* Run job(arg, i) for i in [0, participants): i = 0 on the caller, others on workers. With
  * `gated`, job is a loop that any subset of threads can finish: workers that have not joined
  * when the caller's job returns never run it. Otherwise every job runs, all at once. The
@@ -140,6 +197,7 @@ static void run_region(job_fn job, void *arg, int participants, int gated) {
     pool.job = job;
     pool.arg = arg;
     atomic_store_explicit(&pool.pending, gated ? 0 : participants - 1, memory_order_relaxed);
+    atomic_store_explicit(&pool.entered, 0, memory_order_relaxed);
     const uint64_t generation = GENERATION(atomic_load(&pool.state)) + 1;
     atomic_store_explicit(&pool.gate, GATE_GEN(generation) | GATE_OPEN, memory_order_relaxed);
     pthread_mutex_lock(&pool.lock);
@@ -152,22 +210,23 @@ static void run_region(job_fn job, void *arg, int participants, int gated) {
     job(arg, 0);
     in_region = 0;
     if (gated) { /* close the gate, then wait for those inside (they are running) */
-        atomic_fetch_and_explicit(&pool.gate, ~GATE_OPEN, memory_order_acq_rel);
-        for (int spin = 0; GATE_INSIDE(atomic_load_explicit(&pool.gate, memory_order_acquire));
-             ++spin) {
-            if (spin < SPIN_ROUNDS) cpu_relax();
-            else sched_yield();
+        const uint64_t g = atomic_fetch_and_explicit(&pool.gate, ~GATE_OPEN, memory_order_acq_rel);
+        const int joined = atomic_load_explicit(&pool.entered, memory_order_relaxed) != 0 ||
+                           GATE_INSIDE(g) != 0;
+        pool.misses = joined ? 0 : pool.misses + 1;
+        if (pool.misses >= MISS_LIMIT) { /* their cores are taken: stop asking for a while */
+            pool.misses = 0;
+            pool.alone = ALONE_REGIONS;
         }
+        while (!spin_until(nobody_inside, NULL, SPIN_NS)) {}
     }
-    for (int spin = 0; atomic_load_explicit(&pool.pending, memory_order_acquire) > 0; ++spin) {
-        if (spin < SPIN_ROUNDS) cpu_relax();
-        else sched_yield();
-    }
+    while (!spin_until(no_jobs_pending, NULL, SPIN_NS)) {}
     pthread_mutex_unlock(&pool.region);
 }
 
 /* A forked child has only the forking thread: forget the workers and reset the locks. */
 static void after_fork_in_child(void) {
+    pool.misses = pool.alone = 0;
     pthread_mutex_init(&pool.region, NULL);
     pthread_mutex_init(&pool.lock, NULL);
     pthread_cond_init(&pool.wake, NULL);
@@ -226,6 +285,12 @@ RELVM_EXPORT void relvm_parallel_for(int64_t n, int64_t grain, relvm_range_fn fn
         return;
     }
     if (pthread_mutex_trylock(&pool.region) != 0) { /* another thread's region: don't wait */
+        fn(ctx, 0, n);
+        return;
+    }
+    if (pool.alone > 0) { /* workers have been missing: the machine is busy (see MISS_LIMIT) */
+        pool.alone--;
+        pthread_mutex_unlock(&pool.region);
         fn(ctx, 0, n);
         return;
     }
