@@ -235,12 +235,15 @@ def make_fused_kernel(plan: dict, library: FusedLibrary, n_inputs: int,
                 pool_ctx[key] = pool_ffi.cast("void *", int(ffi.cast("uintptr_t", ctx)))
         return ctx, key
 
+    reads = [i for i, _, _, _ in operands]
+    address = ffi.from_buffer  # one cffi call an array (``a.ctypes.data`` made a ctypes object)
+
     def pointers(ctx, arrays, out, anchor_out) -> None:
         """Pointers change from call to call even when shapes do not."""
-        for k, (i, _, _, _) in enumerate(operands):
-            a = anchor_out if i < 0 else arrays[i]
-            ctx.inputs[k] = ffi.cast("const void *", a.ctypes.data)
-        ctx.out = ffi.cast("void *", out.ctypes.data)
+        inputs = ctx.inputs
+        for k, i in enumerate(reads):
+            inputs[k] = address(anchor_out if i < 0 else arrays[i])
+        ctx.out = address(out)
 
     def kernel(*args: np.ndarray) -> None:
         arrays, out = args[:n_inputs], args[n_inputs]
