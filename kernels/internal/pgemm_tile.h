@@ -49,7 +49,7 @@ static inline __attribute__((always_inline)) float PG_NAME(lanes_sum)(PG_NAME(ve
 /* rows x PG_TW tile at column `col` of the panel: C[r][col + j] for r < rows, j < cols.
  * B's row p is read from the packed panel (panel + p * PG_PANEL + col) or, when `indirect`
  * (a constant at each call), as two vectors at base0 + off[p] and base1 + off[p]: a conv reads
- * its input in place that way (see conv.c). */
+ * its input in place that way (see conv_gemm.c). */
 static inline __attribute__((always_inline)) void PG_NAME(tile)(
     const int rows, const int indirect, int64_t k, const float *a, int64_t lda,
     const float *panel, const float *base0, const float *base1, const int64_t *off,

@@ -121,7 +121,7 @@ def _conv_plan(ffi, attrs, x, w, out, mean: bool = False, check_out: bool = True
     (sh, dh), (sw, dw) = (_same_windows(size, k, st, d, p) for size, k, st, d, p in
                           zip((h, wd), (kh, kw), strides, dilation, pads))
     # The C kernels copy the image into a zero-bordered buffer of this many floats (as
-    # conv.c's padded_geometry lays it out); past MAX_PADDED its size would not even fit
+    # conv_gemm.c's padded_geometry lays it out); past MAX_PADDED its size would not even fit
     # their int64 arithmetic (only absurd padding gets near it).
     ph = max(pads[0][0] + h, (oh - 1) * sh + (kh - 1) * dh + 1)
     pw = max(pads[1][0] + wd, (ow - 1) * sw + (kw - 1) * dw + 1)
