@@ -1,4 +1,5 @@
-/* Matrix products: nn.dense, nn.matmul, nn.batch_matmul. */
+/* Matrix products: nn.dense, nn.matmul, nn.batch_matmul (float32 nn.dense with constant
+ * weights runs on pgemm.h instead). */
 #ifndef RELVM_GEMM_H
 #define RELVM_GEMM_H
 #include <stdint.h>

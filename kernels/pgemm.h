@@ -1,6 +1,6 @@
 /* relvm's own float32 GEMM: weights packed once into column panels, a register-tiled inner
  * kernel per ISA (AVX-512, AVX2, SSE2), and an epilogue (bias, relu) applied to each tile
- * while it is still in registers. Serves nn.dense, nn.matmul (constant B) and nn.conv2d. */
+ * while it is still in registers. Serves float32 nn.dense (constant weights) and nn.conv2d. */
 #ifndef RELVM_PGEMM_H
 #define RELVM_PGEMM_H
 #include <stdint.h>

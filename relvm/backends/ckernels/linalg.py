@@ -1,6 +1,6 @@
 """C kernels for the products: nn.dense (float32 on relvm's own GEMM, see ``packed.py``; other
 dtypes on OpenBLAS or the integer loop), nn.matmul and nn.batch_matmul (OpenBLAS GEMM),
-nn.conv2d (relvm's GEMM over im2col panels, or a direct depthwise loop) and
+nn.conv2d (relvm's GEMM reading a padded copy of each image, or a direct depthwise loop) and
 nn.conv2d_transpose (sgemm + col2im)."""
 
 from __future__ import annotations
