@@ -169,7 +169,7 @@ def conv(threads_: int, cases) -> None:
         m, n, k = ws[0] // g, y.shape[2] * y.shape[3], ws[1] * ws[2] * ws[3]
         flops = 2.0 * xs[0] * g * m * n * k
         t_r = median_us(lambda: kernel(x, w, y), repeat=9)
-        # The GEMM an im2col conv does, once per image and group, on ready-made operands.
+        # The GEMM a conv does, once per image and group, on ready-made (unrolled) operands.
         a, bt, out = np.random.rand(m, k).astype(np.float32), \
             np.random.rand(n, k).astype(np.float32), np.empty((m, n), np.float32)
 

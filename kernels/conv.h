@@ -12,8 +12,9 @@ struct relvm_conv2d_shape {
 
 /* y = conv2d(x, w) for float32, then + bias (one float per output channel; NULL: none) and,
  * with relu, max(., 0). Depthwise convs (one input channel per group) run a direct loop; the
- * rest run relvm's GEMM (pgemm.h) over the unrolled input (im2col), packed panel by panel into
- * cache, with the bias and relu applied in registers. `wpacked` is w as
+ * rest run relvm's GEMM (pgemm.h) on the unrolled input without building it: the GEMM reads a
+ * zero-bordered copy of each image in place, or 32-pixel panels packed from it, with the bias
+ * and relu applied in registers. `wpacked` is w as
  * relvm_conv2d_pack_weights packs it for s (a constant weight, packed once), or NULL: w is
  * packed on each call where the GEMM needs it. */
 int relvm_conv2d(int dtype, const struct relvm_conv2d_shape *s, const void *x, const void *w,

@@ -1,6 +1,8 @@
 /* relvm's own float32 GEMM: weights packed once into column panels, a register-tiled inner
  * kernel per ISA (AVX-512, AVX2, SSE2), and an epilogue (bias, relu) applied to each tile
- * while it is still in registers. Serves nn.dense, nn.matmul (constant B) and nn.conv2d. */
+ * while it is still in registers. Serves float32 nn.dense (constant weights), nn.conv2d, the
+ * recurrent layers, and (relvm_pgemm_batch, B packed as it goes) float32 nn.matmul and
+ * nn.batch_matmul through relvm_gemm. */
 #ifndef RELVM_PGEMM_H
 #define RELVM_PGEMM_H
 #include <stdint.h>

@@ -1,6 +1,6 @@
-/* What pgemm.c shares with the other kernel sources (conv.c): the packed-panel width, the task
- * grain, the epilogue as the inner kernel reads it, and the inner kernel for this CPU. Internal:
- * not cdef. */
+/* What pgemm.c shares with the other kernel sources (conv_gemm.c, conv_pair.c): the
+ * packed-panel width, the task grain, the epilogue as the inner kernel reads it, and the inner
+ * kernel for this CPU. Internal: not cdef. */
 #ifndef RELVM_INTERNAL_PGEMM_PANEL_H
 #define RELVM_INTERNAL_PGEMM_PANEL_H
 #include <stdint.h>

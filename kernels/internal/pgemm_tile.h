@@ -49,7 +49,7 @@ static inline __attribute__((always_inline)) float PG_NAME(lanes_sum)(PG_NAME(ve
 /* rows x PG_TW tile at column `col` of the panel: C[r][col + j] for r < rows, j < cols.
  * B's row p is read from the packed panel (panel + p * PG_PANEL + col) or, when `indirect`
  * (a constant at each call), as two vectors at base0 + off[p] and base1 + off[p]: a conv reads
- * its input in place that way (see conv.c). */
+ * its input in place that way (see conv_gemm.c). */
 static inline __attribute__((always_inline)) void PG_NAME(tile)(
     const int rows, const int indirect, int64_t k, const float *a, int64_t lda,
     const float *panel, const float *base0, const float *base1, const int64_t *off,
@@ -162,8 +162,8 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
 #undef PG_A
 
 /* Rows [0, m) of C against one panel: `cols` (<= 32) columns at C's column col0. Row blocks
- * are balanced (m = 16 runs as 8 + 8, not 12 + 4; see pg_block_rows) so no tile runs nearly
- * empty. With `indirect`, vector v of the panel's row p is read at bases[v] + off[p] instead,
+ * are balanced (pg_block_rows: ceil(m / PG_MR) blocks of nearly equal height, not full tiles
+ * and a short rest) so no tile runs nearly empty. With `indirect`, vector v of the panel's row p is read at bases[v] + off[p] instead,
  * and A is packed by relvm_pgemm_pack_rows (lda is unused). */
 #define PG_PANEL_BODY(INDIRECT)                                                                \
     const int64_t blocks = (m + PG_MR - 1) / PG_MR;                                            \
@@ -189,7 +189,10 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
         PG_NAME(tile)(R, INDIRECT, k, ab, lda, panel, b0, b1, off, col, cb, ldc, left, e,      \
                       row0 + r, col0);                                                         \
         break;
-#if PG_MR > 6
+/* A case per tile height the row blocks can have: 1 to PG_MR. */
+#if PG_MR > 12
+#error "PG_MORE_CASES: add the cases of tiles of more than 12 rows"
+#elif PG_MR > 6
 #define PG_MORE_CASES(I)                                                                       \
     PG_CASE(I, 5) PG_CASE(I, 6) PG_CASE(I, 7) PG_CASE(I, 8) PG_CASE(I, 9) PG_CASE(I, 10)       \
     PG_CASE(I, 11) PG_CASE(I, 12)

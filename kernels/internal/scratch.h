@@ -1,4 +1,4 @@
-/* A per-thread scratch buffer, kept between calls and grown as needed (im2col matrices and
+/* A per-thread scratch buffer, kept between calls and grown as needed (padded images and
  * packed panels are large, and kernels run on pool threads that live as long as the process).
  * 64-byte aligned, so vector loads from it never split a cache line. Internal: not cdef. */
 #ifndef RELVM_INTERNAL_SCRATCH_H

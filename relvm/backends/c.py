@@ -1,8 +1,10 @@
 """The C backend: kernels compiled from ``kernels/*.c`` into ``relvm._kernels``, called
 through cffi in destination-passing style (``kernel(*inputs, *outputs)``).
 
-Dense algebra goes to OpenBLAS (``scipy-openblas32``); everything else is relvm's own C, with
-vectorized loops and one thread pool shared with OpenBLAS (see :mod:`relvm.runtime.threads`).
+float32 ``nn.dense`` (constant weights) and ``nn.conv2d`` run on relvm's own GEMM
+(``kernels/pgemm.c``); the other matrix products go to OpenBLAS (``scipy-openblas32``);
+everything else is relvm's own C, with vectorized loops and one thread pool shared with OpenBLAS
+(see :mod:`relvm.runtime.threads`).
 The NumPy references (:mod:`relvm.backends.numpy_ref`) define what each kernel computes.
 
 :data:`SUPPORTED` lists the (op, dtype) pairs this backend has kernels for, and

@@ -9,7 +9,7 @@ A conv's group may end in ``nn.global_avg_pool2d`` (its single consumer): the C 
 averages each output plane as it is computed and never stores the conv's output. A float32
 conv (one group of channels) whose group is only ``[bias_add] [relu]`` takes in the conv that
 reads it, when that is its single consumer: the pair runs as one C kernel that writes the first
-conv's tiles straight into the second's padded input (see ``kernels/conv.c``). The second conv's
+conv's tiles straight into the second's padded input (see ``kernels/conv_pair.c``). The second conv's
 group may grow on only with ``bias_add``, ``relu`` and the average pool; anything else splits the
 pair again. A group of one op is left alone. Each group becomes one call of a :class:`FusedOp`.
 """

@@ -98,7 +98,7 @@ CONVS = [
     ((2, 8, 10, 10), (8, 1, 3, 3), {"groups": 8, "padding": [1, 1]}),  # depthwise
     ((1, 8, 10, 10), (16, 1, 3, 3), {"groups": 8, "padding": [1, 1], "strides": [2, 2]}),
     ((1, 5, 11, 11), (5, 1, 5, 5), {"groups": 5, "padding": [2, 2], "dilation": [2, 1]}),
-    ((3, 16, 7, 7), (32, 16, 1, 1), {}),  # pointwise: no im2col
+    ((3, 16, 7, 7), (32, 16, 1, 1), {}),  # pointwise: read in place, no padded copy
     ((2, 16, 7, 7), (32, 8, 1, 1), {"groups": 2}),
     ((1, 3, 5, 5), (2, 3, 1, 1), {"padding": [1, 1]}),  # 1x1 with padding: not pointwise
     ((1, 3, 5, 5), (2, 3, 5, 5), {}),  # one output pixel
@@ -148,7 +148,7 @@ def test_conv2d_refuses_a_padded_image_past_its_limit(c_kernel, rand):
 
 
 def test_conv2d_large_batch_threads(check, rand):
-    """Many planes: the depthwise loop and im2col run on every pool thread."""
+    """Many planes: the depthwise loop and the GEMM path run on every pool thread."""
     check("nn.conv2d", {"groups": 24, "padding": [1, 1]}, [rand((4, 24, 30, 30)),
                                                             rand((24, 1, 3, 3))], **GEMM_TOL)
 

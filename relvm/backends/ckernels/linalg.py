@@ -1,7 +1,7 @@
 """C kernels for the products: nn.dense (float32 on relvm's own GEMM, see ``packed.py``; other
 dtypes on OpenBLAS or the integer loop), nn.matmul and nn.batch_matmul (``relvm_gemm``: relvm's
 GEMM for float32, OpenBLAS for float64, the integer loop; batch dims broadcast),
-nn.conv2d (relvm's GEMM over im2col panels, or a direct depthwise loop) and
+nn.conv2d (relvm's GEMM reading a padded copy of each image, or a direct depthwise loop) and
 nn.conv2d_transpose (sgemm + col2im)."""
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ def _conv_plan(ffi, attrs, x, w, out, mean: bool = False, check_out: bool = True
     (sh, dh), (sw, dw) = (_same_windows(size, k, st, d, p) for size, k, st, d, p in
                           zip((h, wd), (kh, kw), strides, dilation, pads))
     # The C kernels copy the image into a zero-bordered buffer of this many floats (as
-    # conv.c's padded_geometry lays it out); past MAX_PADDED its size would not even fit
+    # conv_gemm.c's padded_geometry lays it out); past MAX_PADDED its size would not even fit
     # their int64 arithmetic (only absurd padding gets near it).
     ph = max(pads[0][0] + h, (oh - 1) * sh + (kh - 1) * dh + 1)
     pw = max(pads[1][0] + wd, (ow - 1) * sw + (kw - 1) * dw + 1)

@@ -8,12 +8,16 @@ kernel, whose anchor is this same dense kernel without an epilogue). A fused ent
 whose steps are ``dense|conv2d -> [bias_add] -> [relu]`` (the shape of nearly every layer) runs
 as one C call: the bias and relu are applied to each tile of the product while it is still in
 registers, so the output is written once and read never.
+
+Each kernel states its C call's arguments once, as a list of slots (:func:`fixed`,
+:func:`from_plan`, :func:`pointer`, :func:`packed_weight`); the direct call and a replay's
+bound call (``kernel.bind``) are both made from it, once per plan.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -205,28 +209,161 @@ def bind_call(c_function: Callable, c_args: Sequence[Any], at: dict[int, int],
     return some_varying
 
 
-def _kernel(name: str, plan_for: Callable, call: Callable,
-            fallback: Callable[[], Callable] | None, binder: Callable) -> Callable:
+# --- a kernel's C call, stated once --------------------------------------------------------
+#
+# Each kernel below lists its C call's arguments once, as slots; the direct call and a replay's
+# bound call are both made from that list, once per plan.
+
+def fixed(v: Any) -> tuple:
+    """A slot: ``v`` on every call."""
+    return ("fixed", v)
+
+
+def from_plan(field: str | None = None) -> tuple:
+    """A slot: the plan (the C geometry struct of a conv), or its ``field``."""
+    return ("plan", field)
+
+
+def pointer(index: int | None) -> tuple:
+    """A slot: the pointer of the kernel's array ``index`` (-1: the output); None: NULL."""
+    return ("array", index)
+
+
+def packed_weight(index: int, *fields: str, required: bool = False) -> tuple:
+    """A slot: array ``index`` packed for the plan (for its ``fields``, or for the whole plan)
+    when it is one of the VM's constants (see :class:`PackedWeights`); otherwise NULL (the C
+    kernel packs it itself) or, when ``required``, the call is not this kernel's (the direct
+    call goes to the fallback; a replay does not bind it)."""
+    return ("packed", index, fields, required)
+
+
+def _of(plan: Any, field: str | None) -> Any:
+    return plan if field is None else getattr(plan, field)
+
+
+class Call:
+    """A kernel's C call for one plan: ``c_function`` with ``slots`` filled in as far as the
+    plan fixes them. ``direct(arrays)`` makes the call (its status, or None where a required
+    packed weight is missing); ``bind`` makes it for a replay (see :func:`bind_call`)."""
+
+    __slots__ = ("direct", "bind")
+
+    def __init__(self, c_function: Callable, slots: Sequence[tuple], plan: Any,
+                 weights: PackedWeights):
+        ffi = library()[0]
+        null, get = ffi.NULL, weights.get
+        template: list[Any] = []  # the arguments, with None where a call fills them in
+        values: list[Any] = []  # what the direct call takes, in slot order (see _direct_call)
+        pointers: list[tuple[int, int]] = []  # (place, array)
+        packs: list[tuple[int, int, tuple, bool]] = []  # (place, array, layout, required)
+        for place, (kind, what, *more) in enumerate(slots):
+            if kind in ("fixed", "plan"):
+                template.append(what if kind == "fixed" else _of(plan, what))
+                values.append(template[-1])
+            elif kind == "array":
+                template.append(null if what is None else None)
+                if what is not None:
+                    pointers.append((place, what))
+            else:
+                fields, required = more
+                layout = tuple(_of(plan, f) for f in fields) if fields else (plan,)
+                template.append(None)
+                values += layout
+                packs.append((place, what, layout, required))
+        self.direct = _direct_call(slots)(c_function, ffi.from_buffer, null, get, *values)
+
+        def bind(arrays: Sequence[np.ndarray], fixed: Sequence[bool], what: str
+                 ) -> Callable | None:
+            n = len(arrays)
+            c_args = template.copy()
+            for place, i, layout, required in packs:
+                i %= n
+                weight = get(arrays[i], *layout) if fixed[i] else None
+                if weight is None:
+                    if required:
+                        return None
+                    weight = null
+                c_args[place] = weight
+            at = {place: i % n for place, i in pointers}
+            return bind_call(c_function, c_args, at, arrays, fixed, what)
+        self.bind = bind
+
+
+_DIRECT_CALLS: dict[tuple, Callable] = {}  # a layout of slots -> its direct calls' maker
+
+
+def _layout(slot: tuple) -> tuple:
+    """What of a slot the direct call's source depends on: not its values."""
+    kind = slot[0]
+    if kind == "array":
+        return ("array", None if slot[1] is None else int(slot[1]))
+    if kind == "packed":
+        return ("packed", int(slot[1]), max(1, len(slot[2])), bool(slot[3]))
+    return ("value",)
+
+
+def _direct_call(slots: Sequence[tuple]) -> Callable:
+    """``make(c_function, ptr, null, get, *values)`` -> ``direct(arrays)``: the C call of
+    ``slots`` written out as one expression, as a hand-written call would be, so that a call
+    does no more than make its pointers and look its packed weights up (a loop over the slots
+    cost some 20% more per call). ``values`` are, in slot order, each fixed or plan slot's
+    value and each packed weight's layout. Compiled once per process for each layout of slots
+    (the kernels have a few); the source holds names and integers only."""
+    layout = tuple(_layout(s) for s in slots)
+    make = _DIRECT_CALLS.get(layout)
+    if make is not None:
+        return make
+    params, lines, c_args = [], [], []
+    for place, slot in enumerate(layout):
+        if slot[0] == "value":
+            params.append(f"v{place}")
+            c_args.append(f"v{place}")
+        elif slot[0] == "array":
+            c_args.append("null" if slot[1] is None else f"ptr(arrays[{slot[1]}])")
+        else:
+            _, i, count, required = slot
+            names = [f"v{place}_{j}" for j in range(count)]
+            params += names
+            lines += [f"w{place} = get(arrays[{i}], {', '.join(names)})",
+                      f"if w{place} is None:",
+                      "    return None" if required else f"    w{place} = null"]
+            c_args.append(f"w{place}")
+    source = "\n".join(
+        [f"def make(c_function, ptr, null, get, {', '.join(params)}):",
+         "    def direct(arrays):"]
+        + [f"        {line}" for line in lines]
+        + [f"        return c_function({', '.join(c_args)})", "    return direct"])
+    namespace: dict[str, Any] = {}
+    exec(compile(source, "<relvm packed kernel call>", "exec"), namespace)
+    make = namespace["make"]
+    if len(_DIRECT_CALLS) >= 64:
+        _DIRECT_CALLS.clear()
+    _DIRECT_CALLS[layout] = make
+    return make
+
+
+def _kernel(name: str, plan_for: Callable, c_function: Callable, slots: Sequence[tuple],
+            weights: PackedWeights, fallback: Callable[[], Callable] | None) -> Callable:
     """``kernel(*arrays)`` (the fused entry's inputs, then its output): a plan per the arrays'
-    shapes (``plan_for(shapes)``, falsy where the one-call kernel does not apply), then
-    ``call(plan, arrays)``, the C call, whose status is checked; ``call`` returns None to pass
-    the call on to ``fallback()``, as calls the one-call kernel does not cover go.
-    ``kernel.bind`` (for replays) is ``binder(plan, arrays, fixed, what)``, for shapes with a
-    plan."""
-    plans: dict[tuple, Any] = {}
+    shapes (``plan_for(shapes)``, falsy where the one-call kernel does not apply) and its
+    :class:`Call` of ``c_function`` with ``slots``, whose status is checked; calls the one-call
+    kernel does not cover go to ``fallback()``. ``kernel.bind`` (for replays) binds the call
+    for shapes with a plan."""
+    calls: dict[tuple, Any] = {}  # shapes -> Call, or False: not this kernel's shapes
     slow: list[Callable] = []
 
     def bind(arrays: Sequence[np.ndarray], fixed: Sequence[bool]) -> Callable | None:
         key = tuple([a.shape for a in arrays])
-        plan = plans.get(key)
-        return binder(plan, arrays, fixed, f"{name} {key}") if plan else None
+        call = calls.get(key)
+        return call.bind(arrays, fixed, f"{name} {key}") if call else None
 
     def run(*args: np.ndarray) -> None:
         key = tuple([a.shape for a in args])
-        plan = plans.get(key)
-        if plan is None:
-            plan = remember(plans, key, plan_for(key) or False)
-        status = None if plan is False else call(plan, args)
+        call = calls.get(key)
+        if call is None:
+            plan = plan_for(key)
+            call = remember(calls, key, Call(c_function, slots, plan, weights) if plan else False)
+        status = None if call is False else call.direct(args)
         if status is None:
             if not slow:
                 slow.append(fallback())
@@ -238,16 +375,21 @@ def _kernel(name: str, plan_for: Callable, call: Callable,
 
 
 def _layer(items: Sequence, bias_at: int | None) -> tuple:
-    """(data, weight, output, bias or None) of a layer's arrays or shapes."""
+    """(data, weight, output, bias or None) of a layer's shapes."""
     return items[0], items[1], items[-1], None if bias_at is None else items[bias_at]
+
+
+class DensePlan(NamedTuple):
+    """relvm_pgemm's dims for a dense layer's shapes: out (m x n) = x (m x k) w^T."""
+
+    m: int
+    n: int
+    k: int
 
 
 def make_dense(entry, constants, epilogue: Epilogue | None = None,
                fallback: Callable[[], Callable] | None = None) -> Callable:
     """``kernel(x, w, [bias], out)``: nn.dense (plus ``epilogue``) on relvm's GEMM."""
-    ffi, lib = library()
-    gemm, ptr, null = lib.relvm_pgemm, ffi.from_buffer, ffi.NULL
-    weights = dense_weights(constants)
     relu = int(bool(epilogue and epilogue.relu))
     bias_at = epilogue.bias if epilogue else None
 
@@ -256,31 +398,17 @@ def make_dense(entry, constants, epilogue: Epilogue | None = None,
         _, m, n, k, _, _ = linalg._dense_plan(x, w, out)
         if b is not None and (b != (n,) or epilogue.axis % len(out) != len(out) - 1):
             return None  # a bias along another axis: the generic kernel's business
-        return m, n, k
+        return DensePlan(m, n, k)
 
-    def call(plan, args):
-        m, n, k = plan
-        x, w, out, b = _layer(args, bias_at)
-        packed = weights.get(w, k, n)
-        if packed is None:
-            return None  # not a constant: OpenBLAS, through the fallback
-        return gemm(m, n, k, ptr(x), k, packed, ptr(out), n, null if b is None else ptr(b), 0,
-                    relu)
-
-    def binder(plan, arrays, fixed, what):
-        m, n, k = plan
-        packed = weights.get(arrays[1], k, n) if fixed[1] else None
-        if packed is None:
-            return None
-        at = {3: 0, 6: len(arrays) - 1}
-        if bias_at is not None:
-            at[8] = bias_at
-        return bind_call(gemm, [m, n, k, None, k, packed, None, n, null, 0, relu], at,
-                         arrays, fixed, what)
-
+    # relvm_pgemm(m, n, k, a, lda, packed b, c, ldc, bias, bias_per_row, relu); a weight that is
+    # not a constant goes to OpenBLAS, through the fallback.
+    slots = [from_plan("m"), from_plan("n"), from_plan("k"), pointer(0), from_plan("k"),
+             packed_weight(1, "k", "n", required=True), pointer(-1), from_plan("n"),
+             pointer(bias_at), fixed(0), fixed(relu)]
     if fallback is None:  # a plain dense: OpenBLAS for weights that are not constants
         fallback = lambda: linalg._make_gemm(entry, linalg._dense_plan, False, True)  # noqa: E731
-    return _kernel(entry.name, plan_for, call, fallback, binder)
+    return _kernel(entry.name, plan_for, library()[1].relvm_pgemm, slots,
+                   dense_weights(constants), fallback)
 
 
 def make_conv2d(entry, constants, epilogue: Epilogue | None = None,
@@ -289,11 +417,8 @@ def make_conv2d(entry, constants, epilogue: Epilogue | None = None,
     (global average pool), the conv's output is never stored: ``out`` is (n, oc, 1, 1). A
     constant weight is packed once (other weights are packed by each call)."""
     ffi, lib = library()
-    weights = conv_weights(constants)
     attrs = attrs_of(entry)
     mean = bool(epilogue and epilogue.mean)
-    conv = lib.relvm_conv2d_mean if mean else lib.relvm_conv2d
-    ptr, null = ffi.from_buffer, ffi.NULL
     relu = int(bool(epilogue and epilogue.relu))
     bias_at = epilogue.bias if epilogue else None
 
@@ -306,19 +431,19 @@ def make_conv2d(entry, constants, epilogue: Epilogue | None = None,
             return None  # the mean runs on the GEMM path only: depthwise convs chain
         return plan
 
-    def call(plan, args):  # dtype 0: float32, the only one this path takes
-        x, w, out, b = _layer(args, bias_at)
-        return conv(0, plan, ptr(x), ptr(w), ptr(out), null if b is None else ptr(b), relu,
-                    weights.get(w, plan) or null)
+    # relvm_conv2d[_mean](dtype, shape, x, w, y, bias, relu, wpacked); dtype 0: float32, the
+    # only one this path takes.
+    slots = [fixed(0), from_plan(), pointer(0), pointer(1), pointer(-1), pointer(bias_at),
+             fixed(relu), packed_weight(1)]
+    conv = lib.relvm_conv2d_mean if mean else lib.relvm_conv2d
+    return _kernel(entry.name, plan_for, conv, slots, conv_weights(constants), fallback)
 
-    def binder(plan, arrays, fixed, what):
-        at = {2: 0, 3: 1, 4: len(arrays) - 1}
-        if bias_at is not None:
-            at[5] = bias_at
-        packed = (weights.get(arrays[1], plan) if fixed[1] else None) or null
-        return bind_call(conv, [0, plan, None, None, None, null, relu, packed], at, arrays,
-                         fixed, what)
-    return _kernel(entry.name, plan_for, call, fallback, binder)
+
+class PairPlan(NamedTuple):
+    """The C geometry structs of a conv pair's first conv and second conv."""
+
+    a: Any
+    b: Any
 
 
 def make_conv_pair(entry, pair: Pair, constants, fallback: Callable[[], Callable]) -> Callable:
@@ -326,13 +451,11 @@ def make_conv_pair(entry, pair: Pair, constants, fallback: Callable[[], Callable
     first conv's output never stored; shapes the C kernel does not take go to ``fallback()``.
     Constant weights are packed once, as in :func:`make_conv2d`."""
     ffi, lib = library()
-    weights = conv_weights(constants)
     steps = entry.attrs["steps"]
     convs = [s for s in steps if s["op"] == "nn.conv2d"]
     attrs_a = attrs_of(type(entry)(entry.name, "nn.conv2d", convs[0]["attrs"], (), ()))
     attrs_b = attrs_of(type(entry)(entry.name, "nn.conv2d", convs[1]["attrs"], (), ()))
     a, b, wb_at = pair.first, pair.second, pair.weight
-    conv, ptr, null = lib.relvm_conv2d_pair, ffi.from_buffer, ffi.NULL
 
     def plan_for(shapes: tuple) -> Any:
         x, wa, wb, out = shapes[0], shapes[1], shapes[wb_at], shapes[-1]
@@ -346,28 +469,16 @@ def make_conv_pair(entry, pair: Pair, constants, fallback: Callable[[], Callable
         # output channels are the second one's input), no pixels in or out -- goes to the steps.
         sizes = (shape_a.c, shape_b.c, shape_a.h * shape_a.w, shape_b.h * shape_b.w,
                  shape_b.oh * shape_b.ow)
-        return None if 0 in sizes else (shape_a, shape_b)
+        return None if 0 in sizes else PairPlan(shape_a, shape_b)
 
-    def call(plan, args):
-        return conv(0, plan[0], plan[1], ptr(args[0]), ptr(args[1]),
-                    null if a.bias is None else ptr(args[a.bias]), int(a.relu),
-                    ptr(args[wb_at]), ptr(args[-1]),
-                    null if b.bias is None else ptr(args[b.bias]), int(b.relu), int(b.mean),
-                    weights.get(args[1], plan[0]) or null,
-                    weights.get(args[wb_at], plan[1]) or null)
-
-    def binder(plan, arrays, fixed, what):
-        at = {3: 0, 4: 1, 7: wb_at, 8: len(arrays) - 1}
-        if a.bias is not None:
-            at[5] = a.bias
-        if b.bias is not None:
-            at[9] = b.bias
-        packed = [(weights.get(arrays[i], shape) if fixed[i] else None) or null
-                  for i, shape in ((1, plan[0]), (wb_at, plan[1]))]
-        c_args = [0, plan[0], plan[1], None, None, null, int(a.relu), None, None, null,
-                  int(b.relu), int(b.mean)] + packed
-        return bind_call(conv, c_args, at, arrays, fixed, what)
-    return _kernel(entry.name, plan_for, call, fallback, binder)
+    # relvm_conv2d_pair(dtype, a, b, x, wa, bias_a, relu_a, wb, y, bias_b, relu_b, mean,
+    # wpacked_a, wpacked_b)
+    slots = [fixed(0), from_plan("a"), from_plan("b"), pointer(0), pointer(1), pointer(a.bias),
+             fixed(int(a.relu)), pointer(wb_at), pointer(-1), pointer(b.bias),
+             fixed(int(b.relu)), fixed(int(b.mean)), packed_weight(1, "a"),
+             packed_weight(wb_at, "b")]
+    return _kernel(entry.name, plan_for, lib.relvm_conv2d_pair, slots, conv_weights(constants),
+                   fallback)
 
 
 def supports(entry) -> bool:

@@ -1,0 +1,91 @@
+/* What the conv sources share. conv_gemm.c runs a conv on relvm's GEMM from a padded copy of
+ * each image; conv_pair.c drives that same job for two convs in a row, so the job, its padded
+ * image and its steps are declared here (defined, and described, in conv_gemm.c). conv_gemm.c's
+ * relvm_conv2d hands depthwise convs to conv_depthwise.c. Internal: not cdef. */
+#ifndef RELVM_INTERNAL_CONV_SHARED_H
+#define RELVM_INTERNAL_CONV_SHARED_H
+#include <stddef.h>
+#include <stdint.h>
+#include "../conv.h"
+#include "pgemm_panel.h"
+
+/* The image (its group's channels) copied once into a zero-bordered buffer, each padded row
+ * split into sw phases (columns c with c % sw == 0, then 1, ...), so the pixels of an output row
+ * read consecutive floats for every tap, whatever the stride: tap (i, j) of output column ox
+ * reads padded column ox * sw + j * dw, which is phase (j * dw) % sw, index ox + (j * dw) / sw. */
+struct padded_image {
+    float *data;
+    int64_t ph;    /* rows: every row the windows reach, past the top padding */
+    int64_t pws;   /* floats per phase of a row */
+    int64_t rs;    /* floats per row: sw * pws */
+    int64_t plane; /* floats per channel: ph * rs */
+};
+
+/* The border columns of a padded row (those no input pixel lands on), as positions in the
+ * row's phase layout: left ones first, then right ones. Found once per call (no division per
+ * element); `count` is -1 for borders of more than 64 columns (whole rows are cleared then). */
+struct border_columns {
+    int64_t at[64];
+    int64_t left, count;
+};
+
+/* One conv on relvm's GEMM: what its tasks share (conv_job, then conv_prepare). */
+struct conv_pgemm {
+    const struct relvm_conv2d_shape *s;
+    const float *x, *w;
+    float *y;
+    struct pg_epilogue e;
+    pg_panel_fn *fn;
+    pg_ipanel_fn *ifn; /* NULL: output rows are not whole vectors, so panels are packed */
+    int width;         /* floats per vector of ifn */
+    const int64_t *off;
+    /* With ifn: each group's weights packed for it (relvm_pgemm_pack_rows), given by the caller
+     * or packed for this call into `wowned`. */
+    const float *wpacked;
+    float *wowned;
+    struct padded_image padded; /* geometry only */
+    int64_t panels, k;
+    int pointwise;  /* 1x1, stride 1, no padding: the input is read as it is */
+    float *sums;    /* the mean's partial sums, ocg per task (image, group, panel); or NULL */
+    /* Set when the output feeds a next conv (conv pairs): each panel is stored into that
+     * conv's padded input (geometry `onward`; conv_panel is told where) instead of y. */
+    const struct relvm_conv2d_shape *next;
+    struct padded_image onward; /* geometry only */
+    struct border_columns edges; /* onward's border columns, written with each row's ends */
+    uint64_t call; /* tells this call's padded images from an earlier call's */
+    _Atomic int failed; /* a thread could not get its scratch */
+};
+
+/* s is a geometry the kernels take: no negative size, strides and dilations of 1 or more,
+ * groups that divide both channel counts. */
+int valid_shape(const struct relvm_conv2d_shape *s);
+
+/* `count` floats (at least one) of this thread's scratch, or NULL when memory runs out. */
+float *relvm_conv_scratch_floats(size_t count);
+
+/* y = conv(x, w) for a depthwise conv (s->c == s->groups), without bias or relu
+ * (conv_depthwise.c). */
+int depthwise_conv(const struct relvm_conv2d_shape *s, const float *x, const float *w,
+                   float *y);
+
+/* The GEMM job's steps (conv_gemm.c). */
+struct conv_pgemm conv_job(const struct relvm_conv2d_shape *s, const float *x,
+                           const float *w, const float *wpacked, float *y,
+                           const float *bias, int relu);
+int conv_prepare(struct conv_pgemm *j, int mean);
+int64_t panel_scratch(const struct conv_pgemm *j);
+int64_t padded_scratch(const struct conv_pgemm *j);
+const float *padded_input(const struct conv_pgemm *j, int64_t image, float *buf);
+void conv_panel(const struct conv_pgemm *j, int64_t image, int64_t q, const float *in,
+                float *scratch, float *sums, float *onward);
+void conv_finish_mean(const struct conv_pgemm *j);
+void conv_release(struct conv_pgemm *j);
+
+/* A padded image's borders (conv_gemm.c). */
+struct border_columns border_columns(const struct relvm_conv2d_shape *s,
+                                     struct padded_image p);
+void zero_outer_rows(const struct relvm_conv2d_shape *s, int64_t channels,
+                     struct padded_image p);
+void zero_borders(const struct relvm_conv2d_shape *s, int64_t channels,
+                  struct padded_image p);
+#endif
