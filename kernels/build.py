@@ -22,6 +22,7 @@ library runs only in a process that has the ASan runtime preloaded (see that scr
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from cffi import FFI
@@ -68,10 +69,22 @@ def blas_include_dir() -> str:
 
 
 def cdef_text() -> str:
-    """The headers' declarations without preprocessor lines (cffi's cdef cannot read them)."""
-    lines = []
+    """The headers' declarations without preprocessor lines (cffi's cdef cannot read them),
+    each header after the ones it includes (cffi reads a type before its uses)."""
+    lines: list[str] = []
+    done: set[Path] = set()
+
+    def add(h: Path) -> None:
+        if h in done:
+            return
+        done.add(h)
+        text = h.read_text()
+        for name in re.findall(r'^\s*#\s*include\s+"([^"/]+)"', text, re.MULTILINE):
+            if (HERE / name) in HEADERS:
+                add(HERE / name)
+        lines.extend(ln for ln in text.splitlines() if not ln.lstrip().startswith("#"))
     for h in HEADERS:
-        lines += [ln for ln in h.read_text().splitlines() if not ln.lstrip().startswith("#")]
+        add(h)
     return "\n".join(lines)
 
 

@@ -2,6 +2,7 @@
 #ifndef RELVM_CONV_H
 #define RELVM_CONV_H
 #include <stdint.h>
+#include "pgemm.h"
 
 /* The geometry of one conv2d call: data (n, c, h, w), weight (oc, c / groups, kh, kw), output
  * (n, oc, oh, ow); strides sh/sw, top/left padding pt/pl (bottom/right are implied by oh/ow),
@@ -16,9 +17,12 @@ struct relvm_conv2d_shape {
  * zero-bordered copy of each image in place, or 32-pixel panels packed from it, with the bias
  * and relu applied in registers. `wpacked` is w as
  * relvm_conv2d_pack_weights packs it for s (a constant weight, packed once), or NULL: w is
- * packed on each call where the GEMM needs it. */
+ * packed on each call where the GEMM needs it. With `post` (else NULL), post(post_ctx, ...)
+ * runs over each finished block of y after the bias and relu (pgemm.h's relvm_block_fn;
+ * offsets from y's start), while the block is in cache. */
 int relvm_conv2d(int dtype, const struct relvm_conv2d_shape *s, const void *x, const void *w,
-                 void *y, const void *bias, int relu, const void *wpacked);
+                 void *y, const void *bias, int relu, const void *wpacked, relvm_block_fn *post,
+                 void *post_ctx);
 
 /* Floats relvm_conv2d_pack_weights writes for s: the weights laid out as the GEMM path reads
  * them on this CPU; 0 when s's conv reads w as it is (then pass NULL for wpacked). */

@@ -75,8 +75,27 @@ struct depthwise {
     const float *x, *w;
     float *y;
     int64_t ph, pw; /* the padded plane: every tap of every window inside it */
+    const float *bias; /* per output channel, or NULL */
+    int relu;
+    relvm_block_fn *post;
+    void *post_ctx;
     _Atomic int failed; /* a thread could not get its scratch plane */
 };
+
+/* A finished output plane's epilogue, while it is in cache: + bias, relu, then post. */
+static RELVM_VECTORIZE void plane_epilogue(const struct depthwise *j, int64_t n, int64_t o,
+                                           float *y) {
+    const struct relvm_conv2d_shape *s = j->s;
+    const int64_t plane = s->oh * s->ow;
+    if (j->bias || j->relu) {
+        const float b = j->bias ? j->bias[o] : 0.0f;
+        for (int64_t i = 0; i < plane; ++i) {
+            const float v = y[i] + b;
+            y[i] = j->relu && v < 0 ? 0.0f : v;
+        }
+    }
+    if (j->post) j->post(j->post_ctx, (n * s->oc + o) * plane, 1, plane, plane);
+}
 
 /* Item q is input plane (n, g); it feeds output channels g * mult ... g * mult + mult - 1. */
 static void depthwise_planes(void *ctx, int64_t begin, int64_t end) {
@@ -93,18 +112,19 @@ static void depthwise_planes(void *ctx, int64_t begin, int64_t end) {
         const struct padded p = pad_plane(s, j->x + q * s->h * s->w, buf, j->ph, j->pw);
         for (int64_t m = 0; m < mult; ++m) {
             const int64_t o = g * mult + m;
-            depthwise_plane(s, p, j->w + o * s->kh * s->kw,
-                            j->y + (n * s->oc + o) * s->oh * s->ow);
+            float *y = j->y + (n * s->oc + o) * s->oh * s->ow;
+            depthwise_plane(s, p, j->w + o * s->kh * s->kw, y);
+            plane_epilogue(j, n, o, y);
         }
     }
 }
 
 int depthwise_conv(const struct relvm_conv2d_shape *s, const float *x, const float *w,
-                   float *y) {
+                   float *y, const float *bias, int relu, relvm_block_fn *post, void *post_ctx) {
     /* Rows and columns the windows reach, past the input and its top/left padding. */
     const int64_t ph = relvm_max64(s->pt + s->h, (s->oh - 1) * s->sh + (s->kh - 1) * s->dh + 1);
     const int64_t pw = relvm_max64(s->pl + s->w, (s->ow - 1) * s->sw + (s->kw - 1) * s->dw + 1);
-    struct depthwise j = {s, x, w, y, ph, pw, 0};
+    struct depthwise j = {s, x, w, y, ph, pw, bias, relu, post, post_ctx, 0};
     const int64_t work = relvm_max64(1, s->oc / s->groups * s->oh * s->ow * s->kh * s->kw);
     relvm_parallel_for(s->n * s->c, relvm_max64(1, RELVM_GRAIN / work), depthwise_planes, &j);
     return j.failed ? RELVM_NO_MEMORY : RELVM_OK;

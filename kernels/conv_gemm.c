@@ -344,6 +344,8 @@ void conv_panel(const struct conv_pgemm *j, int64_t image, int64_t q, const floa
     if (onward)
         store_onward(j->next, j->onward, &j->edges, stage, ocg, &runs,
                      onward + g * ocg * j->onward.plane);
+    else if (j->post && !sums)
+        j->post(j->post_ctx, (n * s->oc + g * ocg) * plane + p0, ocg, npix, plane);
 }
 
 /* Task t: image t / panels (n * groups + g), panel t % panels. */
@@ -427,8 +429,11 @@ static void conv_run(struct conv_pgemm *j) {
  * plane: each task sums its panel's pixels per channel (nothing else is stored), then the
  * partial sums are added up here. */
 static int conv_pgemm(const struct relvm_conv2d_shape *s, const float *x, const float *w,
-                      const float *wpacked, float *y, const float *bias, int relu, int mean) {
+                      const float *wpacked, float *y, const float *bias, int relu, int mean,
+                      relvm_block_fn *post, void *post_ctx) {
     struct conv_pgemm j = conv_job(s, x, w, wpacked, y, bias, relu);
+    j.post = post;
+    j.post_ctx = post_ctx;
     if (conv_prepare(&j, mean) != RELVM_OK) return RELVM_NO_MEMORY;
     conv_run(&j);
     if (mean && !j.failed) conv_finish_mean(&j);
@@ -469,21 +474,18 @@ static void epilogue_planes(const struct relvm_conv2d_shape *s, float *y, const 
 
 RELVM_EXPORT int relvm_conv2d(int dtype, const struct relvm_conv2d_shape *s, const void *x,
                               const void *w, void *y, const void *bias, int relu,
-                              const void *wpacked) {
+                              const void *wpacked, relvm_block_fn *post, void *post_ctx) {
     if (dtype != RELVM_FLOAT32 || !valid_shape(s)) return RELVM_UNSUPPORTED;
     const int64_t total = s->n * s->oc * s->oh * s->ow;
     if (total == 0) return RELVM_OK;
     if (s->c == 0) { /* no input channels: every output sums nothing */
         memset(y, 0, (size_t)total * sizeof(float));
         epilogue_planes(s, y, bias, relu);
+        if (post) post(post_ctx, 0, 1, total, total);
         return RELVM_OK;
     }
-    if (s->c == s->groups) {
-        const int status = depthwise_conv(s, x, w, y);
-        if (status == RELVM_OK) epilogue_planes(s, y, bias, relu);
-        return status;
-    }
-    return conv_pgemm(s, x, w, wpacked, y, bias, relu, 0);
+    if (s->c == s->groups) return depthwise_conv(s, x, w, y, bias, relu, post, post_ctx);
+    return conv_pgemm(s, x, w, wpacked, y, bias, relu, 0, post, post_ctx);
 }
 
 RELVM_EXPORT int relvm_conv2d_mean(int dtype, const struct relvm_conv2d_shape *s, const void *x,
@@ -497,7 +499,7 @@ RELVM_EXPORT int relvm_conv2d_mean(int dtype, const struct relvm_conv2d_shape *s
         for (int64_t i = 0; i < s->n * s->oc; ++i) ((float *)y)[i] = __builtin_nanf("");
         return RELVM_OK;
     }
-    return conv_pgemm(s, x, w, wpacked, y, bias, relu, 1);
+    return conv_pgemm(s, x, w, wpacked, y, bias, relu, 1, NULL, NULL);
 }
 
 RELVM_EXPORT int64_t relvm_conv2d_packed_size(const struct relvm_conv2d_shape *s) {

@@ -150,6 +150,8 @@ struct pg_job {
     const float *a, *packed;
     float *c;
     struct pg_epilogue e;
+    relvm_block_fn *post;
+    void *post_ctx;
 };
 
 static void pg_tasks(void *ctx, int64_t begin, int64_t end) {
@@ -160,16 +162,18 @@ static void pg_tasks(void *ctx, int64_t begin, int64_t end) {
         const int64_t col0 = q * PG_PANEL, cols = relvm_min64(PG_PANEL, j->n - col0);
         j->fn(rows, j->k, j->a + r0 * j->lda, j->lda, j->packed + q * j->k * PG_PANEL,
               j->c + r0 * j->ldc + col0, j->ldc, cols, &j->e, r0, col0);
+        if (j->post) j->post(j->post_ctx, r0 * j->ldc + col0, rows, cols, j->ldc);
     }
 }
 
 RELVM_EXPORT int relvm_pgemm(int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
                              const void *packed, void *c, int64_t ldc, const void *bias,
-                             int bias_per_row, int relu) {
+                             int bias_per_row, int relu, relvm_block_fn *post, void *post_ctx) {
     if (m < 0 || n < 0 || k < 0 || lda < 0 || ldc < 0) return RELVM_UNSUPPORTED;
     if (m == 0 || n == 0) return RELVM_OK;
     struct pg_job j = {relvm_pgemm_panel_kernel(), m, n, k, lda, ldc, 1, m, a, packed, c,
-                       {bias_per_row ? bias : NULL, bias_per_row ? NULL : bias, relu, NULL}};
+                       {bias_per_row ? bias : NULL, bias_per_row ? NULL : bias, relu, NULL},
+                       post, post_ctx};
     /* Panels are the natural tasks (each streams its slice of B once); with fewer panels than
      * two per thread, rows are split too, in chunks of at least one tile of the chosen kernel
      * (chosen_rows, set by relvm_pgemm_panel_kernel above). */

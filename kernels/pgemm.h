@@ -7,6 +7,11 @@
 #define RELVM_PGEMM_H
 #include <stdint.h>
 
+/* An elementwise epilogue over a block of a finished output, run by the thread that computed
+ * the block while it is in cache (a fused kernel's generated `_block` function): `rows` runs
+ * of `cols` elements, `ld` apart, the first at element `offset` of the output. */
+typedef void relvm_block_fn(void *ctx, int64_t offset, int64_t rows, int64_t cols, int64_t ld);
+
 /* Floats a packed (k x n) B needs: ceil(n / 32) panels of k x 32, zero-padded. */
 int64_t relvm_pgemm_packed_size(int64_t k, int64_t n);
 
@@ -16,10 +21,12 @@ void relvm_pgemm_pack(int trans_b, int64_t k, int64_t n, const void *b, void *pa
 
 /* C (m x n, row stride ldc) = A (m x k, row stride lda) x B, B packed as above; then, while
  * each tile is in registers, + bias (NULL: none; one float per row of C with bias_per_row,
- * else per column) and, with relu, max(., 0) (NaN stays NaN). Runs on relvm's thread pool.
- * Returns RELVM_OK, or RELVM_UNSUPPORTED for negative sizes. */
+ * else per column) and, with relu, max(., 0) (NaN stays NaN); then, with `post` (else NULL),
+ * post(post_ctx, ...) over each finished block of C (offsets counted from C's start). Runs
+ * on relvm's thread pool. Returns RELVM_OK, or RELVM_UNSUPPORTED for negative sizes. */
 int relvm_pgemm(int64_t m, int64_t n, int64_t k, const void *a, int64_t lda, const void *packed,
-                void *c, int64_t ldc, const void *bias, int bias_per_row, int relu);
+                void *c, int64_t ldc, const void *bias, int bias_per_row, int relu,
+                relvm_block_fn *post, void *post_ctx);
 
 /* c[i] = op(a[i]) x op(b[i]) for i < batch, float32, on the same inner kernel, for products
  * whose B changes from call to call (attention's Q K^T and P V): each thread packs the panel

@@ -53,6 +53,8 @@ struct conv_pgemm {
     struct padded_image onward; /* geometry only */
     struct border_columns edges; /* onward's border columns, written with each row's ends */
     uint64_t call; /* tells this call's padded images from an earlier call's */
+    relvm_block_fn *post; /* run over each finished block of y (relvm_conv2d's post) */
+    void *post_ctx;
     _Atomic int failed; /* a thread could not get its scratch */
 };
 
@@ -63,10 +65,10 @@ int valid_shape(const struct relvm_conv2d_shape *s);
 /* `count` floats (at least one) of this thread's scratch, or NULL when memory runs out. */
 float *relvm_conv_scratch_floats(size_t count);
 
-/* y = conv(x, w) for a depthwise conv (s->c == s->groups), without bias or relu
- * (conv_depthwise.c). */
+/* y = conv(x, w) + bias, then relu and post, for a depthwise conv (s->c == s->groups), each
+ * output plane finished while it is in cache (conv_depthwise.c). */
 int depthwise_conv(const struct relvm_conv2d_shape *s, const float *x, const float *w,
-                   float *y);
+                   float *y, const float *bias, int relu, relvm_block_fn *post, void *post_ctx);
 
 /* The GEMM job's steps (conv_gemm.c). */
 struct conv_pgemm conv_job(const struct relvm_conv2d_shape *s, const float *x,

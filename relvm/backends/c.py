@@ -99,6 +99,20 @@ def fused_kernel(entry: KernelEntry, constants, fallback: Callable[[], Callable]
     return kernel
 
 
+def block_anchor(entry: KernelEntry, constants, address: int, ctx: Callable[[], object],
+                 whole: Callable[[], None]) -> Callable[..., None] | None:
+    """The product ``entry`` (a fused entry's first step) running a generated kernel's block
+    form (at ``address``; ``ctx()`` its context for the call under way) over each block of its
+    output while it is in cache, or None for products without such a kernel here (see
+    ``packed.block_anchor``; ``whole()`` applies it to the whole output instead)."""
+    try:
+        kernel = packed.block_anchor(entry, constants, packed.Post(address, ctx), whole)
+    except ImportError as e:
+        raise RelvmKernelError(f"kernel {entry.name!r}: the c backend is unavailable (relvm was "
+                               f"installed without its compiled kernels?): {e}") from None
+    return kernel
+
+
 def _checked_step(entry: KernelEntry) -> Callable[..., None]:
     """For :func:`supports`: check a fused entry's step without building its kernel."""
     if not supports(entry):

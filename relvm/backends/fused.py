@@ -113,6 +113,21 @@ class FusedLibrary:
             raise RelvmFormatError(f"the kernel library has no kernel {name}",
                                    section="kernels") from None
 
+    def block(self, name: str):
+        """Kernel ``name``'s form over blocks of a product's output (``<name>_block``, a
+        ``relvm_block_fn``), or None where the library has none (a kernel that does not work in
+        place over its anchor's result, or a library made before relvm wrote them)."""
+        self._declare(name)
+        block = f"{name}_block"
+        if block not in self.defined:
+            return None
+        with self._lock:
+            if block not in self._declared:
+                self.ffi.cdef(f"void {block}(void *ctx, int64_t offset, int64_t rows, "
+                              f"int64_t cols, int64_t ld);\n")
+                self._declared.add(block)
+        return getattr(self.lib, block)
+
     def signature(self, name: str) -> str | None:
         """What kernel ``name`` was compiled for (:func:`signature`), or None if the library
         predates signatures."""
@@ -185,12 +200,19 @@ def _row_strides(view: tuple[int, ...], out_shape: tuple[int, ...], row_ndim: in
 def make_fused_kernel(plan: dict, library: FusedLibrary, n_inputs: int,
                       anchor: Callable[..., None] | None, anchor_args: Sequence[int],
                       anchor_dtype: str | None, pool: tuple | None,
-                      out_dtype: str | None = None, name: str = "fused") -> Callable:
+                      out_dtype: str | None = None, name: str = "fused",
+                      block_anchor: Callable | None = None) -> Callable:
     """A DPS kernel ``kernel(*inputs, out)`` running the plan's generated loop.
 
     ``pool`` is ``(ffi, lib)`` of relvm._kernels, whose ``relvm_parallel_for`` spreads the rows
     over relvm's thread pool; without it the loop runs on the calling thread. With
     ``out_dtype``, the plan is first checked against the kernel's signature.
+
+    ``block_anchor(post_address, ctx, whole)``, where the backend has one, makes the anchor's
+    product run the kernel's ``_block`` form over each block of its output while the block is
+    in cache (``ctx()``: this call's loop context; ``whole()``: the loop over the whole
+    output, for calls the product runs without it); None where it cannot. The kernel then
+    makes one pass instead of two.
     """
     if out_dtype is not None:
         check_plan(plan, library, out_dtype, name)
@@ -236,6 +258,7 @@ def make_fused_kernel(plan: dict, library: FusedLibrary, n_inputs: int,
         return ctx, key
 
     reads = [i for i, _, _, _ in operands]
+    anchor_out_dtype = np.dtype(anchor_dtype) if anchor_dtype is not None else None
     address = ffi.from_buffer  # one cffi call an array (``a.ctypes.data`` made a ctypes object)
 
     def pointers(ctx, arrays, out, anchor_out) -> None:
@@ -245,8 +268,29 @@ def make_fused_kernel(plan: dict, library: FusedLibrary, n_inputs: int,
             inputs[k] = address(anchor_out if i < 0 else arrays[i])
         ctx.out = address(out)
 
+    def loop(ctx, key) -> None:
+        rows = ctx.rows
+        if pool_fn is not None and rows > 1:
+            parallel_for(rows, max(1, 16384 // max(ctx.cols, 1)), pool_fn, pool_ctx[key])
+        else:
+            fn(ctx, 0, rows)
+
+    blocked = None  # the anchor's product with the rest applied block by block
+    current: list[Any] = [None, None, None]  # this call's: the pool's void *, context, key
+    block_fn = (library.block(plan["symbol"]) if block_anchor is not None and anchor is not None
+                and pool is not None else None)
+    if block_fn is not None:
+        blocked = block_anchor(int(ffi.cast("uintptr_t", block_fn)), lambda: current[0],
+                               lambda: loop(current[1], current[2]))
+
     def kernel(*args: np.ndarray) -> None:
         arrays, out = args[:n_inputs], args[n_inputs]
+        if blocked is not None and out.dtype == anchor_out_dtype:
+            ctx, key = context(arrays, out, out)
+            pointers(ctx, arrays, out, out)
+            current[:] = [pool_ctx[key], ctx, key]
+            blocked(*[arrays[i] for i in anchor_args], out)
+            return
         anchor_out = out
         if anchor is not None:
             if anchor_dtype is not None and np.dtype(anchor_dtype) != out.dtype:
@@ -256,9 +300,6 @@ def make_fused_kernel(plan: dict, library: FusedLibrary, n_inputs: int,
             anchor(*[arrays[i] for i in anchor_args], anchor_out)
         ctx, key = context(arrays, out, anchor_out)
         pointers(ctx, arrays, out, anchor_out)
-        rows = ctx.rows
-        if pool_fn is not None and rows > 1:
-            parallel_for(rows, max(1, 16384 // max(ctx.cols, 1)), pool_fn, pool_ctx[key])
-        else:
-            fn(ctx, 0, rows)
+        loop(ctx, key)
+    kernel.in_product = blocked is not None  # the loop runs inside the product, per block
     return kernel

@@ -209,7 +209,10 @@ def _step_dtype(step: dict, arg_types: list[str]) -> str:
 
 
 def _source(symbol: str, operands: list[tuple[str, bool]], lines: list[str], result: str,
-            out_dtype: str) -> str:
+            out_dtype: str, block: bool) -> str:
+    """The kernel: one loop over a run of output columns within an output row (``_run``), called
+    for whole rows by ``symbol`` (the thread pool's loop) and, with ``block``, for the runs of
+    a block of the output by ``symbol_block`` (a product's epilogue, see ``relvm_block_fn``)."""
     out_t = CTYPES[out_dtype]
     decl = [f"    {out_t} *const out = ({out_t} *)c->out;"]
     base = []
@@ -217,37 +220,56 @@ def _source(symbol: str, operands: list[tuple[str, bool]], lines: list[str], res
     for k, (dtype, contiguous) in enumerate(operands):
         t = CTYPES[dtype]
         decl.append(f"    const {t} *const in{k} = (const {t} *)c->inputs[{k}];")
-        base.append(f"            b{k} += coord * c->row_strides[{k}][d];")
+        base.append(f"        b{k} += coord * c->row_strides[{k}][d];")
         index = "j" if contiguous else "0"
-        loads.append(f"            const {_ctype(dtype)} v{k} = p{k}[{index}];")
-    body = "\n".join(f"            {ln}" for ln in lines)
-    starts = "\n".join(f"        int64_t b{k} = 0;" for k in range(len(operands)))
-    ptrs = "\n".join(f"        const {CTYPES[dtype]} *const p{k} = in{k} + b{k};"
+        loads.append(f"        const {_ctype(dtype)} v{k} = p{k}[{index}];")
+    body = "\n".join(f"        {ln}" for ln in lines)
+    starts = "\n".join(f"    int64_t b{k} = 0;" for k in range(len(operands)))
+    ptrs = "\n".join(f"    const {CTYPES[dtype]} *const p{k} = in{k} + b{k};"
                      for k, (dtype, _) in enumerate(operands))
-    return f"""
-RELVM_VECTORIZE void {symbol}(void *ctx, int64_t row_begin, int64_t row_end) {{
-    const relvm_fused_ctx *c = (const relvm_fused_ctx *)ctx;
+    source = f"""
+static inline __attribute__((always_inline)) void {symbol}_run(const relvm_fused_ctx *c,
+                                                                 int64_t r, int64_t j0,
+                                                                 int64_t j1) {{
 {chr(10).join(decl)}
-    const int64_t cols = c->cols;
-    for (int64_t r = row_begin; r < row_end; ++r) {{
 {starts}
-        int64_t rem = r;
-        for (int64_t d = c->row_ndim - 1; d >= 0; --d) {{
-            const int64_t coord = rem % c->row_dims[d];
-            rem /= c->row_dims[d];
+    int64_t rem = r;
+    for (int64_t d = c->row_ndim - 1; d >= 0; --d) {{
+        const int64_t coord = rem % c->row_dims[d];
+        rem /= c->row_dims[d];
 {chr(10).join(base)}
-        }}
+    }}
 {ptrs}
-        {out_t} *const o = out + r * cols;
-        for (int64_t j = 0; j < cols; ++j) {{
+    {out_t} *const o = out + r * c->cols;
+    for (int64_t j = j0; j < j1; ++j) {{
 {chr(10).join(loads)}
 {body}
-            o[j] = ({out_t}){result};
-        }}
+        o[j] = ({out_t}){result};
     }}
+}}
+
+RELVM_VECTORIZE void {symbol}(void *ctx, int64_t row_begin, int64_t row_end) {{
+    const relvm_fused_ctx *c = (const relvm_fused_ctx *)ctx;
+    for (int64_t r = row_begin; r < row_end; ++r) {symbol}_run(c, r, 0, c->cols);
 }}
 const char {symbol}_signature[] = "{signature(operands, out_dtype)}";
 """
+    if block:
+        source += f"""
+RELVM_VECTORIZE void {symbol}_block(void *ctx, int64_t offset, int64_t rows, int64_t cols,
+                                    int64_t ld) {{
+    const relvm_fused_ctx *c = (const relvm_fused_ctx *)ctx;
+    for (int64_t i = 0; i < rows; ++i)
+        for (int64_t at = offset + i * ld, left = cols; left > 0;) {{
+            const int64_t r = at / c->cols, j = at - r * c->cols;
+            const int64_t n = left < c->cols - j ? left : c->cols - j;
+            {symbol}_run(c, r, j, j + n);
+            at += n;
+            left -= n;
+        }}
+}}
+"""
+    return source
 
 
 #: relvm's vectorizable float32 math, the same text the kernel library includes.
@@ -314,7 +336,9 @@ def generate(symbol: str, steps: Sequence[dict], plan: dict, in_dtypes: Sequence
         exprs.append(f"s{j}")
         step_types.append(out)
     loop = [(str(o[1]), bool(o[3])) for o in operands]
-    return _source(symbol, loop, lines, exprs[-1], out_dtype)
+    # In place over the anchor's result, a block at a time, while a product's tile is in cache.
+    block = anchor_dtype is not None and anchor_dtype == out_dtype
+    return _source(symbol, loop, lines, exprs[-1], out_dtype, block)
 
 
 def trailing_ones(step: dict, pos: int, out_ndim: int) -> int:

@@ -4,7 +4,9 @@ A group starts at an *anchor* -- a dense/matmul/conv (pattern ``out_fusable``) o
 elementwise op -- and grows along its single-use consumers that are elementwise or broadcast
 ops producing the same shape (``bias_add``, ``relu``, a residual ``add``, ``clip``, ``sigmoid``,
 ``multiply``, ``cast``, ...). Other operands of those consumers (a bias, a residual) become
-inputs of the group. Groups never cross a function boundary (a closure body is its own region).
+inputs of the group. An elementwise group takes in the group that makes a value of its shape
+all of whose uses are its own (``x * sigmoid(x)``; two chains meeting at a binary op): SiLU
+and GELU join the conv or dense before them. Groups never cross a function boundary (a closure body is its own region).
 A conv's group may end in ``nn.global_avg_pool2d`` (its single consumer): the C kernel then
 averages each output plane as it is computed and never stores the conv's output. A float32
 conv (one group of channels) whose group is only ``[bias_add] [relu]`` takes in the conv that
@@ -112,8 +114,38 @@ def find_groups(module: Module) -> dict[int, list[Call]]:
                     group.append(n)
                     group_of[id(n)] = group
                     break
+    _join_shared(group_of, uses, region)
     _split_pairs(group_of)
     return group_of
+
+
+def _join_shared(group_of: dict[int, list[Call]], uses: dict[int, int],
+                 region: dict[int, tuple]) -> None:
+    """An elementwise group takes in the group (or op) that makes a value of its shape when
+    every use of the value is its own: a value read twice (SiLU ``x * sigmoid(x)`` after a
+    conv, GELU's two branches after a dense), or two chains meeting at a binary op. A chain
+    grows only along one single-use argument, so these ran as several kernels, the values
+    stored and read again. The group taken in goes first (an anchor stays at the start)."""
+    changed = True
+    while changed:
+        changed = False
+        for root, group in list(group_of.items()):
+            if any(c.op.pattern == OUT_FUSABLE for c in group):
+                continue  # one anchor a group, at its start
+            members = {id(c) for c in group}
+            for a in dict.fromkeys(a for c in group for a in c.args if id(a) not in members):
+                reads = sum(1 for c in group for b in c.args if b is a)
+                before = group_of.get(id(a)) or ([a] if _is_op_call(a, _ANCHORS) else None)
+                if (before is None or uses.get(id(a), 0) != reads
+                        or region.get(id(a)) != region.get(id(group[0]))
+                        or before[-1].op.name in _MEAN_TAILS
+                        or not _same_shape(a.checked_type, group[-1].checked_type)
+                        or len(before) + len(group) > MAX_GROUP_OPS):
+                    continue
+                group_of.pop(id(a), None)
+                group_of[root] = before + group
+                changed = True
+                break
 
 
 class _Fuse(Rewriter):

@@ -202,8 +202,10 @@ def _two_convs(case, x, wa, ba, relu_a, wb, bb, relu_b, mean):
     mid = np.full((n, a.oc) + mid_hw, np.nan, np.float32)
     y = np.full((n, b.oc) + b.out_hw(*mid_hw), np.nan, np.float32)
     null = ptr(None)
-    assert lib.relvm_conv2d(0, sa, ptr(x), ptr(wa), ptr(mid), ptr(ba), int(relu_a), null) == 0
-    assert lib.relvm_conv2d(0, sb, ptr(mid), ptr(wb), ptr(y), ptr(bb), int(relu_b), null) == 0
+    assert lib.relvm_conv2d(0, sa, ptr(x), ptr(wa), ptr(mid), ptr(ba), int(relu_a), null, null,
+                            null) == 0
+    assert lib.relvm_conv2d(0, sb, ptr(mid), ptr(wb), ptr(y), ptr(bb), int(relu_b), null, null,
+                            null) == 0
     return y.mean(axis=(2, 3)) if mean else y
 
 

@@ -42,7 +42,7 @@ def _pgemm(a, w, bias=None, per_row=False, relu=False, trans_b=True):
     status = lib.relvm_pgemm(m, n, k, ffi.from_buffer(a), k, ffi.from_buffer(pk),
                              ffi.from_buffer(out), n,
                              ffi.NULL if bias is None else ffi.from_buffer(bias),
-                             int(per_row), int(relu))
+                             int(per_row), int(relu), ffi.NULL, ffi.NULL)
     assert status == 0
     return out
 
@@ -82,7 +82,8 @@ def test_pgemm_non_transposed_b_and_nan():
 
 def test_pgemm_rejects_negative_sizes():
     ffi, lib = load()
-    assert lib.relvm_pgemm(-1, 2, 2, ffi.NULL, 2, ffi.NULL, ffi.NULL, 2, ffi.NULL, 0, 0) == -1
+    assert lib.relvm_pgemm(-1, 2, 2, ffi.NULL, 2, ffi.NULL, ffi.NULL, 2, ffi.NULL, 0, 0, ffi.NULL,
+                           ffi.NULL) == -1
 
 
 # --- fused entries: one C call --------------------------------------------------------------

@@ -229,8 +229,8 @@ def _planned_conv(entry, c_function: str, make_plan, *extra):
 
 @kernel("nn.conv2d", dtypes=("float32",), accepts=_conv_dtypes_ok)
 def make_conv2d(entry):
-    null = library()[0].NULL  # no bias, no relu, weights packed by each call
-    return _planned_conv(entry, "relvm_conv2d", _conv_plan, null, 0, null)
+    null = library()[0].NULL  # no bias, no relu, weights packed by each call, no post
+    return _planned_conv(entry, "relvm_conv2d", _conv_plan, null, 0, null, null, null)
 
 
 # --- conv2d_transpose -----------------------------------------------------------------------------

@@ -29,15 +29,36 @@ ANCHORS = ("nn.dense", "nn.conv2d")
 
 
 @dataclass(frozen=True)
+class Post:
+    """An elementwise epilogue the C kernel runs over each finished block of its output (a
+    generated kernel's ``_block`` function, see ``relvm_block_fn``): ``fn`` its address,
+    ``ctx()`` its loop context for the call under way (set by the fused kernel before it
+    calls the product)."""
+
+    fn: int
+    ctx: Callable[[], Any]
+
+
+@dataclass(frozen=True)
 class Epilogue:
     """What a fused entry does after its product: add input ``bias`` (if not None) along
     ``axis``, then relu, then (a conv only, with ``mean``) average each output plane, as
-    ``nn.global_avg_pool2d`` does."""
+    ``nn.global_avg_pool2d`` does, or run ``post`` over each block."""
 
     bias: int | None
     axis: int
     relu: bool
     mean: bool = False
+    post: Post | None = None
+
+
+def _post_slots(epilogue: Epilogue | None) -> list[tuple]:
+    """The (post, post_ctx) arguments of relvm_pgemm and relvm_conv2d."""
+    post = epilogue.post if epilogue else None
+    if post is None:
+        return [pointer(None), pointer(None)]
+    ffi = library()[0]
+    return [fixed(ffi.cast("relvm_block_fn *", post.fn)), current(post.ctx)]
 
 
 @dataclass(frozen=True)
@@ -237,6 +258,12 @@ def packed_weight(index: int, *fields: str, required: bool = False) -> tuple:
     return ("packed", index, fields, required)
 
 
+def current(getter: Callable[[], Any]) -> tuple:
+    """A slot: ``getter()``, asked at each call (a fused kernel's loop context, set by its
+    caller for this call). A call with such a slot is not bound for replays."""
+    return ("current", getter)
+
+
 def _of(plan: Any, field: str | None) -> Any:
     return plan if field is None else getattr(plan, field)
 
@@ -264,6 +291,9 @@ class Call:
                 template.append(null if what is None else None)
                 if what is not None:
                     pointers.append((place, what))
+            elif kind == "current":
+                template.append(None)
+                values.append(what)
             else:
                 fields, required = more
                 layout = tuple(_of(plan, f) for f in fields) if fields else (plan,)
@@ -271,9 +301,12 @@ class Call:
                 values += layout
                 packs.append((place, what, layout, required))
         self.direct = _direct_call(slots)(c_function, ffi.from_buffer, null, get, *values)
+        replayable = all(kind != "current" for kind, *_ in slots)
 
         def bind(arrays: Sequence[np.ndarray], fixed: Sequence[bool], what: str
                  ) -> Callable | None:
+            if not replayable:
+                return None
             n = len(arrays)
             c_args = template.copy()
             for place, i, layout, required in packs:
@@ -299,6 +332,8 @@ def _layout(slot: tuple) -> tuple:
         return ("array", None if slot[1] is None else int(slot[1]))
     if kind == "packed":
         return ("packed", int(slot[1]), max(1, len(slot[2])), bool(slot[3]))
+    if kind == "current":
+        return ("current",)
     return ("value",)
 
 
@@ -318,6 +353,9 @@ def _direct_call(slots: Sequence[tuple]) -> Callable:
         if slot[0] == "value":
             params.append(f"v{place}")
             c_args.append(f"v{place}")
+        elif slot[0] == "current":
+            params.append(f"v{place}")
+            c_args.append(f"v{place}()")
         elif slot[0] == "array":
             c_args.append("null" if slot[1] is None else f"ptr(arrays[{slot[1]}])")
         else:
@@ -400,11 +438,11 @@ def make_dense(entry, constants, epilogue: Epilogue | None = None,
             return None  # a bias along another axis: the generic kernel's business
         return DensePlan(m, n, k)
 
-    # relvm_pgemm(m, n, k, a, lda, packed b, c, ldc, bias, bias_per_row, relu); a weight that is
-    # not a constant goes to OpenBLAS, through the fallback.
+    # relvm_pgemm(m, n, k, a, lda, packed b, c, ldc, bias, bias_per_row, relu, post,
+    # post_ctx); a weight that is not a constant goes to OpenBLAS, through the fallback.
     slots = [from_plan("m"), from_plan("n"), from_plan("k"), pointer(0), from_plan("k"),
              packed_weight(1, "k", "n", required=True), pointer(-1), from_plan("n"),
-             pointer(bias_at), fixed(0), fixed(relu)]
+             pointer(bias_at), fixed(0), fixed(relu)] + _post_slots(epilogue)
     if fallback is None:  # a plain dense: OpenBLAS for weights that are not constants
         fallback = lambda: linalg._make_gemm(entry, linalg._dense_plan, False, True)  # noqa: E731
     return _kernel(entry.name, plan_for, library()[1].relvm_pgemm, slots,
@@ -431,10 +469,10 @@ def make_conv2d(entry, constants, epilogue: Epilogue | None = None,
             return None  # the mean runs on the GEMM path only: depthwise convs chain
         return plan
 
-    # relvm_conv2d[_mean](dtype, shape, x, w, y, bias, relu, wpacked); dtype 0: float32, the
-    # only one this path takes.
+    # relvm_conv2d_mean(dtype, shape, x, w, y, bias, relu, wpacked) and relvm_conv2d (the
+    # same, then post, post_ctx); dtype 0: float32, the only one this path takes.
     slots = [fixed(0), from_plan(), pointer(0), pointer(1), pointer(-1), pointer(bias_at),
-             fixed(relu), packed_weight(1)]
+             fixed(relu), packed_weight(1)] + ([] if mean else _post_slots(epilogue))
     conv = lib.relvm_conv2d_mean if mean else lib.relvm_conv2d
     return _kernel(entry.name, plan_for, conv, slots, conv_weights(constants), fallback)
 
@@ -501,3 +539,27 @@ def make_fused(entry, constants, fallback: Callable[[], Callable]) -> Callable:
     if anchor.op == "nn.dense":
         return make_dense(anchor, constants, epilogue, fallback)
     return make_conv2d(anchor, constants, epilogue, fallback)
+
+
+def block_anchor(entry, constants, post: Post, whole: Callable[[], None]
+                 ) -> Callable | None:
+    """The product of a fused entry's first step (dense or conv2d, float32) running ``post``
+    over each block of its output while it is in cache: ``kernel(x, w, out)``. Shapes or
+    weights the one-call kernel does not take run the product alone, then ``whole()`` (the
+    epilogue over the whole output). None for products this module does not run."""
+    if entry.op not in ANCHORS or set(entry.inputs) | set(entry.outputs) != {"float32"}:
+        return None
+    from . import BUILDERS  # the plain kernel, for the calls the one-call kernel does not take
+
+    builder = BUILDERS[entry.op]
+
+    def fallback() -> Callable:
+        plain = builder.make(entry, constants) if builder.with_constants else builder.make(entry)
+
+        def product_then_epilogue(*args: np.ndarray) -> None:
+            plain(*args)
+            whole()
+        return product_then_epilogue
+    epilogue = Epilogue(None, -1, False, post=post)
+    make = make_dense if entry.op == "nn.dense" else make_conv2d
+    return make(entry, constants, epilogue, fallback)

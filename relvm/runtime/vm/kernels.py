@@ -222,16 +222,20 @@ def _generated_kernel(entry: KernelEntry, library, backend, constants) -> Callab
     plan = _plan(entry)
     steps = entry.attrs["steps"]
     first = steps[0]
-    anchor = anchor_args = anchor_dtype = None
+    anchor = anchor_args = anchor_dtype = block = None
     if any(o[0] < 0 for o in plan["operands"]):
         anchor_dtype = next(o[1] for o in plan["operands"] if o[0] < 0)
         anchor_args = [i for _, i in first["args"]]
-        anchor = backend.make_kernel(KernelEntry(
-            first["op"], first["op"], first["attrs"],
-            tuple(entry.inputs[i] for i in anchor_args), (anchor_dtype,)), constants)
+        anchor_entry = KernelEntry(first["op"], first["op"], first["attrs"],
+                                   tuple(entry.inputs[i] for i in anchor_args), (anchor_dtype,))
+        anchor = backend.make_kernel(anchor_entry, constants)
+        block_anchor = getattr(backend, "block_anchor", None)
+        if block_anchor is not None:  # the rest applied per block of the product, in cache
+            def block(address: int, ctx: Callable, whole: Callable) -> Callable | None:
+                return block_anchor(anchor_entry, constants, address, ctx, whole)
     thread_pool = getattr(backend, "thread_pool", None)
     pool = thread_pool() if thread_pool is not None else None
     kernel = make_fused_kernel(plan, library, len(entry.inputs), anchor, anchor_args or (),
-                               anchor_dtype, pool, entry.outputs[0], entry.name)
+                               anchor_dtype, pool, entry.outputs[0], entry.name, block)
     kernel.__name__ = entry.name
     return kernel
