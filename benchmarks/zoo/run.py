@@ -206,12 +206,23 @@ def measure(model: Model, args) -> dict:
     result = {"name": model.name, "family": model.family, "source": model.source,
               "inputs": {i.name: [str(d) for d in i.dims] for i in model.inputs},
               "shapes": [model.label(s) for s in model.shapes], "status": "ok", "stage": None,
-              "error": None, "cells": [], "notes": []}
+              "error": None, "cells": [], "complete": False}
     try:
         _measure(model, args, result)
     except StageError as e:
         result.update(status="failed", stage=e.stage, error=e.line)
+    result["complete"] = True
+    save(result, args)
     return result
+
+
+def save(result: dict, args) -> None:
+    """Write the result so far for the parent (after every cell: a model stopped by the
+    timeout or a crash keeps the cells it finished)."""
+    if args.child_json:
+        tmp = args.child_json + ".tmp"
+        Path(tmp).write_text(json.dumps(result))
+        os.replace(tmp, args.child_json)
 
 
 def _measure(model: Model, args, result: dict) -> None:
@@ -259,6 +270,7 @@ def _measure(model: Model, args, result: dict) -> None:
         except StageError as e:
             result["static_error"] = f"{e.stage}: {e.line}"
 
+    save(result, args)
     for k in threads:
         relvm.set_num_threads(k)
         for index in args.shapes:
@@ -278,6 +290,7 @@ def _measure(model: Model, args, result: dict) -> None:
             print(f"  {model.name} {cell['shape']} threads={k}: " + ", ".join(
                 f"{key}={v:.4g}" if isinstance(v, float) else f"{key}={v}"
                 for key, v in shown.items()), flush=True)
+            save(result, args)
     del built, static, sessions, ov_models
     gc.collect()
     caches.cleanup()
@@ -351,17 +364,20 @@ def run_child(model: Model, args) -> dict:
                                   cwd=tmp)
             stderr, code = proc.stderr, proc.returncode
         except subprocess.TimeoutExpired as e:
-            stderr, code = (e.stderr or b"").decode(errors="replace"), "timeout"
+            stderr, code = e.stderr or "", "timeout"
+            stderr = stderr.decode(errors="replace") if isinstance(stderr, bytes) else stderr
         wall = time.perf_counter() - start
+        result = {"name": model.name, "family": model.family, "source": model.source,
+                  "cells": []}
         if os.path.exists(out):
             result = json.loads(Path(out).read_text())
-        else:
+        if not result.get("complete"):
             lines = [ln for ln in (stderr or "").strip().splitlines() if ln.strip()]
-            why = (f"no result after {args.timeout} s" if code == "timeout"
+            why = (f"stopped after {args.timeout:.0f} s" if code == "timeout"
                    else f"exit {code}: {lines[-1] if lines else ''}")
-            result = {"name": model.name, "family": model.family, "source": model.source,
-                      "status": "failed", "stage": "crash", "error": why[:300], "cells": []}
-            if lines:
+            result.update(status="failed", stage="timeout" if code == "timeout" else "crash",
+                          error=why[:300])
+            if lines and code != "timeout":
                 sys.stderr.write("\n".join(lines[-15:]) + "\n")
         result["wall_s"] = wall
         return result
@@ -482,7 +498,8 @@ def parse(argv=None):
     p.add_argument("--no-static", dest="static", action="store_false",
                    help="skip the static copy (the symbolic/static ratio)")
     p.add_argument("--check-only", action="store_true", help="check outputs, time nothing")
-    p.add_argument("--timeout", type=float, default=1800, help="seconds per model (1800)")
+    p.add_argument("--timeout", type=float, default=600,
+                   help="seconds per model (600); the cells it finished are kept")
     p.add_argument("--memory-limit", type=float, default=_default_memory_gib(),
                    help="GiB of data each model's process may use (default: half the RAM; "
                    "0: no limit)")
