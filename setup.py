@@ -22,6 +22,10 @@ setup(
         "test": ["pytest>=7", "hypothesis>=6.80"],
         "bench": ["onnx>=1.15", "onnxruntime>=1.17", "matplotlib>=3.5"],
         "onnx": ["onnx>=1.15"],
+        # benchmarks/zoo only (exporting real networks, and the peers it times); never needed
+        # by relvm itself or its tests
+        "zoo": ["torch>=2.5", "torchvision>=0.20", "transformers>=4.45", "onnxscript>=0.1",
+                "onnx>=1.15", "onnxruntime>=1.17", "openvino>=2024.0"],
     },
     setup_requires=["cffi>=1.15", "scipy-openblas32>=0.3.27"],
     cffi_modules=["kernels/build.py:ffibuilder"],

@@ -27,7 +27,8 @@ def median_us(fn: Callable[[], object], repeat: int = 15, number: int | None = N
 
 
 def interleaved_us(fns: dict[str, Callable[[], object]], rounds: int = 7, repeat: int = 5,
-                   number: int | None = None, settle: float = 0.05) -> dict[str, float]:
+                   number: int | None = None, settle: float = 0.05,
+                   warmup: int = 50) -> dict[str, float]:
     """Median over ``rounds`` of each function's ``median_us``, the functions taking turns.
 
     Each round measures every function once, in an order rotated from round to round, so a
@@ -35,7 +36,8 @@ def interleaved_us(fns: dict[str, Callable[[], object]], rounds: int = 7, repeat
     medians then drops the rounds it spoiled. Before each measurement the process rests
     ``settle`` seconds: thread pools spin for a while after their last call (relvm's and ORT's
     alike), and a pool still spinning would take a core from the runtime measured next.
-    Comparisons between the results are fair.
+    Comparisons between the results are fair. ``warmup`` calls precede each measurement (fewer
+    for models whose one call takes a good part of a second).
     """
     names = list(fns)
     per_round: dict[str, list[float]] = {name: [] for name in names}
@@ -43,7 +45,8 @@ def interleaved_us(fns: dict[str, Callable[[], object]], rounds: int = 7, repeat
         shift = r % len(names)
         for name in names[shift:] + names[:shift]:
             time.sleep(settle)
-            per_round[name].append(median_us(fns[name], repeat=repeat, number=number))
+            per_round[name].append(median_us(fns[name], repeat=repeat, number=number,
+                                             warmup=warmup))
     return {name: statistics.median(times) for name, times in per_round.items()}
 
 

@@ -1,0 +1,564 @@
+"""relvm vs ONNX Runtime and OpenVINO on the zoo of real networks: 3 shapes, 1 and 2 threads.
+
+Run: ``python benchmarks/zoo/run.py [--models a,b] [--threads 1,2] [--rounds N] [--shapes 0,2]
+[--json out.json] [--no-openvino] [--no-static] [--check-only]`` (``pip install ".[zoo]"``;
+models missing from the cache are exported first, see ``export.py``). Each model runs in a
+process of its own (a crash or a hang costs that model only): relvm imports and builds it once
+with every dim symbolic (timed), ONNX Runtime makes a session per thread count (timed), OpenVINO
+compiles it per thread count (timed). At every shape relvm's outputs are checked against ORT's
+(rtol 1e-4, atol 1e-4 x max|ORT output|), then the engines are timed in interleaved rounds. One
+shape per model is also run on a static copy of the model (its input dims fixed, built by relvm
+alike) for the symbolic/static ratio. A model relvm fails to import, build or run, or whose
+outputs differ, is reported with the stage and the error's first line and left out of the
+geometric means; the run goes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]  # the zoo's modules, then benchmarks/common.py
+from catalog import BY_NAME, MODELS, Model  # noqa: E402
+
+from common import interleaved_us  # noqa: E402
+
+RTOL = 1e-4
+
+
+def cpu_model() -> str:
+    """lscpu's "Model name" (or /proc/cpuinfo's "model name")."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name:"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def gemm_isa() -> str:
+    """The instruction set relvm's packed GEMM chose on this CPU. relvm has no public call for
+    it: this reads the kernel library's ``relvm_pgemm_isa()`` (as relvm's kernel tests do)."""
+    try:
+        from relvm.backends.native import load
+
+        ffi, lib = load()
+        return ffi.string(lib.relvm_pgemm_isa()).decode()
+    except Exception as e:  # noqa: BLE001 -- reported, not fatal
+        return f"unknown ({type(e).__name__})"
+
+
+def first_line(e: BaseException) -> str:
+    """The error's type and first line (OpenVINO's first lines only say where it was thrown)."""
+    text = [line for line in str(e).strip().splitlines()
+            if not line.startswith(("Exception from", "Check '"))]
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
+
+
+class StageError(Exception):
+    def __init__(self, stage: str, error: BaseException | str):
+        self.stage = stage
+        self.line = error if isinstance(error, str) else first_line(error)
+        super().__init__(f"{stage}: {self.line}")
+
+
+def stage(name: str, fn, *args, **kwargs):
+    """Call fn, turning any exception into a StageError for ``name``."""
+    try:
+        return fn(*args, **kwargs)
+    except StageError:
+        raise
+    except Exception as e:  # noqa: BLE001 -- every failure of relvm is a finding
+        raise StageError(name, e) from e
+
+
+def timed(fn, *args, **kwargs):
+    start = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return out, time.perf_counter() - start
+
+
+def compare(got: list, want: list) -> float:
+    """Check relvm's outputs against ORT's; return max|got - want| / max|want| over outputs."""
+    if len(got) != len(want):
+        raise AssertionError(f"{len(got)} outputs, ORT has {len(want)}")
+    worst = 0.0
+    for i, (g, w) in enumerate(zip(got, want)):
+        g, w = np.asarray(g), np.asarray(w)
+        if g.shape != w.shape:
+            raise AssertionError(f"output {i}: shape {g.shape}, ORT {w.shape}")
+        if w.dtype.kind not in "fc":
+            np.testing.assert_array_equal(g, w, err_msg=f"output {i}")
+            continue
+        scale = float(np.max(np.abs(w))) if w.size else 0.0
+        if not np.all(np.isfinite(w)):
+            raise AssertionError(f"output {i}: ORT's output is not finite")
+        np.testing.assert_allclose(g, w, rtol=RTOL, atol=RTOL * scale, err_msg=f"output {i}")
+        if w.size and scale > 0:
+            worst = max(worst, float(np.max(np.abs(g.astype(np.float64) - w))) / scale)
+    return worst
+
+
+def relative_error(got: list, want: list) -> float | None:
+    """max|got - want| / max|want| without asserting (for OpenVINO, which is not gated)."""
+    try:
+        return compare(got, want)
+    except AssertionError:
+        worst = 0.0
+        for g, w in zip(got, want):
+            g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
+            if g.shape != w.shape:
+                return None
+            scale = float(np.max(np.abs(w))) if w.size else 0.0
+            if scale > 0:
+                worst = max(worst, float(np.max(np.abs(g - w))) / scale)
+        return worst
+
+
+def static_copy(path: Path, feeds: dict[str, np.ndarray]):
+    """The model with each graph input's dims fixed to the shape of its feed."""
+    import onnx
+
+    proto = onnx.load(str(path))
+    for inp in proto.graph.input:
+        if inp.name not in feeds:
+            continue
+        dims = inp.type.tensor_type.shape.dim
+        shape = feeds[inp.name].shape
+        while len(dims) < len(shape):
+            dims.add()
+        for d, n in zip(dims, shape):
+            d.Clear()
+            d.dim_value = n
+    return proto
+
+
+def as_list(out) -> list:
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+class Relvm:
+    """One relvm build: import + compile timed; a runner per feed writing into fixed outputs."""
+
+    def __init__(self, source, what: str):
+        import relvm
+        from relvm.frontend.onnx import from_onnx
+
+        (mod, params), self.import_s = timed(stage, f"{what}import", from_onnx, source)
+        exe, self.compile_s = timed(stage, f"{what}build", relvm.build, mod, params=params)
+        self.vm = stage(f"{what}build", relvm.VirtualMachine, exe)
+        self.what = what
+
+    def runner(self, inputs: list[np.ndarray]):
+        """Run once (returning the outputs) and a callable repeating the call into
+        preallocated outputs (invoke_with_outputs), or through invoke where that is refused."""
+        got = as_list(stage(f"{self.what}run", self.vm.invoke, "main", *inputs))
+        outs = [np.empty_like(np.asarray(g)) for g in got]
+        try:
+            self.vm.invoke_with_outputs("main", input_args=inputs, output_args=outs)
+            for o, g in zip(outs, got):
+                np.testing.assert_array_equal(o, g)
+            return got, (lambda: self.vm.invoke_with_outputs("main", input_args=inputs,
+                                                             output_args=outs))
+        except Exception:  # noqa: BLE001 -- fall back to invoke, as a user would
+            return got, (lambda: self.vm.invoke("main", *inputs))
+
+
+def ort_session(path: Path, threads: int):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3  # no warnings about unused initializers
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def openvino_model(path: Path, threads: int):
+    import openvino as ov
+
+    return ov.Core().compile_model(str(path), "CPU", {"INFERENCE_NUM_THREADS": threads,
+                                                      "PERFORMANCE_HINT": "LATENCY"})
+
+
+def measure(model: Model, args) -> dict:
+    """Everything about one model, in this process; failures become the result's stage/error."""
+    result = {"name": model.name, "family": model.family, "source": model.source,
+              "inputs": {i.name: [str(d) for d in i.dims] for i in model.inputs},
+              "shapes": [model.label(s) for s in model.shapes], "status": "ok", "stage": None,
+              "error": None, "cells": [], "complete": False}
+    try:
+        _measure(model, args, result)
+    except StageError as e:
+        result.update(status="failed", stage=e.stage, error=e.line)
+    result["complete"] = True
+    save(result, args)
+    return result
+
+
+def save(result: dict, args) -> None:
+    """Write the result so far for the parent (after every cell: a model stopped by the
+    timeout or a crash keeps the cells it finished)."""
+    if args.child_json:
+        tmp = args.child_json + ".tmp"
+        Path(tmp).write_text(json.dumps(result))
+        os.replace(tmp, args.child_json)
+
+
+def _measure(model: Model, args, result: dict) -> None:
+    import relvm
+
+    import export
+
+    path = stage("export", export.ensure, model)
+    if path is None:
+        raise StageError("export", f"package {model.package[0]} is not installed")
+    result["file"] = str(path)
+    threads = args.threads
+    sessions, result["ort_session_s"] = {}, {}
+    for k in threads:
+        sessions[k], result["ort_session_s"][str(k)] = timed(stage, "ort", ort_session, path, k)
+    names = [i.name for i in sessions[threads[0]].get_inputs()]
+
+    ov_models, result["openvino_compile_s"] = {}, {}
+    if args.openvino:
+        try:
+            for k in threads:
+                ov_models[k], result["openvino_compile_s"][str(k)] = timed(openvino_model, path, k)
+        except Exception as e:  # noqa: BLE001 -- a peer's failure is noted, not ours
+            ov_models = {}
+            result["openvino_error"] = first_line(e)
+
+    # Each build compiles its fused kernels afresh (a cache dir of its own), as a first build
+    # does; the kernel cache would otherwise make the second build of a model look free.
+    caches = tempfile.TemporaryDirectory(prefix="relvm-zoo-")
+    os.environ["RELVM_CACHE_DIR"] = os.path.join(caches.name, "symbolic")
+    built = Relvm(str(path), "")
+    result["import_s"], result["compile_s"] = built.import_s, built.compile_s
+    print(f"  {model.name}: relvm import {built.import_s:.1f} s + build {built.compile_s:.1f} s",
+          flush=True)
+
+    static_index = model.static_shape if model.static_shape in args.shapes else None
+    static = None
+    if args.static and static_index is not None:
+        feeds = model.feeds(model.shapes[static_index])
+        os.environ["RELVM_CACHE_DIR"] = os.path.join(caches.name, "static")
+        try:
+            static = Relvm(static_copy(path, feeds), "static ")
+            result["static_import_s"], result["static_compile_s"] = (static.import_s,
+                                                                     static.compile_s)
+        except StageError as e:
+            result["static_error"] = f"{e.stage}: {e.line}"
+
+    save(result, args)
+    for k in threads:
+        relvm.set_num_threads(k)
+        for index in args.shapes:
+            if index >= len(model.shapes):
+                continue
+            cell = {"threads": k, "shape": model.label(model.shapes[index]),
+                    "dims": model.shapes[index]}
+            result["cells"].append(cell)
+            try:
+                _cell(model, index, k, names, built, static if index == static_index else None,
+                      sessions[k], ov_models.get(k), args, cell)
+            except StageError as e:
+                cell["error"] = f"{e.stage}: {e.line}"
+                if result["status"] == "ok":
+                    result.update(status="failed", stage=e.stage, error=e.line)
+            shown = {key: v for key, v in cell.items() if key not in ("threads", "shape", "dims")}
+            print(f"  {model.name} {cell['shape']} threads={k}: " + ", ".join(
+                f"{key}={v:.4g}" if isinstance(v, float) else f"{key}={v}"
+                for key, v in shown.items()), flush=True)
+            save(result, args)
+    del built, static, sessions, ov_models
+    gc.collect()
+    caches.cleanup()
+
+
+def _cell(model: Model, index: int, k: int, names: list[str], built: Relvm, static, sess,
+          compiled, args, cell: dict) -> None:
+    feeds_by_name = model.feeds(model.shapes[index])
+    feeds = {n: feeds_by_name[n] for n in names}
+    inputs = list(feeds.values())
+    want = sess.run(None, feeds)
+    got, run_relvm = built.runner(inputs)
+    fns = {"relvm": run_relvm, "ort": lambda: sess.run(None, feeds)}
+    if compiled is not None:
+        try:
+            request = compiled.create_infer_request()
+            result = request.infer(feeds)
+            got_ov = [result[o] for o in compiled.outputs]
+            cell["openvino_max_rel_err"] = relative_error(got_ov, want)
+            fns["openvino"] = lambda: request.infer(feeds, share_inputs=True)
+        except Exception as e:  # noqa: BLE001 -- a peer's failure is noted, not ours
+            cell["openvino_error"] = first_line(e)
+    try:
+        cell["max_rel_err"] = compare(got, want)
+    except AssertionError as e:
+        cell["max_rel_err"] = relative_error(got, want)
+        if "openvino_max_rel_err" in cell:  # is ORT the odd one out?
+            cell["relvm_vs_openvino_rel_err"] = relative_error(got, got_ov)
+        lines = str(e).strip().splitlines()
+        raise StageError("mismatch", lines[0] + " -- " + " ".join(
+            line.strip() for line in lines if "Max" in line)) from e
+    if static is not None:
+        try:
+            got_static, fns["relvm_static"] = static.runner(inputs)
+            cell["static_max_rel_err"] = compare(got_static, want)
+        except (StageError, AssertionError) as e:
+            fns.pop("relvm_static", None)
+            cell["static_error"] = (f"{e.stage}: {e.line}" if isinstance(e, StageError)
+                                    else "mismatch: " + str(e).strip().splitlines()[0])
+    if args.check_only:
+        return
+    start = time.perf_counter()
+    run_relvm()
+    once = time.perf_counter() - start
+    warmup = 1 if once > 0.1 else max(2, min(50, int(0.1 / max(once, 1e-6))))
+    times = interleaved_us(fns, rounds=args.rounds, repeat=args.repeat, warmup=warmup)
+    for name, us in times.items():
+        cell[f"{name}_ms"] = us / 1e3
+
+
+# --- the parent: one process per model, then the report ----------------------------------
+
+def child_command(name: str, args, out: str) -> list[str]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", name, "--child-json", out,
+           "--threads", ",".join(map(str, args.threads)), "--rounds", str(args.rounds),
+           "--repeat", str(args.repeat), "--shapes", ",".join(map(str, args.shapes))]
+    cmd += [] if args.openvino else ["--no-openvino"]
+    cmd += [] if args.static else ["--no-static"]
+    cmd += ["--check-only"] if args.check_only else []
+    cmd += ["--memory-limit", str(args.memory_limit)]
+    return cmd
+
+
+def run_child(model: Model, args) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "result.json")
+        start = time.perf_counter()
+        try:
+            proc = subprocess.run(child_command(model.name, args, out), stdout=None,
+                                  stderr=subprocess.PIPE, text=True, timeout=args.timeout,
+                                  cwd=tmp)
+            stderr, code = proc.stderr, proc.returncode
+        except subprocess.TimeoutExpired as e:
+            stderr, code = e.stderr or "", "timeout"
+            stderr = stderr.decode(errors="replace") if isinstance(stderr, bytes) else stderr
+        wall = time.perf_counter() - start
+        result = {"name": model.name, "family": model.family, "source": model.source,
+                  "cells": []}
+        if os.path.exists(out):
+            result = json.loads(Path(out).read_text())
+        if not result.get("complete"):
+            lines = [ln for ln in (stderr or "").strip().splitlines() if ln.strip()]
+            why = (f"stopped after {args.timeout:.0f} s" if code == "timeout"
+                   else f"exit {code}: {lines[-1] if lines else ''}")
+            result.update(status="failed", stage="timeout" if code == "timeout" else "crash",
+                          error=why[:300])
+            if lines and code != "timeout":
+                sys.stderr.write("\n".join(lines[-15:]) + "\n")
+        result["wall_s"] = wall
+        return result
+
+
+def geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v and v > 0]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def fmt(value, spec: str = ".2f", width: int = 7) -> str:
+    return f"{value:{width}{spec}}" if isinstance(value, (int, float)) else f"{'-':>{width}}"
+
+
+def report(results: list[dict], args, header: dict) -> dict:
+    print(f"\nrelvm zoo -- CPU: {header['cpu']}; relvm GEMM ISA: {header['gemm_isa']}; "
+          f"threads {','.join(map(str, args.threads))}; {args.rounds} rounds")
+    print("  versions: " + ", ".join(f"{k} {v}" for k, v in header["versions"].items()))
+    print("\nModels (seconds: relvm import + build of the symbolic model, of the static copy; "
+          "ORT session, OpenVINO compile at the first thread count)")
+    print(f"  {'model':<22} {'family':<9} {'relvm':>13} {'static':>7} {'ORT':>6} {'OV':>6} "
+          f"{'max rel err':>11}  status")
+    k0 = str(args.threads[0])
+    for r in results:
+        errs = [c.get("max_rel_err") for c in r["cells"] if c.get("max_rel_err") is not None]
+        build = (f"{r['import_s']:5.1f}+{r['compile_s']:5.1f}s" if "compile_s" in r
+                 else f"{'-':>13}")
+        static = (r.get("static_import_s", 0) + r["static_compile_s"]
+                  if "static_compile_s" in r else None)
+        status = "ok" if r["status"] == "ok" else f"{r['stage']}: {r['error']}"
+        notes = [f"static {r['static_error']}"] if r.get("static_error") else []
+        notes += [f"OpenVINO {r['openvino_error']}"] if r.get("openvino_error") else []
+        print(f"  {r['name']:<22} {r['family']:<9} {build} {fmt(static, '.1f')} "
+              f"{fmt(r.get('ort_session_s', {}).get(k0), '.1f', 6)} "
+              f"{fmt(r.get('openvino_compile_s', {}).get(k0), '.1f', 6)} "
+              f"{fmt(max(errs) if errs else None, '.1e', 11)}  {status}"
+              + ("".join(f"; {n}" for n in notes)))
+
+    summary = {"geomean": {}}
+    if args.check_only:
+        return summary
+    print("\nMedian ms per call; ratios below 1: relvm faster")
+    print(f"  {'model':<22} {'shape':<34} {'thr':>3} {'relvm':>9} {'ORT':>9} {'OV':>9} "
+          f"{'r/ORT':>6} {'r/OV':>6} {'sym/stat':>8}")
+    for r in results:
+        for c in r["cells"]:
+            if "relvm_ms" not in c:
+                if c.get("error"):
+                    print(f"  {r['name']:<22} {c['shape']:<34} {c['threads']:>3} {c['error']}")
+                continue
+            c["relvm_ort"] = c["relvm_ms"] / c["ort_ms"]
+            c["relvm_openvino"] = (c["relvm_ms"] / c["openvino_ms"] if "openvino_ms" in c
+                                   else None)
+            c["symbolic_static"] = (c["relvm_ms"] / c["relvm_static_ms"]
+                                    if "relvm_static_ms" in c else None)
+            print(f"  {r['name']:<22} {c['shape']:<34} {c['threads']:>3} "
+                  f"{fmt(c['relvm_ms'], '.2f', 9)} {fmt(c['ort_ms'], '.2f', 9)} "
+                  f"{fmt(c.get('openvino_ms'), '.2f', 9)} {fmt(c['relvm_ort'], '.2f', 6)} "
+                  f"{fmt(c['relvm_openvino'], '.2f', 6)} {fmt(c['symbolic_static'], '.2f', 8)}")
+    print("\nGeometric means over the cells of the models that passed (every shape):")
+    for k in args.threads:
+        cells = [c for r in results if r["status"] == "ok" for c in r["cells"]
+                 if c["threads"] == k and "relvm_ms" in c]
+        g = {key: geomean([c.get(key) for c in cells])
+             for key in ("relvm_ort", "relvm_openvino", "symbolic_static")}
+        counts = {key: sum(1 for c in cells if c.get(key)) for key in g}
+        summary["geomean"][k] = {"values": g, "cells": counts}
+        print(f"  {k} thread{'s' if k > 1 else ' '}: relvm/ORT {fmt(g['relvm_ort'], '.3f', 6)} "
+              f"({counts['relvm_ort']} cells), relvm/OpenVINO "
+              f"{fmt(g['relvm_openvino'], '.3f', 6)} ({counts['relvm_openvino']} cells), "
+              f"symbolic/static {fmt(g['symbolic_static'], '.3f', 6)} "
+              f"({counts['symbolic_static']} models)")
+    failed = [r["name"] for r in results if r["status"] != "ok"]
+    if failed:
+        print(f"  left out (failed): {', '.join(failed)}")
+    return summary
+
+
+def limit_memory(gib: float) -> None:
+    """Cap this process's data (heap and anonymous maps): a model that asks for more fails
+    with a MemoryError in its own stage instead of waking the kernel's OOM killer."""
+    import resource
+
+    if gib > 0:
+        limit = int(gib * 2**30)
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+
+
+def _default_memory_gib() -> float:
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 0
+    return round(total / 2**30 / 2, 1)
+
+
+def versions() -> dict:
+    out = {"python": platform.python_version()}
+    for name in ("relvm", "numpy", "onnx", "onnxruntime", "openvino"):
+        try:
+            out[name] = __import__(name).__version__
+        except Exception:  # noqa: BLE001
+            out[name] = "missing"
+    return out
+
+
+def parse(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", help="comma-separated names (default: all): "
+                   + ",".join(m.name for m in MODELS))
+    p.add_argument("--threads", default="1,2", help="thread counts (default 1,2)")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    p.add_argument("--repeat", type=int, default=3,
+                   help="timed runs per engine in each round, of which the median (default 3)")
+    p.add_argument("--shapes", default="0,1,2", help="indices of each model's shapes (0,1,2)")
+    p.add_argument("--json", help="write every result to this file")
+    p.add_argument("--no-openvino", dest="openvino", action="store_false")
+    p.add_argument("--no-static", dest="static", action="store_false",
+                   help="skip the static copy (the symbolic/static ratio)")
+    p.add_argument("--check-only", action="store_true", help="check outputs, time nothing")
+    p.add_argument("--timeout", type=float, default=600,
+                   help="seconds per model (600); the cells it finished are kept")
+    p.add_argument("--memory-limit", type=float, default=_default_memory_gib(),
+                   help="GiB of data each model's process may use (default: half the RAM; "
+                   "0: no limit)")
+    p.add_argument("--list", action="store_true", help="print the zoo and exit")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--child-json", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    args.threads = [int(t) for t in args.threads.split(",")]
+    args.shapes = [int(s) for s in args.shapes.split(",")]
+    if args.openvino:
+        try:
+            import openvino  # noqa: F401
+        except ImportError:
+            print("(OpenVINO is not installed: --no-openvino)")
+            args.openvino = False
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    if args.child:
+        limit_memory(args.memory_limit)
+        result = measure(BY_NAME[args.child], args)
+        Path(args.child_json).write_text(json.dumps(result))
+        return 0
+    names = args.models.split(",") if args.models else [m.name for m in MODELS]
+    if args.list:
+        for m in (BY_NAME[n] for n in names):
+            inputs = ", ".join(f"{i.name}[{', '.join(map(str, i.dims))}]" for i in m.inputs)
+            print(f"{m.name} ({m.family}): {m.source}\n    inputs {inputs}\n    shapes "
+                  + "; ".join(m.label(s) for s in m.shapes)
+                  + f" (static copy: {m.label(m.shapes[m.static_shape])})")
+        return 0
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown:
+        sys.exit(f"unknown models: {', '.join(unknown)}")
+    header = {"cpu": cpu_model(), "gemm_isa": gemm_isa(), "versions": versions(),
+              "cores": os.cpu_count()}
+    print(f"CPU: {header['cpu']} ({header['cores']} cores); relvm GEMM ISA: "
+          f"{header['gemm_isa']}", flush=True)
+    start = time.perf_counter()
+    results = []
+    for name in names:
+        print(f"== {name}", flush=True)
+        results.append(run_child(BY_NAME[name], args))
+        r = results[-1]
+        print(f"== {name}: {'ok' if r['status'] == 'ok' else r['stage'] + ': ' + r['error']} "
+              f"({r['wall_s']:.0f} s)", flush=True)
+    summary = report(results, args, header)
+    total = time.perf_counter() - start
+    print(f"\ntotal {total:.0f} s ({total / 60:.1f} min)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(
+            {**header, "args": {k: v for k, v in vars(args).items() if k not in ("child",
+                                                                               "child_json")},
+             "total_s": total, "models": results, **summary}, indent=1))
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
