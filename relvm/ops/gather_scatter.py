@@ -9,7 +9,8 @@ Relay leaves indices outside an axis undefined; relvm gives them ONNX's meaning 
   for axis 1 of size 5"), never a read or a write outside the tensor.
 - ``gather_nd`` and ``scatter_nd`` take Relay's layout: the index tuples lie along the *first*
   axis of ``indices``, (M, Y_0, ..., Y_{K-1}); ONNX's lie along the last (the importer
-  transposes them). M must be static (it decides the result's rank).
+  transposes them). gather_nd's M must be static, or given as ``index_rank`` (it decides the
+  result's rank; kernel entries record it); scatter_nd's follows from the ranks.
 - ``gather`` and ``scatter_elements`` take ``indices`` of the data's rank; along the other axes
   an index tensor may be shorter than the data (it then addresses the leading part).
 - A scatter writes its updates in row-major order of ``indices``. With ``update``, when several
@@ -204,15 +205,30 @@ def _gather_nd_ref(attrs, x, indices):
     return table[rows.reshape(-1)].reshape(indices.shape[1:] + x.shape[b + m:])
 
 
+def _gather_nd_entry_attrs(attrs, data, indices) -> dict:
+    """The call's attrs with index_rank set: an entry's dtypes and ranks do not show M."""
+    return dict(attrs, index_rank=_tuple_length(attrs, tensor_arg(indices, "indices").shape))
+
+
 register("gather_nd", inputs=("data", "indices"), infer=_gather_nd_type, reference=_gather_nd_ref,
          pattern=INJECTIVE, attrs=[attr("batch_dims", INT, 0), attr("index_rank", OPT_INT, None)],
+         entry_attrs=_gather_nd_entry_attrs,
          doc="out[y..., :] = data[b..., indices[:, b..., y...], :]: index tuples along indices' "
              "first axis (ONNX GatherND with its last axis moved first)")
 
 
 def _scatter_nd_m(attrs, data: Sequence[Dim], indices: Sequence[Dim],
                   updates: Sequence[Dim]) -> int:
-    m = _tuple_length(attrs, indices)
+    """M, from indices' first dim or else from the ranks (updates have indices' dims but the
+    first, then data's past M), checked against every shape."""
+    if not indices:
+        raise OpTypeError("indices must have rank 1 or more (the index tuples along axis 0)")
+    m = indices[0]
+    if not isinstance(m, int):
+        m = len(indices) - 1 + len(data) - len(updates)
+        if m < 0 or differ(indices[0], m):
+            raise OpTypeError(f"indices {fmt_shape(indices)} and updates {fmt_shape(updates)} "
+                              f"do not fit data {fmt_shape(data)}")
     if m > len(data):
         raise OpTypeError(f"index tuples of length {m} do not fit data {fmt_shape(data)}")
     want = tuple(indices[1:]) + tuple(data[m:])
