@@ -87,6 +87,7 @@ BINARY(divide_i32, i32, i32, y == 0 ? 0 : (y == -1 ? (i32)(0 - (uint32_t)x) : x 
 BINARY(divide_i8, i8, i8, y == 0 ? 0 : x / y) /* promoted to int: -128 / -1 cannot trap */
 BINARY(divide_u8, u8, u8, y == 0 ? 0 : x / y)
 COMPARISONS(b8, u8)
+COMPARISONS(f16, f16) /* _Float16 compares exactly, as float (IsNaN is x != x) */
 BINARY(logical_and_b8, u8, u8, x && y)
 BINARY(logical_or_b8, u8, u8, x || y)
 
@@ -95,9 +96,9 @@ BINARY(logical_or_b8, u8, u8, x || y)
     {[RELVM_FLOAT32] = OP##_f32, [RELVM_FLOAT64] = OP##_f64, [RELVM_INT64] = OP##_i64,        \
      [RELVM_INT32] = OP##_i32, [RELVM_INT8] = OP##_i8, [RELVM_UINT8] = OP##_u8}
 #define ALL_OF(OP)                                                                            \
-    {[RELVM_FLOAT32] = OP##_f32, [RELVM_FLOAT64] = OP##_f64, [RELVM_INT64] = OP##_i64,        \
-     [RELVM_INT32] = OP##_i32, [RELVM_INT8] = OP##_i8, [RELVM_UINT8] = OP##_u8,               \
-     [RELVM_BOOL] = OP##_b8}
+    {[RELVM_FLOAT32] = OP##_f32, [RELVM_FLOAT64] = OP##_f64, [RELVM_FLOAT16] = OP##_f16,      \
+     [RELVM_INT64] = OP##_i64, [RELVM_INT32] = OP##_i32, [RELVM_INT8] = OP##_i8,              \
+     [RELVM_UINT8] = OP##_u8, [RELVM_BOOL] = OP##_b8}
 
 static const binary_fn binary_table[RELVM_NUM_BINARY][RELVM_NUM_DTYPES] = {
     [RELVM_ADD] = NUMBERS_OF(add),

@@ -56,6 +56,8 @@ UNARY(negative_u8, u8, u8, 0 - x)
 UNARY(abs_u8, u8, u8, x)
 UNARY(sign_u8, u8, u8, x > 0)
 UNARY(logical_not_b8, u8, u8, !x)
+/* float16 |x|: its sign bit cleared (IsInf is |x| == inf). */
+UNARY(abs_f16, uint16_t, uint16_t, x & 0x7fff)
 
 #define FLOATS_OF(OP) {[RELVM_FLOAT32] = OP##_f32, [RELVM_FLOAT64] = OP##_f64}
 #define NUMBERS_OF(OP)                                                                        \
@@ -69,7 +71,10 @@ static const unary_fn unary_table[RELVM_NUM_UNARY][RELVM_NUM_DTYPES] = {
     [RELVM_RSQRT] = FLOATS_OF(rsqrt),      [RELVM_ERF] = FLOATS_OF(erf),
     [RELVM_FLOOR] = FLOATS_OF(floor),      [RELVM_CEIL] = FLOATS_OF(ceil),
     [RELVM_ROUND] = FLOATS_OF(round),      [RELVM_NEGATIVE] = NUMBERS_OF(negative),
-    [RELVM_ABS] = NUMBERS_OF(abs),         [RELVM_SIGN] = NUMBERS_OF(sign),
+    [RELVM_ABS] = {[RELVM_FLOAT32] = abs_f32, [RELVM_FLOAT64] = abs_f64,
+                   [RELVM_FLOAT16] = abs_f16, [RELVM_INT64] = abs_i64, [RELVM_INT32] = abs_i32,
+                   [RELVM_INT8] = abs_i8, [RELVM_UINT8] = abs_u8},
+    [RELVM_SIGN] = NUMBERS_OF(sign),
     [RELVM_LOGICAL_NOT] = {[RELVM_BOOL] = logical_not_b8},
 };
 

@@ -288,3 +288,125 @@ RELVM_EXPORT int relvm_reduce(int op, int dtype, int select_last, const void *x,
     relvm_parallel_for(units, relvm_max64(1, RELVM_GRAIN / per_unit), reduce_range, &j);
     return RELVM_OK;
 }
+
+/* --- logsumexp: per output, a pass for the maximum, then one summing exp(x - max) ------------ */
+
+/* The result from the maximum m, whether a NaN was seen, and the sum of exp(x - m). */
+static inline double lse_result(double m, int nan, double sum) {
+    if (nan) return NAN;
+    if (!(m > -INFINITY && m < INFINITY)) return m; /* all -inf (or none), or an inf */
+    return m + log(sum);
+}
+
+static inline int lse_shifts(double m) { return m > -INFINITY && m < INFINITY; }
+
+#define LSE_WALKS(S, T)                                                                       \
+    static void lse_rows_##S(const struct reduce_job *j, int64_t begin, int64_t end) {        \
+        const int inner = j->nred - 1;                                                        \
+        const int64_t run = j->nred ? j->red_shape[inner] : 1;                                \
+        const int64_t step = j->nred ? j->red_stride[inner] : 0;                              \
+        const int64_t runs = run ? j->count / run : 0;                                        \
+        for (int64_t o = begin; o < end; ++o) {                                               \
+            const T *base = (const T *)(const void *)j->x +                                   \
+                            offset_of(o, j->nkept, j->kept_shape, j->kept_stride);            \
+            double m = -INFINITY, sum = 0;                                                    \
+            int nan = 0;                                                                      \
+            for (int64_t q = 0; q < runs; ++q) {                                              \
+                const T *x = base + (inner > 0                                                \
+                    ? offset_of(q, inner, j->red_shape, j->red_stride) : 0);                  \
+                for (int64_t i = 0; i < run; ++i) {                                           \
+                    const double v = (double)x[i * step];                                     \
+                    if (v != v) nan = 1;                                                      \
+                    else if (v > m) m = v;                                                    \
+                }                                                                             \
+            }                                                                                 \
+            if (!nan && lse_shifts(m))                                                        \
+                for (int64_t q = 0; q < runs; ++q) {                                          \
+                    const T *x = base + (inner > 0                                            \
+                        ? offset_of(q, inner, j->red_shape, j->red_stride) : 0);              \
+                    for (int64_t i = 0; i < run; ++i) sum += exp((double)x[i * step] - m);    \
+                }                                                                             \
+            ((T *)(void *)j->out)[o] = (T)lse_result(m, nan, sum);                            \
+        }                                                                                     \
+    }                                                                                         \
+    /* Up to LANES neighbouring outputs at once, as COLUMN_WALK. */                           \
+    static void lse_columns_##S(const struct reduce_job *j, int64_t begin, int64_t end) {     \
+        const int64_t tiles = (j->lanes + LANES - 1) / LANES;                                 \
+        double m[LANES], sum[LANES];                                                          \
+        int nan[LANES];                                                                       \
+        for (int64_t u = begin; u < end; ++u) {                                               \
+            const int64_t row = u / tiles, first = u % tiles * LANES;                         \
+            const int64_t n = relvm_min64(LANES, j->lanes - first);                           \
+            const T *base = (const T *)(const void *)j->x + first +                           \
+                            offset_of(row, j->nkept - 1, j->kept_shape, j->kept_stride);      \
+            for (int64_t l = 0; l < n; ++l) {                                                 \
+                m[l] = -INFINITY;                                                             \
+                sum[l] = 0;                                                                   \
+                nan[l] = 0;                                                                   \
+            }                                                                                 \
+            for (int64_t r = 0; r < j->count; ++r) {                                          \
+                const T *x = base + offset_of(r, j->nred, j->red_shape, j->red_stride);       \
+                for (int64_t l = 0; l < n; ++l) {                                             \
+                    const double v = (double)x[l];                                            \
+                    if (v != v) nan[l] = 1;                                                   \
+                    else if (v > m[l]) m[l] = v;                                              \
+                }                                                                             \
+            }                                                                                 \
+            for (int64_t r = 0; r < j->count; ++r) {                                          \
+                const T *x = base + offset_of(r, j->nred, j->red_shape, j->red_stride);       \
+                for (int64_t l = 0; l < n; ++l)                                               \
+                    if (!nan[l] && lse_shifts(m[l])) sum[l] += exp((double)x[l] - m[l]);      \
+            }                                                                                 \
+            for (int64_t l = 0; l < n; ++l)                                                   \
+                ((T *)(void *)j->out)[row * j->lanes + first + l] =                           \
+                    (T)lse_result(m[l], nan[l], sum[l]);                                      \
+        }                                                                                     \
+    }
+
+LSE_WALKS(f32, f32)
+LSE_WALKS(f64, f64)
+LSE_WALKS(f16, f16)
+
+static void lse_range(void *ctx, int64_t begin, int64_t end) {
+    const struct reduce_job *j = ctx;
+#define DISPATCH(S)                                                                           \
+    if (j->lanes) lse_columns_##S(j, begin, end);                                             \
+    else lse_rows_##S(j, begin, end);                                                         \
+    return;
+    switch (j->dtype) {
+    case RELVM_FLOAT32: DISPATCH(f32)
+    case RELVM_FLOAT64: DISPATCH(f64)
+    default: DISPATCH(f16)
+    }
+#undef DISPATCH
+}
+
+RELVM_EXPORT int relvm_logsumexp(int dtype, const void *x, void *out, int nkept,
+                                 const int64_t *kept_shape, const int64_t *kept_strides,
+                                 int nred, const int64_t *red_shape,
+                                 const int64_t *red_strides) {
+    if (dtype != RELVM_FLOAT32 && dtype != RELVM_FLOAT64 && dtype != RELVM_FLOAT16)
+        return RELVM_UNSUPPORTED;
+    struct reduce_job j = {0};
+    int64_t outputs = 1;
+    j.dtype = dtype;
+    j.nkept = nkept;
+    j.nred = nred;
+    j.count = 1;
+    j.x = x;
+    j.out = out;
+    if (!copy_dims(nkept, kept_shape, kept_strides, j.kept_shape, j.kept_stride, &outputs) ||
+        !copy_dims(nred, red_shape, red_strides, j.red_shape, j.red_stride, &j.count))
+        return RELVM_UNSUPPORTED;
+    if (outputs == 0) return RELVM_OK;
+    int64_t units = outputs;
+    if (nkept > 0 && kept_strides[nkept - 1] == 1 && !(nred > 0 && red_strides[nred - 1] == 1)) {
+        j.lanes = kept_shape[nkept - 1];
+        units = outputs / j.lanes * ((j.lanes + LANES - 1) / LANES);
+    }
+    /* Two passes and an exp per position: about as heavy per element as exp itself. */
+    const int64_t lanes = j.lanes ? relvm_min64(j.lanes, LANES) : 1;
+    const int64_t per_unit = relvm_max64(1, 2 * j.count * lanes);
+    relvm_parallel_for(units, relvm_max64(1, RELVM_GRAIN_HEAVY / per_unit), lse_range, &j);
+    return RELVM_OK;
+}

@@ -1,4 +1,4 @@
-/* Reductions over any set of axes: sum, prod, mean, max, min, argmax, argmin. */
+/* Reductions over any set of axes: sum, prod, mean, max, min, argmax, argmin; logsumexp. */
 #ifndef RELVM_REDUCE_H
 #define RELVM_REDUCE_H
 #include <stdint.h>
@@ -19,4 +19,11 @@ int relvm_reduce_supported(int op, int dtype);
 int relvm_reduce(int op, int dtype, int select_last, const void *x, void *out, int nkept,
                  const int64_t *kept_shape, const int64_t *kept_strides, int nred,
                  const int64_t *red_shape, const int64_t *red_strides);
+
+/* out[o] = m + log(sum(exp(x - m))) over x's reduced positions, m their maximum, in double (so
+ * no exp overflows): m itself when m is infinite, NaN if any position is NaN, -inf for none.
+ * float32, float64 or float16 x and out; the dims as relvm_reduce's. */
+int relvm_logsumexp(int dtype, const void *x, void *out, int nkept, const int64_t *kept_shape,
+                    const int64_t *kept_strides, int nred, const int64_t *red_shape,
+                    const int64_t *red_strides);
 #endif

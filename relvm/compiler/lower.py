@@ -533,7 +533,9 @@ class FunctionLowering:
             return dst
         outs = list(tensor_types(out_type))
         out_regs = [self.alloc(t) for t in outs]
-        k = self.program.kernel(op, dict(call.attrs), in_types, outs, groups, call)
+        attrs = dict(call.attrs) if op.entry_attrs is None else op.entry_attrs(
+            call.attrs, *[a.checked_type for a in call.args])
+        k = self.program.kernel(op, attrs, in_types, outs, groups, call)
         self.emit("InvokePacked", kernel=k, inputs=in_regs, outputs=out_regs)
         if isinstance(out_type, TupleType):
             return self.pack(out_type, iter(out_regs))

@@ -1,7 +1,7 @@
 """The op registry and every op's definition. Importing this package registers all ops."""
 
-from . import (conv, dynamic, elementwise, indexing, nn, pool, reduce,  # noqa: F401 (registration)
-               transform)
+from . import (conv, dynamic, elementwise, gather_scatter, indexing, nn,  # noqa: F401
+               pool, reduce, transform)  # (registration)
 from . import conv_transpose, image, recurrent  # noqa: F401 (ops the ONNX importer needs)
 from .registry import OPS, Op, get_op
 

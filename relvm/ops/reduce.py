@@ -1,4 +1,4 @@
-"""Reductions: ``sum``, ``mean``, ``max``, ``min``, ``prod``, ``argmax``, ``argmin``.
+"""Reductions: ``sum``, ``mean``, ``max``, ``min``, ``prod``, ``argmax``, ``argmin``, ``logsumexp``.
 
 All take Relay's ``axis`` (None for every axis, an int, or a list), ``keepdims`` and ``exclude``
 (reduce over every axis *not* listed; ignored when ``axis`` is None, as in Relay). ``axis=[]``
@@ -15,6 +15,9 @@ Semantics fixed here, which the kernels follow:
 * ``max``/``min`` propagate NaN; ``argmax``/``argmin`` return the first NaN, like NumPy, or
   the last one with ``select_last_index``. Over several axes, ``argmax`` indexes the reduced
   axes flattened in row-major order. The index dtype is int32, as Relay's.
+* ``logsumexp`` (float dtypes) is ``m + log(sum(exp(x - m)))`` with ``m`` the maximum, in
+  float64, so no exp overflows; it is ``m`` itself when ``m`` is infinite (all ``-inf``, or
+  an ``inf``), NaN if any value is NaN, and ``-inf`` over an empty axis.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import numpy as np
 
 from ..ir.dims import Dim
 from ..ir.types import TensorType
-from .common import NUMERIC, check_dtype, normalize_axes, tensor_arg
+from .common import FLOATS, NUMERIC, check_dtype, normalize_axes, tensor_arg
 from .registry import BOOL, OPT_INT_OR_INTS, REDUCE, attr, register
 
 
@@ -45,10 +48,10 @@ def reduced_shape(shape: Sequence[Dim], axes: tuple[int, ...], keepdims: bool) -
     return tuple(1 if i in axes else d for i, d in enumerate(shape) if keepdims or i not in axes)
 
 
-def _reduce_type(index_dtype: str | None):
+def _reduce_type(index_dtype: str | None, allowed=NUMERIC, what="a numeric dtype"):
     def infer(attrs, d):
         data = tensor_arg(d, "data")
-        check_dtype(data, "data", NUMERIC, "a numeric dtype")
+        check_dtype(data, "data", allowed, what)
         shape = reduced_shape(data.shape, reduced_axes(attrs, data.ndim), attrs.keepdims)
         return TensorType(shape, index_dtype or data.dtype)
     return infer
@@ -137,3 +140,20 @@ _register("max", _extreme(np.max, "max"), "maximum over axes (NaN propagates)")
 _register("min", _extreme(np.min, "min"), "minimum over axes (NaN propagates)")
 _register("argmax", _arg_extreme(np.argmax, "argmax"), "int32 index of the maximum", index=True)
 _register("argmin", _arg_extreme(np.argmin, "argmin"), "int32 index of the minimum", index=True)
+
+
+def _logsumexp_ref(attrs, x):
+    axes = reduced_axes(attrs, x.ndim)
+    wide = x.astype(np.float64)
+    # np.max propagates NaN; initial=-inf gives -inf over an empty axis.
+    m = np.max(wide, axis=axes, keepdims=True, initial=-np.inf)
+    shift = np.where(np.isfinite(m), m, 0.0)
+    with np.errstate(divide="ignore"):
+        total = np.log(np.sum(np.exp(wide - shift), axis=axes, keepdims=True)) + shift
+    out = np.where(np.isfinite(m), total, m)
+    return out.reshape(reduced_shape(x.shape, axes, attrs.keepdims)).astype(x.dtype)
+
+
+register("logsumexp", inputs=("data",), infer=_reduce_type(None, FLOATS, "a float dtype"),
+         reference=_logsumexp_ref, pattern=REDUCE, attrs=_ATTRS,
+         doc="log(sum(exp(x))) over axes, shifted by the maximum (no overflow)")

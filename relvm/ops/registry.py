@@ -179,6 +179,10 @@ class Op:
     data_dependent: bool = False
     #: Inputs of a data-dependent op whose values decide the output shape.
     shape_inputs: tuple[int, ...] = field(default=())
+    #: ``entry_attrs(attrs, *arg_types) -> dict``: the attributes a kernel entry of a call
+    #: records, when its argument types fix one that its dtypes and ranks alone do not (a loaded
+    #: file's entries are checked by those alone): gather_nd's index_rank. None: the call's.
+    entry_attrs: Callable[..., dict] | None = None
 
     def __repr__(self) -> str:
         return f"Op({self.name})"
@@ -231,12 +235,13 @@ OPS: dict[str, Op] = {}
 def register(name: str, *, inputs: Sequence[str], infer: Callable[..., Type],
              reference: Callable[..., Any], pattern: str, doc: str,
              attrs: Sequence[AttrSpec] = (), data_dependent: bool = False,
-             shape_inputs: Sequence[int] = ()) -> Op:
+             shape_inputs: Sequence[int] = (), entry_attrs: Callable[..., dict] | None = None
+             ) -> Op:
     """Add an op to the registry. ``infer(attrs, *arg_types)`` and ``reference(attrs, *arrays)``."""
     assert name not in OPS, f"op {name} registered twice"
     assert pattern in PATTERNS, pattern
     op = Op(name, tuple(inputs), tuple(attrs), infer, reference, pattern, doc,
-            data_dependent, tuple(shape_inputs))
+            data_dependent, tuple(shape_inputs), entry_attrs)
     OPS[name] = op
     return op
 

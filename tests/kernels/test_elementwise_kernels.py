@@ -162,6 +162,17 @@ def test_max_min_and_comparisons_with_nan(check):
         check(op, {}, [a, b])
 
 
+def test_float16_comparisons_and_abs(check, rand):
+    """What the ONNX import of IsNaN (x != x) and IsInf (|x| == inf) runs on float16."""
+    special = np.array([np.nan, -np.nan, np.inf, -np.inf, -0.0, 0.0, 65504, -6e-8, 1], np.float16)
+    x = np.concatenate([special, rand((200,), "float16", -60000, 60000)]).astype(np.float16)
+    for op in ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal"):
+        check(op, {}, [x, x[::-1].copy()])
+        check(op, {}, [x, np.array(np.inf, np.float16)])
+    check("abs", {}, [x])
+    assert np.signbit(check("abs", {}, [special])[0]).sum() == 0
+
+
 def test_binary_refuses_mismatched_output(c_kernel, rand):
     kernel = c_kernel("add", {}, ["float32", "float32"], ["float32"])
     with pytest.raises(ValueError, match="do not broadcast"):

@@ -101,3 +101,34 @@ def test_negative_nan_and_signed_zeros_in_vector_extremes(check, dtype):
         check(op, {"axis": [1]}, [x])
     check("nn.softmax", {"axis": 1}, [x])
     check("nn.global_max_pool2d", {}, [x.reshape(1, 4, 1, 67)])
+
+
+# --- logsumexp ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("axis", AXES, ids=str)
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_logsumexp(check, rand, shape, axis, keepdims):
+    # Values up to 500: exp alone would overflow float32 (and float64 past 710).
+    check("logsumexp", {"axis": axis, "keepdims": keepdims}, [rand(shape, "float32", -500, 500)],
+          rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+@pytest.mark.parametrize("axis,exclude", [([1], False), ([1], True), ([0, 2], False),
+                                          (None, False), ([], False)], ids=str)
+def test_logsumexp_dtypes(check, rand, dtype, axis, exclude):
+    check("logsumexp", {"axis": axis, "exclude": exclude}, [rand((4, 5, 6), dtype, -800, 800)],
+          rtol=1e-6 if dtype != "float16" else 1e-3, atol=0)
+
+
+def test_logsumexp_special_values(check):
+    inf, nan = np.inf, np.nan
+    rows = np.array([[1, 2, 3], [-inf, -inf, -inf], [inf, 1, -inf], [nan, 1, inf],
+                     [-inf, 0, -inf], [1e30, 1e30, -1e30]], np.float32)
+    want = check("logsumexp", {"axis": [1]}, [rows])[0]
+    assert np.isneginf(want[1]) and np.isposinf(want[2]) and np.isnan(want[3]) and want[4] == 0
+    check("logsumexp", {"axis": [0]}, [np.ascontiguousarray(rows.T)])  # the column walk
+    empty = check("logsumexp", {"axis": [1]}, [np.empty((3, 0), np.float64)])[0]
+    assert np.isneginf(empty).all()
+    check("logsumexp", {"axis": [0]}, [np.empty((0, 3), np.float32)])

@@ -224,7 +224,8 @@ for n in (4, 40, 400):                          # for every sequence length
   training_mode. Otherwise the error names the node and input, and `needs_constant` lists the
   graph inputs to pass as `from_onnx(model, freeze={name: value})`. `auto_pad=SAME_*` with a
   stride above 1, ConvTranspose's `output_shape` and Resize's `keep_aspect_ratio_policy` need
-  static spatial dims; Squeeze without axes needs a static shape.
+  static spatial dims; Squeeze without axes needs a static shape; the last dim of GatherND's
+  and ScatterND's indices (the length of an index tuple) must be static, as it decides a rank.
 - **Errors.** `RelvmImportError` (a `relvm.RelvmError`). A model with op types relvm has no
   converter for fails with one error listing every such type (subgraphs included), with a node of
   each; a node that cannot be converted fails with a message naming it and its op type.
@@ -247,12 +248,25 @@ run-time shape rule for them.
 | `image.resize2d(data)` | ONNX Resize over H and W of NCHW: `size` (static) or `scale` (output `floor(in*scale)` exactly over the float's value, so `h*2` stays symbolic); nearest (4 rounding modes), linear, cubic (`cubic_alpha`, `cubic_exclude`), `antialias`, 7 coordinate transformations (`roi`/`extrapolation_value` for tf_crop_and_resize). Separable, axis by axis, as onnx's reference; source coordinates computed in float32 as ONNX Runtime does. |
 | `nn.lstm(data, weight_ih, weight_hh, bias, sequence_lens, initial_h, initial_c, peephole)` | ONNX LSTM (layout 0, gates `iofc`) over the whole sequence → `(Y, Y_h, Y_c)`; forward/reverse/bidirectional, per-direction activations with alpha/beta, `clip`, `input_forget`. An empty `sequence_lens` means full length; `initial_*` may have batch 1 (broadcast). |
 | `nn.gru(data, weight_ih, weight_hh, bias, sequence_lens, initial_h)` | ONNX GRU (gates `zrh`) → `(Y, Y_h)`, with `linear_before_reset`; same conventions. |
+| `gather(data, indices)`, `scatter_elements(data, indices, updates)` | Relay's ops: ONNX GatherElements and ScatterElements along `axis` (`reduction` update/add/mul/min/max). |
+| `gather_nd(data, indices)`, `scatter_nd(data, indices, updates)` | Relay's ops, index tuples along the *first* axis of `indices` (the importer moves ONNX's last axis first; a constant's transpose is folded): GatherND with `batch_dims`, ScatterND with `mode` update/add/mul/min/max. |
+| `logsumexp(data)` | ReduceLogSumExp: `m + log(sum(exp(x - m)))`, `m` the maximum, in float64 (no overflow; `-inf` over an empty axis). |
+
+The gathers and scatters take ONNX's index rules: a negative index counts from the end once;
+any other index outside its axis is a run-time error naming it (`RelvmRuntimeError`: "gather_nd:
+index 7 is out of range for axis 1 of size 5"), never a read or write outside the tensor. A
+scatter applies its updates in row-major order of the indices, so with `update` the last of
+several updates to one element wins (ONNX leaves that undefined; ONNX Runtime's CPU kernels do
+the same).
 
 ONNX ops with no direct relvm op are composed from existing ones: Gelu (erf or tanh form),
 HardSigmoid/HardSwish (`clip`), PRelu (`where`), LayerNormalization over several axes, with its
 Mean and InvStdDev outputs (`mean`, `rsqrt`), training-mode BatchNormalization (batch statistics
 and momentum updates), Pad's `wrap` mode (`concatenate` of slices), integer Pow (in float64),
-MatMul's broadcasting batch dims (a product summed over K when they are not provably equal).
+MatMul's broadcasting batch dims (a product summed over K when they are not provably equal),
+IsNaN (`x != x`) and IsInf (`|x| == inf`, or `x == ±inf`), ReduceL1/L2/SumSquare/LogSum (`sum`
+of `abs` or `x * x`, then `sqrt` or `log`; integers in float64 where a root or log is taken, then
+truncated, float16 in float32, as ONNX Runtime).
 """
 
 PROSE_CONFORMANCE = """## Conformance: the ONNX backend test suite
@@ -270,7 +284,8 @@ cases are those whose every input and output is float32, int64, int32 or bool.
 The *symbolic dims* run rewrites every dim of every graph input to its own `dim_param`
 (`in0_0`, `in0_1`, ...), so each model is compiled once for any shape and the case's shapes
 arrive only at run time; the lengths of 1-d inputs holding shapes (Reshape's target, Slice's
-starts, ...) stay static, being ranks.
+starts, ...) stay static, being ranks, and so does the last dim of GatherND's and ScatterND's
+indices (the length of an index tuple).
 
 `pip install ".[test,onnx]" onnxruntime && pytest tests/onnx` runs both
 (`test_backend_static.py`, `test_backend_symbolic.py`) with the importer, new-op and real-model

@@ -8,7 +8,8 @@ rest are fed at run time.
 ``SymbolicRelvmBackend`` first rewrites every dim of every graph input to its own ``dim_param``
 (``x_0``, ``x_1``, ...), so the model is compiled once for any shape and the test's shapes only
 arrive at run time. The lengths of 1-d integer inputs that hold a shape (Reshape's target, Slice's
-starts...) stay static: they are ranks.
+starts...) stay static: they are ranks. So does the last dim of GatherND's and ScatterND's
+indices: the length of each index tuple, which decides the result's rank.
 
 Models are built as users build them, ``relvm.build(mod, params=params)``: C kernels, fusion on.
 The cases the C backend has no kernel for (``conformance.NUMPY_ONLY``, by graph name) are built
@@ -37,7 +38,11 @@ KERNEL_BACKEND = os.environ.get("RELVM_TEST_BACKEND", "c")
 SHAPE_INPUTS = {"Reshape": (1,), "Expand": (1,), "ConstantOfShape": (0,), "Slice": (1, 2, 3, 4),
                 "Pad": (1, 3), "Resize": (1, 2, 3), "Split": (1,), "Squeeze": (1,),
                 "Unsqueeze": (1,), "ReduceSum": (1,), "ReduceMean": (1,), "ReduceMax": (1,),
-                "ReduceMin": (1,), "ReduceProd": (1,), "Tile": (1,)}
+                "ReduceMin": (1,), "ReduceProd": (1,), "ReduceL1": (1,), "ReduceL2": (1,),
+                "ReduceLogSum": (1,), "ReduceLogSumExp": (1,), "ReduceSumSquare": (1,),
+                "Tile": (1,)}
+#: Dims of inputs that decide a rank, by op type: {input: axis}. They stay static too.
+RANK_DIMS = {"GatherND": {1: -1}, "ScatterND": {1: -1}}
 
 
 def symbolic_model(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -47,10 +52,16 @@ def symbolic_model(model: onnx.ModelProto) -> onnx.ModelProto:
     initializers = {t.name for t in graph.initializer}
     keep = {node.input[i] for node in graph.node for i in SHAPE_INPUTS.get(node.op_type, ())
             if i < len(node.input)}
+    rank_dims = {node.input[i]: axis for node in graph.node
+                 for i, axis in RANK_DIMS.get(node.op_type, {}).items() if i < len(node.input)}
     for k, vi in enumerate(graph.input):
         if vi.name in initializers or vi.name in keep:
             continue
-        for axis, d in enumerate(vi.type.tensor_type.shape.dim):
+        dims = vi.type.tensor_type.shape.dim
+        static = rank_dims[vi.name] % len(dims) if vi.name in rank_dims and dims else None
+        for axis, d in enumerate(dims):
+            if axis == static:
+                continue
             d.Clear()
             d.dim_param = f"in{k}_{axis}"
     return out

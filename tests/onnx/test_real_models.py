@@ -99,3 +99,25 @@ def test_ppocr_v4_recognition():
              for shape in [(1, 3, 48, 80), (2, 3, 48, 160), (1, 3, 48, 320), (2, 3, 48, 248)]]
     check_against_ort(path, feeds, ["Tensor[(p2o_DynamicDimension_0, 3, ?, "
                                     "p2o_DynamicDimension_1), float32]"])
+
+
+#: Transformer exports made by the benchmark zoo (benchmarks/zoo); $RELVM_ZOO_DIR overrides.
+ZOO = os.environ.get("RELVM_ZOO_DIR", os.path.expanduser("~/.cache/relvm/zoo"))
+
+
+@pytest.mark.parametrize("name", ["minilm_dynamo", "bert_base_dynamo"])
+def test_torch_dynamo_transformer_exports(name):
+    """torch.onnx's dynamo exports of BERT-style encoders: their attention mask is built with
+    GatherND (aten.index). Random token ids, the second half of some rows padded."""
+    path = os.path.join(ZOO, f"{name}.onnx")
+    if not os.path.exists(path):
+        pytest.skip(f"{path} is absent (made by benchmarks/zoo)")
+    rng = np.random.default_rng(4)
+    feeds = []
+    for batch, seq in ((2, 16), (1, 7), (3, 33)):
+        mask = np.ones((batch, seq), np.int64)
+        mask[1:, seq // 2 + 1:] = 0
+        feeds.append({"input_ids": rng.integers(0, 1000, (batch, seq)).astype(np.int64),
+                      "attention_mask": mask,
+                      "token_type_ids": np.zeros((batch, seq), np.int64)})
+    check_against_ort(path, feeds, ["Tensor[(batch, sequence), int64]"] * 3)

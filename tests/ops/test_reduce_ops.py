@@ -211,3 +211,34 @@ def test_result_dtypes(dtype):
     for name in VALUE_OPS + INDEX_OPS:
         for axis, keepdims in itertools.product([None, 0, [0, 1]], [False, True]):
             checked(name, x, axis=axis, keepdims=keepdims)
+
+
+# --- logsumexp ----------------------------------------------------------------------------------
+
+def test_logsumexp_types():
+    x = T((n, 3, m))
+    assert infer("logsumexp", x, axis=1) == T((n, m))
+    assert infer("logsumexp", x, axis=[0, 2], keepdims=True) == T((1, 3, 1))
+    assert infer("logsumexp", T((n,), "float16")) == T((), "float16")
+    assert OPS["logsumexp"].pattern == "reduce"
+    with pytest.raises(OpTypeError, match="data must have a float dtype, got int32"):
+        infer("logsumexp", T((n,), "int32"))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_logsumexp_is_stable_and_exact(dtype):
+    x = (RNG.standard_normal((4, 6)) * 300).astype(dtype)  # exp(x) overflows float32 and float64
+    got = checked("logsumexp", x, axis=1)
+    for row, value in zip(x.astype(np.float64), got):
+        top = row.max()
+        want = top + math.log(math.fsum(math.exp(v - top) for v in row))
+        assert value == pytest.approx(want, rel=1e-6 if dtype == "float32" else 1e-13)
+
+
+def test_logsumexp_special_values():
+    inf, nan = np.inf, np.nan
+    x = np.array([[-inf, -inf], [inf, 1], [nan, inf], [-inf, 3]], np.float32)
+    got = checked("logsumexp", x, axis=1)
+    np.testing.assert_array_equal(got, [-inf, inf, nan, 3])
+    assert np.isneginf(checked("logsumexp", np.zeros((2, 0), np.float32), axis=1)).all()
+    np.testing.assert_array_equal(checked("logsumexp", x[3:], axis=[]), x[3:])

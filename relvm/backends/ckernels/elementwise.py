@@ -20,11 +20,11 @@ UNARY = {
     "sqrt": ("RELVM_SQRT", FLOATS), "rsqrt": ("RELVM_RSQRT", FLOATS),
     "erf": ("RELVM_ERF", FLOATS), "floor": ("RELVM_FLOOR", FLOATS),
     "ceil": ("RELVM_CEIL", FLOATS), "round": ("RELVM_ROUND", FLOATS),
-    "negative": ("RELVM_NEGATIVE", NUMBERS), "abs": ("RELVM_ABS", NUMBERS),
+    "negative": ("RELVM_NEGATIVE", NUMBERS), "abs": ("RELVM_ABS", NUMBERS + ("float16",)),
     "sign": ("RELVM_SIGN", NUMBERS), "logical_not": ("RELVM_LOGICAL_NOT", ("bool",)),
 }
 
-_COMPARED = NUMBERS + ("bool",)
+_COMPARED = NUMBERS + ("float16", "bool")
 BINARY = {
     "add": ("RELVM_ADD", NUMBERS), "subtract": ("RELVM_SUBTRACT", NUMBERS),
     "multiply": ("RELVM_MULTIPLY", NUMBERS), "divide": ("RELVM_DIVIDE", NUMBERS),

@@ -1,12 +1,13 @@
-"""C kernels for the reductions: sum, prod, mean, max, min, argmax, argmin over any axes."""
+"""C kernels for the reductions: sum, prod, mean, max, min, argmax, argmin and logsumexp over
+any axes."""
 
 from __future__ import annotations
 
 from ...ops.reduce import reduced_axes, reduced_shape
 from ...ops.transform import at_run_time
 from . import kernel
-from .common import CODE, NUMBERS, attrs_of, check_rank, contiguous_strides, int64s, library
-from .common import remember, shape_error
+from .common import CODE, NUMBERS, attrs_of, check, check_rank, contiguous_strides, int64s
+from .common import library, remember, shape_error
 
 # op -> the C enum constant (kernels/reduce.h).
 REDUCE = {"sum": "RELVM_SUM", "prod": "RELVM_PROD", "mean": "RELVM_MEAN", "max": "RELVM_MAX",
@@ -71,3 +72,21 @@ def make_reduce(entry):
 
 for _op in REDUCE:
     kernel(_op, dtypes=NUMBERS)(make_reduce)
+
+
+@kernel("logsumexp", dtypes=("float32", "float64", "float16"))
+def make_logsumexp(entry):
+    ffi, lib = library()
+    dt, attrs = CODE[entry.inputs[0]], attrs_of(entry)
+    logsumexp, ptr, plans = lib.relvm_logsumexp, ffi.from_buffer, {}
+
+    def run(x, out):
+        key = (x.shape, out.shape)
+        plan = plans.get(key)
+        if plan is None:
+            plan = remember(plans, key, _plan("logsumexp", attrs, *key))
+        if out.size:
+            nkept, kshape, kstrides, nred, rshape, rstrides = plan
+            check(logsumexp(dt, ptr(x), ptr(out), nkept, kshape, kstrides, nred, rshape,
+                            rstrides), f"logsumexp {key}")
+    return run

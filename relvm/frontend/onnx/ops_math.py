@@ -64,6 +64,26 @@ def where(n: Node):
     return n.call("where", n.x(0), n.x(1), n.x(2))
 
 
+# IsNaN and IsInf are comparisons, exact and fused with what follows (every C kernel and the
+# generated code keep IEEE comparisons: no -ffinite-math-only). x < x is false for every x,
+# NaN included: "nothing is detected", in x's shape.
+@converter("IsNaN")
+def is_nan(n: Node):
+    x = n.x(0)
+    return n.call("not_equal", x, x)
+
+
+@converter("IsInf")
+def is_inf(n: Node):
+    x, dtype = n.x(0), n.dtype(0)
+    positive, negative = bool(n.attr("detect_positive", 1)), bool(n.attr("detect_negative", 1))
+    if not dtype.startswith("float") or not (positive or negative):
+        return n.call("less", x, x)
+    if positive and negative:
+        return n.call("equal", n.call("abs", x), scalar(n, math.inf, dtype))
+    return n.call("equal", x, scalar(n, math.inf if positive else -math.inf, dtype))
+
+
 # --- activations -----------------------------------------------------------------------------------
 
 def _float_scalar(n: Node, value: float) -> object:
@@ -178,10 +198,10 @@ _REDUCE = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max", "Reduce
            "ReduceProd": "prod"}
 
 
-@converter(*_REDUCE)
-def reduce(n: Node):
-    rank, dtype = n.rank(0), n.dtype(0)
-    keepdims = bool(n.attr("keepdims", 1))
+def _reduce_axes(n: Node) -> tuple[list[int] | None, bool]:
+    """(sorted axes, keepdims) of a Reduce* node; axes None for noop_with_empty_axes with none
+    given. Axes come from the attribute (before opset 18, or 13 for ReduceSum) or the input."""
+    rank = n.rank(0)
     if "axes" in n.attrs:
         axes = list(n.attr("axes"))
     elif n.has(1):
@@ -190,9 +210,17 @@ def reduce(n: Node):
         axes = []
     if not axes:
         if n.attr("noop_with_empty_axes", 0):
-            return n.value(0)
+            return None, True
         axes = list(range(rank))
-    axes = sorted(norm_axes(n, axes, rank))
+    return sorted(norm_axes(n, axes, rank)), bool(n.attr("keepdims", 1))
+
+
+@converter(*_REDUCE)
+def reduce(n: Node):
+    dtype = n.dtype(0)
+    axes, keepdims = _reduce_axes(n)
+    if axes is None:
+        return n.value(0)
     op = _REDUCE[n.op_type]
     x = n.x(0)
     if op in ("max", "min") and any(n.shape(0)[a] == 0 for a in axes):
@@ -203,6 +231,49 @@ def reduce(n: Node):
         y = n.call(op, n.call("cast", x, dtype="uint8"), axis=axes, keepdims=keepdims)
         return n.call("cast", y, dtype="bool")
     return n.call(op, x, axis=axes, keepdims=keepdims)
+
+
+# ReduceL1, L2, SumSquare and LogSum are sums of an elementwise op, then one on the result;
+# LogSumExp is relvm's logsumexp (max-shifted, so stable). Over no axes (noop_with_empty_axes)
+# each is its elementwise ops alone, as in ONNX Runtime: |x|, |x|, x*x, log(x), x.
+_NORMS = ("ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp")
+
+
+@converter(*_NORMS)
+def reduce_norm(n: Node):
+    dtype = n.dtype(0)
+    if dtype == "bool":
+        raise n.fail(f"{n.op_type} of bool tensors is not supported")
+    axes, keepdims = _reduce_axes(n)
+    x = n.x(0)
+    # float16 is computed in float32; integers in their own dtype where the ops are exact
+    # (|x|, x*x, sums wrap as ONNX Runtime's do), in float64 for sqrt/log/exp, then truncated.
+    inner = "float32" if dtype == "float16" else dtype
+    if inner != dtype:
+        x = n.call("cast", x, dtype=inner)
+    real = inner if inner.startswith("float") else "float64"
+    op = n.op_type
+
+    def total(y):
+        return y if axes is None else n.call("sum", y, axis=axes, keepdims=keepdims)
+
+    def as_real(y):
+        return y if real == inner else n.call("cast", y, dtype=real)
+
+    if op == "ReduceL1":
+        y = total(n.call("abs", x))
+    elif op == "ReduceSumSquare":
+        y = total(n.call("multiply", x, x))
+    elif op == "ReduceL2":
+        y = n.call("abs", x) if axes is None else n.call("sqrt", as_real(
+            total(n.call("multiply", x, x))))
+    elif op == "ReduceLogSum":
+        y = n.call("log", as_real(total(x)))
+    elif axes is None:  # ReduceLogSumExp of one element is itself
+        y = x
+    else:
+        y = n.call("logsumexp", as_real(x), axis=axes, keepdims=keepdims)
+    return y if y.checked_type.dtype == dtype else n.call("cast", y, dtype=dtype)
 
 
 def _empty_extreme(n: Node, op: str, axes: list[int], keepdims: bool):
