@@ -15,7 +15,7 @@ setup(
     packages=find_packages(include=["relvm", "relvm.*"]) + ["relvm.grammar"],
     package_dir={"relvm.grammar": "grammar"},
     package_data={"relvm.grammar": ["*.lark"], "relvm.examples": ["*.relay"],
-                  "relvm.backends": ["relvm_vmath.h"]},
+                  "relvm.backends": ["relvm_vmath.h", "relvm_isa.h"]},
     install_requires=["numpy>=1.24", "cffi>=1.15", "lark>=1.1", "scipy-openblas32>=0.3.27",
                       "pynacl>=1.5"],
     extras_require={

@@ -22,6 +22,7 @@
 
 typedef float dw_vec __attribute__((vector_size(DW_VW * 4)));
 typedef float dw_uvec __attribute__((vector_size(DW_VW * 4), aligned(4)));
+typedef int32_t dw_mask __attribute__((vector_size(DW_VW * 4)));
 
 /* The padded plane: `rows` rows of `sw` phases of `phase` floats each. */
 struct dw_geometry {
@@ -82,11 +83,14 @@ static void tap_offsets(const struct relvm_conv2d_shape *s, struct dw_geometry g
  * weights stay in registers across the plane. */
 static inline __attribute__((always_inline)) void dw_plane_of(
     const struct relvm_conv2d_shape *s, struct dw_geometry g, const float *p, const float *k,
-    const int64_t *off, float *y, float *out, const int64_t kh, const int64_t kw) {
+    const int64_t *off, float bias, int relu, float *y, float *out, const int64_t kh,
+    const int64_t kw) {
     /* The plane's vectors (oh rows of g.vectors), DW_U at a time, so DW_U independent chains
-     * of multiply-adds hide their latency; computed into `out` (rows of whole vectors), then
-     * each row's ow pixels copied to y. */
+     * of multiply-adds hide their latency, each starting from the bias and stored through
+     * relu: straight into y when its rows are whole vectors, else into `out` (rows of whole
+     * vectors), then each row's ow pixels copied to y. */
     const int64_t jobs = s->oh * g.vectors, width = g.vectors * DW_VW;
+    float *dst = width == s->ow ? y : out;
     for (int64_t t = 0; t < jobs; t += DW_U) {
         const float *base[DW_U];
         for (int u = 0; u < DW_U; ++u) {
@@ -94,7 +98,8 @@ static inline __attribute__((always_inline)) void dw_plane_of(
             const int64_t oy = job / g.vectors, v = job - oy * g.vectors;
             base[u] = p + oy * s->sh * g.row + v * DW_VW;
         }
-        dw_vec acc[DW_U] = {{0}};
+        dw_vec acc[DW_U];
+        for (int u = 0; u < DW_U; ++u) acc[u] = bias + (dw_vec){0};
         for (int64_t i = 0; i < kh; ++i) {
             const int64_t down = i * s->dh * g.row;
             for (int64_t j = 0; j < kw; ++j) {
@@ -103,21 +108,32 @@ static inline __attribute__((always_inline)) void dw_plane_of(
                     acc[u] += wv * *(const dw_uvec *)(base[u] + down + off[j]);
             }
         }
-        for (int u = 0; u < DW_U && t + u < jobs; ++u)
-            *(dw_uvec *)(out + (t + u) * DW_VW) = acc[u];
+        for (int u = 0; u < DW_U && t + u < jobs; ++u) {
+            if (relu) /* lanes below 0 cleared; NaN is not below 0, and stays */
+                acc[u] = (dw_vec)((dw_mask)acc[u] & ~(dw_mask)(acc[u] < 0));
+            *(dw_uvec *)(dst + (t + u) * DW_VW) = acc[u];
+        }
     }
-    for (int64_t oy = 0; oy < s->oh; ++oy)
-        memcpy(y + oy * s->ow, out + oy * width, (size_t)s->ow * sizeof(float));
+    if (dst == out)
+        for (int64_t oy = 0; oy < s->oh; ++oy)
+            memcpy(y + oy * s->ow, out + oy * width, (size_t)s->ow * sizeof(float));
 }
 
-static RELVM_VECTORIZE void dw_plane(const struct relvm_conv2d_shape *s, struct dw_geometry g,
-                                     const float *p, const float *k, const int64_t *off,
-                                     float *y, float *out) {
-    if (s->kh == 3 && s->kw == 3) dw_plane_of(s, g, p, k, off, y, out, 3, 3);
-    else if (s->kh == 5 && s->kw == 5) dw_plane_of(s, g, p, k, off, y, out, 5, 5);
-    else if (s->kh == 7 && s->kw == 7) dw_plane_of(s, g, p, k, off, y, out, 7, 7);
-    else dw_plane_of(s, g, p, k, off, y, out, s->kh, s->kw);
+static inline __attribute__((always_inline)) void dw_plane_any(
+    const struct relvm_conv2d_shape *s, struct dw_geometry g, const float *p, const float *k,
+    const int64_t *off, float bias, int relu, float *y, float *out) {
+    if (s->kh == 3 && s->kw == 3) dw_plane_of(s, g, p, k, off, bias, relu, y, out, 3, 3);
+    else if (s->kh == 5 && s->kw == 5) dw_plane_of(s, g, p, k, off, bias, relu, y, out, 5, 5);
+    else if (s->kh == 7 && s->kw == 7) dw_plane_of(s, g, p, k, off, bias, relu, y, out, 7, 7);
+    else dw_plane_of(s, g, p, k, off, bias, relu, y, out, s->kh, s->kw);
 }
+
+/* The taps are multiply-adds: AVX2 machines need FMA (RELVM_ISA_VERSIONS). */
+RELVM_ISA_VERSIONS(static, dw_plane,
+                   (const struct relvm_conv2d_shape *s, struct dw_geometry g, const float *p,
+                    const float *k, const int64_t *off, float bias, int relu, float *y,
+                    float *out),
+                   dw_plane_any(s, g, p, k, off, bias, relu, y, out))
 
 struct depthwise {
     const struct relvm_conv2d_shape *s;
@@ -131,20 +147,6 @@ struct depthwise {
     _Atomic int failed; /* a thread could not get its scratch plane */
 };
 
-/* A finished output plane's epilogue, while it is in cache: + bias, relu, then post. */
-static RELVM_VECTORIZE void plane_epilogue(const struct depthwise *j, int64_t n, int64_t o,
-                                           float *y) {
-    const struct relvm_conv2d_shape *s = j->s;
-    const int64_t plane = s->oh * s->ow;
-    if (j->bias || j->relu) {
-        const float b = j->bias ? j->bias[o] : 0.0f;
-        for (int64_t i = 0; i < plane; ++i) {
-            const float v = y[i] + b;
-            y[i] = j->relu && v < 0 ? 0.0f : v;
-        }
-    }
-    if (j->post) j->post(j->post_ctx, (n * s->oc + o) * plane, 1, plane, plane);
-}
 
 /* Item q is input plane (n, g); it feeds output channels g * mult ... g * mult + mult - 1. */
 static void depthwise_planes(void *ctx, int64_t begin, int64_t end) {
@@ -167,8 +169,11 @@ static void depthwise_planes(void *ctx, int64_t begin, int64_t end) {
         for (int64_t m = 0; m < mult; ++m) {
             const int64_t o = g * mult + m;
             float *y = j->y + (n * s->oc + o) * s->oh * s->ow;
-            dw_plane(s, j->g, buf, j->w + o * s->kh * s->kw, off, y, buf + plane);
-            plane_epilogue(j, n, o, y);
+            dw_plane(s, j->g, buf, j->w + o * s->kh * s->kw, off, j->bias ? j->bias[o] : 0.0f,
+                     j->relu, y, buf + plane);
+            if (j->post) /* the fused rest of the plane, while it is in cache */
+                j->post(j->post_ctx, (n * s->oc + o) * s->oh * s->ow, 1, s->oh * s->ow,
+                        s->oh * s->ow);
         }
     }
 }

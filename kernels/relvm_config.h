@@ -12,6 +12,9 @@
 #define RELVM_VECTORIZE
 #endif
 
+/* Hot loops that need FMA on AVX2 machines: RELVM_ISA_VERSIONS (relvm/backends/relvm_isa.h). */
+#include "relvm_isa.h"
+
 #define RELVM_EXPORT __attribute__((visibility("default")))
 
 /* Elements per parallel chunk at least: below this, waking a thread costs more than it saves. */

@@ -210,51 +210,63 @@ def _step_dtype(step: dict, arg_types: list[str]) -> str:
 
 def _source(symbol: str, operands: list[tuple[str, bool]], lines: list[str], result: str,
             out_dtype: str, block: bool) -> str:
-    """The kernel: one loop over a run of output columns within an output row (``_run``), called
-    for whole rows by ``symbol`` (the thread pool's loop) and, with ``block``, for the runs of
-    a block of the output by ``symbol_block`` (a product's epilogue, see ``relvm_block_fn``)."""
+    """The kernel: one loop over columns j0..j1 of output rows r_begin..r_end (``_span``; each
+    operand's row offset found once, then stepped row by row), called for whole rows by
+    ``symbol`` (the thread pool's loop) and, with ``block``, for a block of the output by
+    ``symbol_block`` (a product's epilogue, see ``relvm_block_fn``)."""
     out_t = CTYPES[out_dtype]
     decl = [f"    {out_t} *const out = ({out_t} *)c->out;"]
-    base = []
-    loads = []
+    starts, steps, carries, loads = [], [], [], []
     for k, (dtype, contiguous) in enumerate(operands):
         t = CTYPES[dtype]
         decl.append(f"    const {t} *const in{k} = (const {t} *)c->inputs[{k}];")
-        base.append(f"        b{k} += coord * c->row_strides[{k}][d];")
+        starts.append(f"        b{k} += coord[d] * c->row_strides[{k}][d];")
+        steps.append(f"            b{k} += c->row_strides[{k}][d];")
+        carries.append(f"            b{k} -= c->row_dims[d] * c->row_strides[{k}][d];")
         index = "j" if contiguous else "0"
-        loads.append(f"        const {_ctype(dtype)} v{k} = p{k}[{index}];")
-    body = "\n".join(f"        {ln}" for ln in lines)
-    starts = "\n".join(f"    int64_t b{k} = 0;" for k in range(len(operands)))
-    ptrs = "\n".join(f"    const {CTYPES[dtype]} *const p{k} = in{k} + b{k};"
-                     for k, (dtype, _) in enumerate(operands))
+        loads.append(f"            const {_ctype(dtype)} v{k} = in{k}[b{k} + {index}];")
+    body = "\n".join(f"            {ln}" for ln in lines)
+    offsets = "\n".join(f"    int64_t b{k} = 0;" for k in range(len(operands)))
+    nl = "\n"
     source = f"""
-static inline __attribute__((always_inline)) void {symbol}_run(const relvm_fused_ctx *c,
-                                                                 int64_t r, int64_t j0,
-                                                                 int64_t j1) {{
-{chr(10).join(decl)}
-{starts}
-    int64_t rem = r;
+static inline __attribute__((always_inline)) void {symbol}_span(const relvm_fused_ctx *c,
+                                                                  int64_t r_begin, int64_t r_end,
+                                                                  int64_t j0, int64_t j1) {{
+{nl.join(decl)}
+{offsets}
+    int64_t coord[{MAX_ROW_DIMS}];
+    int64_t rem = r_begin;
     for (int64_t d = c->row_ndim - 1; d >= 0; --d) {{
-        const int64_t coord = rem % c->row_dims[d];
+        coord[d] = rem % c->row_dims[d];
         rem /= c->row_dims[d];
-{chr(10).join(base)}
+{nl.join(starts)}
     }}
-{ptrs}
-    {out_t} *const o = out + r * c->cols;
-    for (int64_t j = j0; j < j1; ++j) {{
-{chr(10).join(loads)}
+    for (int64_t r = r_begin; r < r_end; ++r) {{
+        {out_t} *const o = out + r * c->cols;
+        /* The output is a fresh tensor, or (after an anchor) the anchor's result itself,
+         * element for element: no iteration reads what another writes. */
+#pragma GCC ivdep
+        for (int64_t j = j0; j < j1; ++j) {{
+{nl.join(loads)}
 {body}
-        o[j] = ({out_t}){result};
+            o[j] = ({out_t}){result};
+        }}
+        for (int64_t d = c->row_ndim - 1; d >= 0; --d) {{ /* the next row's offsets */
+{nl.join(steps)}
+            if (++coord[d] < c->row_dims[d]) break;
+            coord[d] = 0;
+{nl.join(carries)}
+        }}
     }}
 }}
 
 static inline __attribute__((always_inline)) void {symbol}_rows(void *ctx, int64_t row_begin,
                                                                   int64_t row_end) {{
     const relvm_fused_ctx *c = (const relvm_fused_ctx *)ctx;
-    for (int64_t r = row_begin; r < row_end; ++r) {symbol}_run(c, r, 0, c->cols);
+    {symbol}_span(c, row_begin, row_end, 0, c->cols);
 }}
-RELVM_KERNEL({symbol}, (void *ctx, int64_t row_begin, int64_t row_end),
-             {symbol}_rows(ctx, row_begin, row_end))
+RELVM_ISA_VERSIONS(, {symbol}, (void *ctx, int64_t row_begin, int64_t row_end),
+                   {symbol}_rows(ctx, row_begin, row_end))
 const char {symbol}_signature[] = "{signature(operands, out_dtype)}";
 """
     if block:
@@ -262,53 +274,37 @@ const char {symbol}_signature[] = "{signature(operands, out_dtype)}";
 static inline __attribute__((always_inline)) void {symbol}_blocks(
     void *ctx, int64_t offset, int64_t rows, int64_t cols, int64_t ld) {{
     const relvm_fused_ctx *c = (const relvm_fused_ctx *)ctx;
+    const int64_t r0 = offset / c->cols, j0 = offset - r0 * c->cols;
+    if (ld == c->cols && j0 + cols <= c->cols) {{ /* block rows are output rows, in order */
+        {symbol}_span(c, r0, r0 + rows, j0, j0 + cols);
+        return;
+    }}
     for (int64_t i = 0; i < rows; ++i)
         for (int64_t at = offset + i * ld, left = cols; left > 0;) {{
             const int64_t r = at / c->cols, j = at - r * c->cols;
             const int64_t n = left < c->cols - j ? left : c->cols - j;
-            {symbol}_run(c, r, j, j + n);
+            {symbol}_span(c, r, r + 1, j, j + n);
             at += n;
             left -= n;
         }}
 }}
-RELVM_KERNEL({symbol}_block, (void *ctx, int64_t offset, int64_t rows, int64_t cols, int64_t ld),
-             {symbol}_blocks(ctx, offset, rows, cols, ld))
+RELVM_ISA_VERSIONS(, {symbol}_block,
+                   (void *ctx, int64_t offset, int64_t rows, int64_t cols, int64_t ld),
+                   {symbol}_blocks(ctx, offset, rows, cols, ld))
 """
     return source
 
 
-KERNEL_MACRO = r"""/* RELVM_KERNEL(name, (params), call): the exported kernel `name` running `call` (an inlined
- * loop), compiled for AVX-512, for AVX2 with FMA and for any x86-64, the best one chosen when
- * the library is loaded (an ifunc). GCC's target_clones cannot ask for AVX2 and FMA together,
- * and without FMA the polynomials of exp and tanh ran a third slower on AVX2 machines. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define RELVM_KERNEL(name, params, call)                                                     \
-    __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")))                  \
-    static void name##_avx512 params { call; }                                               \
-    __attribute__((target("avx2,fma"))) static void name##_avx2 params { call; }             \
-    static void name##_base params { call; }                                                 \
-    static void (*name##_resolve(void)) params {                                             \
-        __builtin_cpu_init();                                                                \
-        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&       \
-            __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))        \
-            return name##_avx512;                                                            \
-        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))                 \
-            return name##_avx2;                                                              \
-        return name##_base;                                                                  \
-    }                                                                                        \
-    void name params __attribute__((ifunc(#name "_resolve")));
-#else
-#define RELVM_KERNEL(name, params, call) void name params { call; }
-#endif"""
-
-#: relvm's vectorizable float32 math, the same text the kernel library includes.
+#: relvm's vectorizable float32 math and its ISA versions of a loop, the same text the kernel
+#: library includes.
 VMATH = (resources.files(__package__) / "relvm_vmath.h").read_text(encoding="utf-8")
+ISA = (resources.files(__package__) / "relvm_isa.h").read_text(encoding="utf-8")
 
 PRELUDE = f"""/* Generated by relvm/backends/fusedgen.py: fused elementwise kernels. Do not edit. */
 #include <math.h>
 #include <stdint.h>
 {VMATH}
-{KERNEL_MACRO}
+{ISA}
 {FUSED_CDEF}
 """
 
