@@ -8,10 +8,6 @@
 /* Columns per packed panel of B: a multiple of every ISA's tile width. */
 #define PG_PANEL 32
 
-/* How much of k a tile takes at a time: a panel's chunk of B (PG_KC x PG_PANEL floats, 16 KB)
- * stays in L1 while every row block of A passes over it. */
-#define PG_KC 128
-
 /* Multiply-adds per task below which another thread costs more than it saves. */
 #define PG_GRAIN_FMAS (1 << 15)
 

@@ -54,7 +54,7 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
     const int rows, const int indirect, int64_t k, const float *a, int64_t lda,
     const float *panel, const float *base0, const float *base1, const int64_t *off,
     int64_t col, float *c, int64_t ldc, int64_t cols, const struct pg_epilogue *e, int64_t row0,
-    int64_t col0, const int first, const int last) {
+    int64_t col0) {
     typedef PG_NAME(vec) vec;
     typedef PG_NAME(uvec) uvec;
     typedef PG_NAME(mask) mask;
@@ -62,20 +62,8 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
      * by relvm_pgemm_pack_rows) the block's k columns of `rows` floats each. */
 #define PG_A(r, p) (indirect ? a[(p) * rows + (r)] : a[(r) * lda + (p)])
     vec acc[PG_MR][2];
-    if (first) {
 #pragma GCC unroll 16
-        for (int r = 0; r < rows; ++r) acc[r][0] = acc[r][1] = (vec){0};
-    } else { /* a later chunk of k: C holds the sums so far */
-#pragma GCC unroll 16
-        for (int r = 0; r < rows; ++r) {
-            float tmp[PG_TW] = {0};
-            const float *cr = c + r * ldc + col;
-            for (int64_t j = 0; j < PG_TW; ++j)
-                if (j < cols) tmp[j] = cr[j];
-            acc[r][0] = *(const uvec *)tmp;
-            acc[r][1] = *(const uvec *)(tmp + PG_VW);
-        }
-    }
+    for (int r = 0; r < rows; ++r) acc[r][0] = acc[r][1] = (vec){0};
     const float *b = panel + col;
     int64_t p = 0;
     if (rows <= 2) {
@@ -116,22 +104,6 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
             acc[r][0] += ar * b0;
             acc[r][1] += ar * b1;
         }
-    }
-    if (!last) { /* not the last chunk of k: the sums so far into C, no epilogue yet */
-#pragma GCC unroll 16
-        for (int r = 0; r < rows; ++r) {
-            float *cr = c + r * ldc + col;
-            if (cols >= PG_TW) {
-                *(uvec *)cr = acc[r][0];
-                *(uvec *)(cr + PG_VW) = acc[r][1];
-            } else {
-                float tmp[PG_TW];
-                *(uvec *)tmp = acc[r][0];
-                *(uvec *)(tmp + PG_VW) = acc[r][1];
-                for (int64_t j = 0; j < cols; ++j) cr[j] = tmp[j];
-            }
-        }
-        return;
     }
     /* The epilogue, row by row on copies: GCC keeps acc in registers only when nothing
      * after the k loop indexes it as memory (a tile spilled to the stack costs 30% on short k). */
@@ -192,41 +164,30 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
 /* Rows [0, m) of C against one panel: `cols` (<= 32) columns at C's column col0. Row blocks
  * are balanced (pg_block_rows: ceil(m / PG_MR) blocks of nearly equal height, not full tiles
  * and a short rest) so no tile runs nearly empty. With `indirect`, vector v of the panel's row p is read at bases[v] + off[p] instead,
- * and A is packed by relvm_pgemm_pack_rows (lda is unused).
- *
- * k is taken PG_KC at a time for every row block (the sums so far kept in C between chunks,
- * the epilogue after the last): the panel's chunk of B then stays in L1 across the row
- * blocks, where a whole long panel (k = 384: 48 KB) was read from L2 again for each. Row sums
- * (no C) take k in one go. */
+ * and A is packed by relvm_pgemm_pack_rows (lda is unused). */
 #define PG_PANEL_BODY(INDIRECT)                                                                \
     const int64_t blocks = (m + PG_MR - 1) / PG_MR;                                            \
-    const int64_t kc_step = c && k > PG_KC ? PG_KC : (k > 0 ? k : 1);                          \
-    for (int64_t kc = 0; kc == 0 || kc < k; kc += kc_step) {                                   \
-        const int64_t klen = k - kc < kc_step ? k - kc : kc_step;                              \
-        const int first = kc == 0, last = kc + kc_step >= k;                                   \
-        int64_t r = 0;                                                                         \
-        for (int64_t blk = 0; blk < blocks; ++blk) {                                           \
-            const int rows = (int)pg_block_rows(m - r, blocks - blk);                          \
-            const float *ab = INDIRECT ? a + r * k + kc * rows : a + r * lda + kc;             \
-            float *cb = c ? c + r * ldc : NULL; /* NULL: row sums, see pg_epilogue */          \
-            for (int64_t col = 0; col < cols; col += PG_TW) {                                  \
-                const int64_t left = cols - col;                                               \
-                const float *b0 = INDIRECT ? bases[col / PG_VW] : NULL;                        \
-                const float *b1 = INDIRECT ? bases[col / PG_VW + 1] : NULL;                    \
-                switch (rows) {                                                                \
-                    PG_CASE(INDIRECT, 1) PG_CASE(INDIRECT, 2) PG_CASE(INDIRECT, 3)             \
-                    PG_CASE(INDIRECT, 4) PG_MORE_CASES(INDIRECT)                               \
-                default: break;                                                                \
-                }                                                                              \
+    int64_t r = 0;                                                                             \
+    for (int64_t blk = 0; blk < blocks; ++blk) {                                               \
+        const int rows = (int)pg_block_rows(m - r, blocks - blk);                              \
+        const float *ab = a + r * (INDIRECT ? k : lda);                                        \
+        float *cb = c ? c + r * ldc : NULL; /* NULL: row sums, see pg_epilogue */              \
+        for (int64_t col = 0; col < cols; col += PG_TW) {                                      \
+            const int64_t left = cols - col;                                                   \
+            const float *b0 = INDIRECT ? bases[col / PG_VW] : NULL;                            \
+            const float *b1 = INDIRECT ? bases[col / PG_VW + 1] : NULL;                        \
+            switch (rows) {                                                                    \
+                PG_CASE(INDIRECT, 1) PG_CASE(INDIRECT, 2) PG_CASE(INDIRECT, 3)                 \
+                PG_CASE(INDIRECT, 4) PG_MORE_CASES(INDIRECT)                                   \
+            default: break;                                                                    \
             }                                                                                  \
-            r += rows;                                                                         \
         }                                                                                      \
+        r += rows;                                                                             \
     }
 #define PG_CASE(INDIRECT, R)                                                                   \
     case R:                                                                                    \
-        PG_NAME(tile)(R, INDIRECT, klen, ab, lda, INDIRECT ? NULL : panel + kc * PG_PANEL,     \
-                      b0, b1, INDIRECT ? off + kc : NULL, col, cb, ldc, left, e, row0 + r,     \
-                      col0, first, last);                                                      \
+        PG_NAME(tile)(R, INDIRECT, k, ab, lda, panel, b0, b1, off, col, cb, ldc, left, e,      \
+                      row0 + r, col0);                                                         \
         break;
 /* A case per tile height the row blocks can have: 1 to PG_MR. */
 #if PG_MR > 12
