@@ -254,6 +254,43 @@ def test_if_with_a_run_time_condition():
         assert_same(m, np.array(x, np.float32))
 
 
+def _squeeze_if_one(after):
+    """x (n, 4, t): squeezed to (n, 4) when t is 1 (an If on a shape, as silero-vad's decoder
+    does), then the nodes ``after`` on the If's result ``y``."""
+    axis = numpy_helper.from_array(np.array([2], np.int64), "axis")
+    then_graph = helper.make_graph([helper.make_node("Squeeze", ["x", "axis"], ["t"])], "t", [],
+                                   [tensor("t", F, None)])
+    else_graph = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "e", [],
+                                   [tensor("e", F, None)])
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "two"], ["last"], axis=0),
+             helper.make_node("Equal", ["last", "one"], ["is_one"]),
+             helper.make_node("If", ["is_one"], ["y"], then_branch=then_graph,
+                              else_branch=else_graph)] + after
+    inits = [axis, numpy_helper.from_array(np.array(2, np.int64), "two"),
+             numpy_helper.from_array(np.array(1, np.int64), "one")]
+    return model(nodes, [tensor("x", F, ["n", 4, "t"])], [tensor("z", F, None)], inits)
+
+
+def test_if_whose_branches_differ_in_rank_splits_the_rest_of_the_graph():
+    # Flatten gives rank 2 either way: (n, 4) or (n, 4 * t); the rest is converted per branch.
+    m = _squeeze_if_one([helper.make_node("Flatten", ["y"], ["f"], axis=1),
+                         helper.make_node("Relu", ["f"], ["z"])])
+    mod, _ = from_onnx(m)
+    assert str(mod["main"].checked_type.ret).startswith("Tensor[(n, ")
+    rng = np.random.default_rng(0)
+    for n, t in ((2, 1), (3, 1), (2, 5), (1, 3)):
+        assert_same(m, rng.standard_normal((n, 4, t)).astype(np.float32))
+
+
+def test_if_whose_branches_differ_in_rank_to_the_end_is_an_import_error():
+    m = _squeeze_if_one([helper.make_node("Relu", ["y"], ["z"])])
+    with pytest.raises(RelvmImportError, match=r"If node .*the branches differ \(then-branch is "
+                       r"Tensor\[\(n, 4\), float32\], else-branch is Tensor\[\(n, 4, t\), "
+                       r"float32\]\), and so do the graph's outputs after it"):
+        from_onnx(m)
+
+
 def test_constant_if_condition_keeps_one_branch():
     then_graph = helper.make_graph([helper.make_node("Sqrt", ["x"], ["t"])], "t", [],
                                    [tensor("t", F, ["n"])])

@@ -17,10 +17,10 @@ import numpy as np
 from ... import dtypes
 from ...errors import RelvmError
 from ...ir import dims as D
-from ...ir.nodes import Call, Constant, Expr, Function, Module, Tuple, TupleGetItem, Var
+from ...ir.nodes import Call, Constant, Expr, Function, If, Module, Tuple, TupleGetItem, Var
 from ...ir.types import TensorType, TupleType
 from ...ops.registry import OPS, AttrError, OpTypeError
-from ...passes.type_infer import freshen, infer_module
+from ...passes.type_infer import _Mismatch, freshen, infer_module, join
 from .values import Scope, Value, as_sym
 
 #: ONNX TensorProto element types relvm has, by their numbers.
@@ -32,6 +32,9 @@ INLINE_LIMIT = 16
 #: A call on constants is folded at import unless its result is this large and much larger than
 #: its inputs (zeros(shape=[4096, 4096]) stays a call; the build folds it where it must).
 FOLD_LIMIT = 4096
+#: How many If nodes whose branches differ in rank may split one import (each split converts the
+#: rest of its graph twice).
+MAX_SPLITS = 4
 
 
 class RelvmImportError(RelvmError, ValueError):
@@ -77,6 +80,17 @@ def sanitize(name: str, fallback: str) -> str:
     """A name the text format accepts (letters, digits, underscores)."""
     out = re.sub(r"[^A-Za-z0-9_]", "_", name)
     return out if out.strip("_") else fallback
+
+
+class BranchesDiffer(Exception):
+    """Raised by the If converter when its branches cannot join: the graph walker splits the
+    rest of the graph there (:meth:`Importer.convert_nodes`). Never leaves the importer."""
+
+    def __init__(self, node: "Node", cond: Expr, then_values: list[Value],
+                 else_values: list[Value], reason: str):
+        super().__init__(reason)
+        self.node, self.cond, self.reason = node, cond, reason
+        self.then_values, self.else_values = then_values, else_values
 
 
 class Node:
@@ -251,6 +265,7 @@ class Importer:
         self.var_names: set[str] = set()
         self.dim_symbols: dict[str, D.Sym] = {}
         self.dim_names: set[str] = set()
+        self.splits = 0
 
     # --- the whole model ---------------------------------------------------------------------------
     def run(self) -> tuple[Module, dict[str, np.ndarray]]:
@@ -264,9 +279,9 @@ class Importer:
         self.check_supported(graph)
         scope = Scope()
         inputs = self.bind_graph_inputs(graph, scope)
-        for node in graph.node:
-            self.convert_node(node, scope)
-        outputs = [self.expr(self.output_value(scope, o.name), None) for o in graph.output]
+        values = self.convert_nodes(list(graph.node), 0, scope,
+                                    [o.name for o in graph.output])
+        outputs = [self.expr(v, None) for v in values]
         if not outputs:
             raise RelvmImportError("the graph has no outputs")
         body = outputs[0] if len(outputs) == 1 else Tuple(tuple(outputs))
@@ -323,9 +338,53 @@ class Importer:
         scope = Scope(parent)
         for t in graph.initializer:
             scope.bind(t.name, Value(t.name, const=numpy_helper.to_array(t), initializer=True))
-        for node in graph.node:
-            self.convert_node(node, scope)
-        return [self.output_value(scope, o.name) for o in graph.output]
+        return self.convert_nodes(list(graph.node), 0, scope, [o.name for o in graph.output])
+
+    def convert_nodes(self, nodes: list, start: int, scope: Scope,
+                      outputs: list[str]) -> list[Value]:
+        """Converts ``nodes[start:]`` in ``scope``; the values of the graph's ``outputs``.
+
+        An ``If`` whose branches differ in rank or element type (silero-vad squeezes a dim only
+        when it is 1, then branches on the rank) splits the graph there: the rest of it is
+        converted once per branch, with the ``If``'s outputs bound to that branch's values, so
+        every value keeps a static rank (tests of it fold) and the ``If`` returns the graph's
+        outputs. Those must agree in rank and type between the two copies."""
+        for i in range(start, len(nodes)):
+            try:
+                self.convert_node(nodes[i], scope)
+            except BranchesDiffer as split:
+                return self.split_rest(nodes, i, scope, outputs, split)
+        return [self.output_value(scope, name) for name in outputs]
+
+    def split_rest(self, nodes: list, at: int, scope: Scope, outputs: list[str],
+                   split: "BranchesDiffer") -> list[Value]:
+        node = split.node
+        self.splits += 1
+        if self.splits > MAX_SPLITS:
+            raise node.fail(f"the branches differ ({split.reason}), and the graph already "
+                            f"splits at {MAX_SPLITS} such If nodes; relvm converts the rest of "
+                            "a graph once per branch of each, up to that many")
+        arms = []
+        for values in (split.then_values, split.else_values):
+            arm = Scope(scope)
+            for name, v in zip(node.outputs, values):
+                if name:
+                    arm.bind(name, v)
+            rest = self.convert_nodes(nodes, at + 1, arm, outputs)
+            exprs = [self.expr(v, node) for v in rest]
+            arms.append(exprs[0] if len(exprs) == 1 else Tuple(tuple(exprs)))
+            if len(exprs) > 1:
+                arms[-1].with_type(TupleType(tuple(e.checked_type for e in exprs)))
+        try:
+            t = join(arms[0].checked_type, arms[1].checked_type)
+        except _Mismatch as e:
+            raise node.fail(f"the branches differ ({split.reason}), and so do the graph's "
+                            f"outputs after it: {e}") from None
+        result = If(split.cond, arms[0], arms[1])
+        result.with_type(t)
+        if len(outputs) == 1:
+            return [Value(outputs[0], expr=result)]
+        return [Value(name, expr=node.field(result, i)) for i, name in enumerate(outputs)]
 
     # --- inputs and params ------------------------------------------------------------------------
     def unique_var_name(self, name: str) -> str:
@@ -448,7 +507,7 @@ class Importer:
         node = Node(self, proto, scope)
         try:
             outs = self.dispatch(node)
-        except RelvmError:
+        except (RelvmError, BranchesDiffer):
             raise
         except (ValueError, TypeError, KeyError, IndexError, AttributeError,
                 ZeroDivisionError) as e:  # a malformed node the converter did not foresee

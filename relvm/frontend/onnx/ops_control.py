@@ -7,7 +7,7 @@ import numpy as np
 from ...ir.nodes import If
 from ...passes.type_infer import _Mismatch, join
 from .converters import converter, make_tuple
-from .importer import Node
+from .importer import BranchesDiffer, Node
 from .values import Value
 
 
@@ -54,15 +54,15 @@ def if_(n: Node):
         c = n.call("reshape", c, newshape=[])
     if n.dtype(0) != "bool":
         raise n.fail(f"the condition must be bool, got {n.dtype(0)}")
-    branches = []
+    branches, values = [], []
     for graph in (then_graph, else_graph):
-        values = n.imp.convert_subgraph(graph, n.scope)
-        exprs = [n.imp.expr(v, n) for v in values]
+        values.append(n.imp.convert_subgraph(graph, n.scope))
+        exprs = [n.imp.expr(v, n) for v in values[-1]]
         branches.append(exprs[0] if len(exprs) == 1 else make_tuple(exprs))
     try:
         t = join(branches[0].checked_type, branches[1].checked_type)
-    except _Mismatch as e:
-        raise n.fail(f"the branches differ: {e}") from None
+    except _Mismatch as e:  # the walker converts the rest of the graph once per branch
+        raise BranchesDiffer(n, c, values[0], values[1], str(e)) from None
     node = If(c, branches[0], branches[1])
     node.with_type(t)
     count = len(then_graph.output)
