@@ -169,6 +169,7 @@ def _compile(module: Module, bound: dict[int, np.ndarray], bounds: dict[str, int
     functions = [plan_and_assemble(lo, program, bounds if lo.name == "main" else {}, single)
                  for lo in order]
     _bind_through_calls(functions)
+    _keep_io_names(module, functions)
     library, arch = None, ""
     if program.fused_sources:
         from ..runtime.file.format import machine_tag
@@ -180,6 +181,18 @@ def _compile(module: Module, bound: dict[int, np.ndarray], bounds: dict[str, int
     return Executable(functions, program.constants, program.kernels, program.dim_programs,
                       upper_bounds=bounds, backend=backend, kernel_library=library,
                       kernel_arch=arch)
+
+
+def _keep_io_names(module: Module, functions: list) -> None:
+    """The model's own input and output names (``module.io_names``) onto the VM functions,
+    for the parameters that are still inputs after ``params`` were bound."""
+    for fn in functions:
+        names = module.io_names.get(fn.name)
+        if names is None:
+            continue
+        fn.input_names = tuple(names.input_name(p.name) for p in fn.params)
+        if len(names.outputs) == len(fn.outputs):
+            fn.output_names = tuple(names.outputs)
 
 
 def _bind_through_calls(functions: list) -> None:
