@@ -604,6 +604,25 @@ def _trust(args: argparse.Namespace) -> int:
     return 0
 
 
+@command("cache")
+def _cache(args: argparse.Namespace) -> int:
+    """The cache of compiled generated kernels: info (where, how much) or clear."""
+    from .backends import toolchain
+
+    if args.action == "clear":
+        count, size = toolchain.clear_cache()
+        print(f"removed {count} cached kernel libraries ({_format_bytes(size)}) from "
+              f"{toolchain.cache_dir()}")
+        return 0
+    entries = toolchain.cache_entries()
+    total = sum(size for _, size, _ in entries)
+    print(f"kernel cache: {toolchain.cache_dir()}")
+    print(f"  {len(entries)} libraries, {_format_bytes(total)} of at most "
+          f"{_format_bytes(toolchain.cache_limit())} (RELVM_CACHE_MAX_MB; least recently used "
+          "go first)")
+    return 0
+
+
 @command("key")
 def _key(args: argparse.Namespace) -> int:
     """Print your public key (made on first use): give it to people who run your models."""
@@ -749,6 +768,9 @@ def _parser() -> argparse.ArgumentParser:
     tr = add("trust", _trust)
     tr.add_argument("action", choices=["add", "list", "remove"])
     tr.add_argument("key", nargs="?", help="add: a public key file; remove: a key id")
+
+    cache = add("cache", _cache)
+    cache.add_argument("action", choices=["info", "clear"])
 
     key = add("key", _key)
     key.add_argument("--comment", help="a note written after the key (e.g. your name)")

@@ -7,6 +7,7 @@ import dataclasses
 import difflib
 import logging
 import time
+import warnings
 from typing import Any, Mapping
 
 import numpy as np
@@ -26,6 +27,9 @@ from .memplan import plan_and_assemble
 log = logging.getLogger("relvm.build")
 
 BACKENDS = ("numpy", "c")
+NO_COMPILER_WARNING = ("relvm: no C compiler (cc or gcc) on PATH: fused kernels run step by step "
+                       "on relvm's installed kernels, correct but slower; install one (or set "
+                       "$CC) to generate them")
 #: Backends whose fused kernels are generated as C when the model is built.
 CODEGEN_BACKENDS = ("c",)
 
@@ -225,11 +229,14 @@ def _compile(module: Module, bound: dict[int, np.ndarray], bounds: dict[str, int
     if program.fused_sources:
         from ..runtime.file.format import machine_tag
         from ..backends.fusedgen import PRELUDE
-        from ..backends.toolchain import compile_library
+        from ..backends.toolchain import compile_library, has_compiler
 
-        with stage(f"compile {len(program.fused_sources)} generated kernels"):
-            library = compile_library(PRELUDE + "".join(program.fused_sources))
-        arch = machine_tag()
+        if has_compiler():
+            with stage(f"compile {len(program.fused_sources)} generated kernels"):
+                library = compile_library(PRELUDE + "".join(program.fused_sources))
+            arch = machine_tag()
+        else:  # the fused kernels' steps run on the installed library kernels instead
+            warnings.warn(NO_COMPILER_WARNING, RuntimeWarning, stacklevel=3)
     return Executable(functions, program.constants, program.kernels, program.dim_programs,
                       upper_bounds=bounds, backend=backend, kernel_library=library,
                       kernel_arch=arch)
