@@ -567,6 +567,10 @@ def _inspect(args: argparse.Namespace) -> int:
     print("functions:")
     for fn in exe.functions:
         print(f"  {fn.signature()}")
+        if fn.input_names or fn.output_names:  # the model's own names (ONNX's input.1)
+            ins = ", ".join(fn.input_name(i) for i in range(len(fn.params)))
+            outs = ", ".join(fn.output_name(i) for i in range(len(fn.outputs)))
+            print(f"    named by the model: inputs {ins}; outputs {outs}")
     print(f"kernels ({len(exe.kernels)}):")
     for i, k in enumerate(exe.kernels):
         print(f"  #{i} {k.name} ({', '.join(k.inputs)} -> {', '.join(k.outputs)})")

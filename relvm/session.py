@@ -19,6 +19,7 @@ other sources, on first use.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -247,8 +248,9 @@ class InferenceSession:
         dtype; a missing, unknown or mistyped input is a :class:`relvm.RelvmInputError`.
         """
         picks = self._output_picks(output_names)
-        result = self._vm.invoke("main", *self._arrange(input_feed))
-        leaves = _leaves(result)
+        inputs = self._arrange(input_feed)
+        with self._own_names():
+            leaves = _leaves(self._vm.invoke("main", *inputs))
         return [leaves[i] for i in picks]
 
     def io_binding(self) -> "IOBinding":
@@ -264,14 +266,16 @@ class InferenceSession:
         bound = iobinding._outputs
         unknown = [n for n in bound if n not in self._output_index]
         if unknown:
-            raise RelvmInputError(f"invalid output name {unknown[0]!r}; outputs: "
-                                  + ", ".join(self._output_index))
+            raise RelvmInputError(f"Invalid output name: {unknown[0]} (outputs: "
+                                  f"{', '.join(self._output_index)})")
         arrays = [bound.get(a.name) for a in self._outputs]
         if all(a is not None for a in arrays):
-            self._vm.invoke_with_outputs("main", inputs, arrays)  # kernels write into them
+            with self._own_names():
+                self._vm.invoke_with_outputs("main", inputs, arrays)  # kernels write into them
             results = arrays
         else:  # some outputs bound by name only: the run allocates those
-            results = _leaves(self._vm.invoke("main", *inputs))
+            with self._own_names():
+                results = _leaves(self._vm.invoke("main", *inputs))
             for i, a in enumerate(arrays):
                 if a is not None:
                     if a.shape != results[i].shape or a.dtype != results[i].dtype:
@@ -285,18 +289,34 @@ class InferenceSession:
         iobinding._results = [results[self._output_index[n]] for n in order]
 
     # --- helpers -------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _own_names(self):
+        """The VM's input errors with the model's own names: ``input 'input.1' (%input_1)``."""
+        try:
+            yield
+        except RelvmInputError as e:
+            message = str(e)
+            for i, p in enumerate(self._fn.params):
+                own = self._fn.input_name(i)
+                if own != p.name:
+                    message = message.replace(f"input %{p.name}", f"input {own!r} (%{p.name})")
+            if message == str(e):
+                raise
+            raise RelvmInputError(message) from None
+
     def _arrange(self, feed: Mapping[str, Any]) -> list:
         if not isinstance(feed, Mapping):
             raise RelvmInputError(f"input_feed must be a dict of name -> array, not "
                                   f"{type(feed).__name__}")
-        unknown = [k for k in feed if k not in self._input_index]
-        if unknown:
-            raise RelvmInputError(f"invalid input name {unknown[0]!r}; inputs: "
-                                  + ", ".join(self._input_index))
+        # ONNX Runtime's checks, in its order and words
         missing = [a.name for a in self._inputs if a.name not in feed]
         if missing:
-            raise RelvmInputError(f"required inputs {missing} are missing from the input "
-                                  f"feed {list(feed)}")
+            raise RelvmInputError(f"Required inputs ({missing}) are missing from input feed "
+                                  f"({list(feed)}).")
+        unknown = [k for k in feed if k not in self._input_index]
+        if unknown:
+            raise RelvmInputError(f"Invalid input name: {unknown[0]} (inputs: "
+                                  f"{', '.join(self._input_index)})")
         return [feed[a.name] for a in self._inputs]
 
     def _output_picks(self, names: Sequence[str] | None) -> list[int]:
@@ -308,8 +328,8 @@ class InferenceSession:
         picks = []
         for n in names:
             if n not in self._output_index:
-                raise RelvmInputError(f"invalid output name {n!r}; outputs: "
-                                      + ", ".join(self._output_index))
+                raise RelvmInputError(f"Invalid output name: {n} (outputs: "
+                                      f"{', '.join(self._output_index)})")
             picks.append(self._output_index[n])
         return picks
 
