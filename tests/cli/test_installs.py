@@ -101,3 +101,21 @@ def test_python_m_pytest_from_the_root_runs_the_installed_package():
                           capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "relvm is not installed" not in proc.stdout + proc.stderr
+
+
+def test_a_slow_step_shows_progress(capsys):
+    """A step still running after the delay prints a progress line, then how long it took;
+    a quick one prints nothing."""
+    import time
+
+    from relvm.cli import _Slow
+
+    with _Slow("importing m.onnx", after=0.0) as slow:
+        deadline = time.monotonic() + 30
+        while not slow.shown and time.monotonic() < deadline:
+            time.sleep(0.01)
+    err = capsys.readouterr().err
+    assert "relvm: importing m.onnx ..." in err and "relvm: importing m.onnx: done in" in err
+    with _Slow("compiling m.relay", after=600.0):
+        pass
+    assert capsys.readouterr().err == ""
