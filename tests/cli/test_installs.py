@@ -93,6 +93,7 @@ def test_a_build_without_a_c_compiler_runs_on_the_library_kernels(monkeypatch, t
                                evaluate(module, x, params=params), rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.e2e
 def test_python_m_pytest_from_the_root_runs_the_installed_package():
     if not (ROOT / "relvm" / "__init__.py").exists() or not (ROOT / "tests").exists():
         pytest.skip("not run from a source tree")
