@@ -19,7 +19,9 @@ setup(
     install_requires=["numpy>=1.24", "cffi>=1.15", "lark>=1.1", "scipy-openblas32>=0.3.27",
                       "pynacl>=1.5"],
     extras_require={
-        "test": ["pytest>=7", "hypothesis>=6.80"],
+        # onnx and onnxruntime: the ONNX tests (importer, conformance, InferenceSession
+        # against ORT) run with the README's test command instead of skipping
+        "test": ["pytest>=7", "hypothesis>=6.80", "onnx>=1.15", "onnxruntime>=1.17"],
         "bench": ["onnx>=1.15", "onnxruntime>=1.17", "matplotlib>=3.5"],
         "onnx": ["onnx>=1.15"],
         # benchmarks/zoo only (exporting real networks, and the peers it times); never needed

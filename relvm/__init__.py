@@ -23,6 +23,7 @@ from .errors import (RelvmCompileError, RelvmError, RelvmFormatError, RelvmInput
 from .runtime import Executable, VirtualMachine
 from .runtime.file.loader import load, load_bytes
 from .runtime.threads import get_num_threads, set_num_threads
+from .session import InferenceSession, IOBinding, NodeArg, RunOptions, SessionOptions
 
 __version__ = "0.3.0"
 
@@ -77,6 +78,7 @@ def print_module(module) -> str:
 
 
 __all__ = ["parse", "print_module", "build", "load", "load_bytes", "Executable", "VirtualMachine",
+           "InferenceSession", "SessionOptions", "RunOptions", "NodeArg", "IOBinding",
            "set_num_threads", "get_num_threads",
            "RelvmError", "RelvmSyntaxError", "RelvmTypeError", "RelvmCompileError",
            "RelvmFormatError", "RelvmInputError", "RelvmKernelError", "RelvmRuntimeError", "RelvmTrustError"]

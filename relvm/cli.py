@@ -8,7 +8,10 @@ as one message; ``--debug`` adds the traceback. Commands that only run executabl
 from __future__ import annotations
 
 import argparse
+import difflib
+import logging
 import os
+import threading
 import re
 import sys
 import time
@@ -41,6 +44,46 @@ def _progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+class _Slow:
+    """A progress line on stderr for a step still running after ``after`` seconds: on a
+    terminal an elapsed-time counter redrawn in place, else one line, then ``done in``."""
+
+    def __init__(self, message: str, after: float = 2.0):
+        self.message, self.after = message, after
+        self.done = threading.Event()
+        self.shown = False
+
+    def _watch(self) -> None:
+        tty = sys.stderr.isatty()
+        waited = self.after
+        if self.done.wait(self.after):
+            return
+        self.shown = True
+        while True:
+            if tty:
+                print(f"\rrelvm: {self.message} ... {waited:.0f} s", end="", file=sys.stderr,
+                      flush=True)
+            elif waited == self.after:
+                print(f"relvm: {self.message} ...", file=sys.stderr, flush=True)
+            if self.done.wait(1.0):
+                return
+            waited += 1.0
+
+    def __enter__(self) -> "_Slow":
+        self.start = time.perf_counter()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        self.thread.join()
+        if self.shown:
+            end = "\r" if sys.stderr.isatty() else ""
+            print(f"{end}relvm: {self.message}: done in {time.perf_counter() - self.start:.1f} s",
+                  file=sys.stderr, flush=True)
+
+
 def _read_text(path: str) -> str:
     try:
         with open(path, encoding="utf-8") as f:
@@ -53,10 +96,29 @@ def _read_text(path: str) -> str:
 
 def _load_npz(path: str) -> dict[str, np.ndarray]:
     try:
-        with np.load(path, allow_pickle=False) as data:
+        data = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise CliError(f"cannot read weights {path}: {e}") from None
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise CliError(f"cannot read weights {path}: it holds one array (.npy); weights are a "
+                       ".npz of arrays by parameter name (np.savez(path, w=..., b=...))")
+    try:
+        with data:
             return {k: data[k] for k in data.files}
     except (OSError, ValueError) as e:
         raise CliError(f"cannot read weights {path}: {e}") from None
+
+
+def _writable(path: str) -> str:
+    """``path``, after checking now, before any work, that a file can be written there."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise CliError(f"cannot write {path}: it is a directory")
+    if not os.path.isdir(folder):
+        raise CliError(f"cannot write {path}: no such directory {os.path.dirname(path) or '.'}")
+    if not os.access(folder, os.W_OK):
+        raise CliError(f"cannot write {path}: the directory is not writable")
+    return path
 
 
 def _load_npy(path: str) -> np.ndarray:
@@ -72,8 +134,12 @@ def _pairs(items: Sequence[str] | None, what: str) -> dict[str, str]:
     for item in items or []:
         for part in item.split(","):
             name, sep, value = part.partition("=")
+            if not part.strip():
+                raise UsageError(f"{what}: empty item in {item!r}")
             if not sep or not name.strip() or not value.strip():
                 raise UsageError(f"{what}: expected NAME=VALUE, got {part!r}")
+            if name.strip() in out:
+                raise UsageError(f"{what}: {name.strip()} is given twice")
             out[name.strip()] = value.strip()
     return out
 
@@ -152,32 +218,139 @@ def eval_dim(text: str, dims: dict[str, int]) -> int:
     return value
 
 
-def _random_input(sig, dims: dict[str, int], rng: np.random.Generator) -> np.ndarray:
-    shape = tuple(d if isinstance(d, int) else eval_dim(d, dims) for d in sig.shape)
-    if sig.dtype == "bool":
+def _random_input(shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -> np.ndarray:
+    if dtype == "bool":
         return rng.random(shape) < 0.5
-    if sig.dtype.startswith(("int", "uint")):
-        return rng.integers(0, 10, shape).astype(sig.dtype)
-    return rng.standard_normal(shape).astype(sig.dtype)
+    if dtype.startswith(("int", "uint")):
+        return rng.integers(0, 10, shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def dim_names(fn) -> list[str]:
+    """The named dims of a function's parameters (``n`` of ``Tensor[(n*2, 4), float32]``)."""
+    names: list[str] = []
+    for p in fn.params:
+        for t in p.tensors:
+            for d in t.shape:
+                for m in _TOKEN.finditer(str(d)):
+                    if m.group(2) and m.group(2) not in names:
+                        names.append(m.group(2))
+    return names
+
+
+def check_dim_names(fn, dims: dict[str, int], option: str = "--dims") -> None:
+    """Refuse values for dims the function does not have, with a "did you mean"."""
+    known = dim_names(fn)
+    for name in dims:
+        if name not in known:
+            near = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean {near[0]}?" if near else ""
+            raise CliError(f"{option}: @{fn.name} has no dim {name!r} (its dims: "
+                           f"{', '.join(known) or 'none'}){hint}")
+
+
+def _format_bytes(n: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.2f} {unit}"
+        n /= 1024
+    raise AssertionError  # pragma: no cover
+
+
+def available_memory() -> int | None:
+    """Bytes this machine can still give a process (MemAvailable), or None if unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _tensor_bytes(shape: Sequence, dtype: str, dims: dict[str, int]) -> int | None:
+    size = np.dtype(dtype).itemsize
+    for d in shape:
+        try:
+            size *= d if isinstance(d, int) else eval_dim(str(d), dims)
+        except CliError:
+            return None  # a dim only known at run time: left out of the estimate
+    return size
+
+
+def check_memory(fn, shapes: list[tuple[tuple, str]], dims: dict[str, int]) -> None:
+    """Refuse, before allocating anything, a run whose inputs and outputs alone (the least it
+    needs) do not fit in the memory this machine has available."""
+    need = sum(int(np.prod(shape, dtype=np.float64)) * np.dtype(dt).itemsize
+               for shape, dt in shapes)
+    for o in fn.outputs:
+        shape = _type_shape(o.type_text)
+        size = None if shape is None else _tensor_bytes(shape, o.dtype, dims)
+        need += size or 0
+    have = available_memory()
+    if have is not None and need > have:
+        setting = ", ".join(f"{k}={v}" for k, v in dims.items())
+        raise CliError(f"running @{fn.name}{' with ' + setting if setting else ''} needs at "
+                       f"least {_format_bytes(need)} for its inputs and outputs; this machine "
+                       f"has {_format_bytes(have)} available")
+
+
+def _type_shape(type_text: str) -> list[str] | None:
+    """The dims' text of ``Tensor[(n, 10), float32]``; None for other types."""
+    if not type_text.startswith("Tensor[(") or "), " not in type_text:
+        return None
+    inner = type_text[len("Tensor[("):type_text.rindex("), ")]
+    return [d.strip() for d in inner.split(",") if d.strip()]
 
 
 def _inputs_for(exe, func: str, given: dict[str, str], dims: dict[str, int],
-                seed: int = 0) -> list:
+                seed: int = 0, random: bool = True) -> list:
+    """The inputs of ``@func``: from .npy files by name (the IR's or the model's own), and,
+    with ``random``, random arrays for the others shaped by ``dims``."""
     fn = exe.function(func)
-    names = [p.name for p in fn.params]
-    unknown = set(given) - set(names)
+    names = {p.name: i for i, p in enumerate(fn.params)}
+    names.update({fn.input_name(i): i for i in range(len(fn.params))})
+    unknown = [k for k in given if k not in names]
     if unknown:
-        raise CliError(f"@{func} has no input {sorted(unknown)[0]!r}; inputs: {', '.join(names)}")
-    rng = np.random.default_rng(seed)
-    values = []
-    for p in fn.params:
-        if p.name in given:
-            values.append(_load_npy(given[p.name]))
-        elif p.is_tuple or not p.tensors:
+        near = difflib.get_close_matches(unknown[0], list(names), n=1)
+        hint = f"; did you mean {near[0]}?" if near else ""
+        raise CliError(f"@{func} has no input {unknown[0]!r} (inputs: "
+                       f"{', '.join(_input_label(fn, i) for i in range(len(fn.params)))}){hint}")
+    files = {names[k]: path for k, path in given.items()}
+    check_dim_names(fn, dims)
+    missing = [i for i in range(len(fn.params)) if i not in files]
+    if missing and not random:
+        label = _input_label(fn, missing[0])
+        raise CliError(f"input {label} is not given: pass --input {fn.input_name(missing[0])}"
+                       f"=FILE.npy for each input, or --random-inputs (with --dims) to run on "
+                       f"random data")
+    shapes: list[tuple[tuple, str]] = []
+    for i in missing:
+        p = fn.params[i]
+        if p.is_tuple or not p.tensors:
             raise CliError(f"input %{p.name} ({p.type_text}) must be given with --input")
+        t = p.tensors[0]
+        shapes.append((tuple(d if isinstance(d, int) else eval_dim(d, dims) for d in t.shape),
+                       t.dtype))
+    check_memory(fn, shapes, dims)
+    rng = np.random.default_rng(seed)
+    values, made = [], iter(shapes)
+    for i in range(len(fn.params)):
+        if i in files:
+            values.append(_load_npy(files[i]))
         else:
-            values.append(_random_input(p.tensors[0], dims, rng))
+            shape, dtype = next(made)
+            values.append(_random_input(shape, dtype, rng))
     return values
+
+
+def _input_label(fn, i: int) -> str:
+    own = fn.input_name(i)
+    return f"%{fn.params[i].name}" + (f" ({own!r})" if own != fn.params[i].name else "")
 
 
 def _load_exe(path: str, trust: bool = False):
@@ -257,13 +430,17 @@ def _compile(args: argparse.Namespace) -> int:
 
     bounds = _int_pairs(args.upper_bound, "--upper-bound")
     text = _read_text(args.file)
+    _writable(args.output)
     params, constants = _split_weights(_load_npz(args.params)) if args.params else (None, None)
-    _progress(f"relvm: compiling {args.file} ...")
     start = time.perf_counter()
-    module = relvm.parse(text, constants=constants, source_name=args.file)
-    exe = relvm.build(module, params=params, upper_bounds=bounds, backend=args.backend,
-                      fuse=not args.no_fuse)
-    exe.save(args.output)
+    with _Slow(f"compiling {args.file}"):
+        module = relvm.parse(text, constants=constants, source_name=args.file)
+        exe = relvm.build(module, params=params, upper_bounds=bounds, backend=args.backend,
+                          fuse=not args.no_fuse)
+    try:
+        exe.save(args.output)
+    except OSError as e:
+        raise CliError(f"cannot write {args.output}: {e.strerror or e}") from None
     print(f"wrote {args.output} ({os.path.getsize(args.output) / 1e6:.2f} MB; "
           f"{len(exe.functions)} functions, {len(exe.kernels)} kernels) in "
           f"{time.perf_counter() - start:.2f} s")
@@ -284,16 +461,19 @@ def _import(args: argparse.Namespace) -> int:
 
     if not os.path.exists(args.model):
         raise CliError(f"cannot read {args.model}: no such file")
-    _progress(f"relvm: importing {args.model} ...")
-    module, params = from_onnx(args.model)
-    text = print_module(module)
     weights = args.params_out or os.path.splitext(args.output)[0] + ".npz"
+    _writable(args.output)
+    _writable(weights)
+    with _Slow(f"importing {args.model}"):
+        module, params = from_onnx(args.model)
+        text = print_module(module)
     constants = {f"{META_PREFIX}{k}": c for k, c in enumerate(module_constants(module))
                  if c is not None}
     try:
         with open(args.output, "w", encoding="utf-8") as f:
             f.write(text)
-        np.savez(weights, **params, **constants)
+        with open(weights, "wb") as f:  # a file object: np.savez never renames it
+            np.savez(f, **params, **constants)
     except OSError as e:
         raise CliError(f"cannot write {e.filename}: {e.strerror}") from None
     main = module["main"]
@@ -312,29 +492,65 @@ def _split_weights(data: dict[str, np.ndarray]) -> tuple[dict, dict]:
 
 @command("run")
 def _run(args: argparse.Namespace) -> int:
-    """Run a function of an executable on inputs from .npy files or random ones."""
+    """Run a function of an executable on inputs from .npy files (or random ones, when asked)."""
     import relvm
 
     given, dims = _pairs(args.input, "--input"), _int_pairs(args.dims, "--dims")
     exe = _load_exe(args.model, args.trust_native_code)
-    inputs = _inputs_for(exe, args.func, given, dims, args.seed)
+    fn = exe.function(args.func)
+    targets = _output_targets(args.output, fn)
+    inputs = _inputs_for(exe, args.func, given, dims, args.seed, random=args.random_inputs)
     vm = relvm.VirtualMachine(exe)
     start = time.perf_counter()
-    result = vm.invoke(args.func, *inputs)
+    try:
+        result = vm.invoke(args.func, *inputs)
+    except MemoryError:
+        raise CliError(f"out of memory running @{args.func}") from None
     ms = (time.perf_counter() - start) * 1e3
-    leaves = _leaves(result)
+    leaves = [np.asarray(r) for r in _leaves(result)]
     for i, r in enumerate(leaves):
-        r = np.asarray(r)
         preview = np.array2string(r.reshape(-1)[:6], precision=4, separator=", ")
-        print(f"output {i}: {r.dtype}{list(r.shape)} {preview}{' ...' if r.size > 6 else ''}")
-    if args.output:
-        if len(leaves) == 1:
-            np.save(args.output, np.asarray(leaves[0]))
-        else:
-            np.savez(args.output, **{f"output{i}": np.asarray(r) for i, r in enumerate(leaves)})
-        print(f"wrote {args.output}")
+        print(f"output {i} ({fn.output_name(i)}): {r.dtype}{list(r.shape)} "
+              f"{preview}{' ...' if r.size > 6 else ''}")
+    for path, arrays in targets:
+        _save_arrays(path, {k: leaves[i] for k, i in arrays.items()})
+        print(f"wrote {path}" + (f" ({', '.join(arrays)})" if path.endswith(".npz") else ""))
     print(f"ran @{args.func} in {ms:.3f} ms")
     return 0
+
+
+def _output_targets(option: str | None, fn) -> list[tuple[str, dict[str, int]]]:
+    """Where ``--output`` puts each result: ``[(path, {name: result index})]``, checked (and
+    the folders checked writable) before anything runs."""
+    if not option:
+        return []
+    count = len(fn.outputs)
+    paths = [p.strip() for p in option.split(",")]
+    if any(not p for p in paths):
+        raise UsageError(f"--output: empty item in {option!r}")
+    if len(paths) == 1 and paths[0].endswith(".npz"):
+        targets = [(paths[0], {fn.output_name(i): i for i in range(count)})]
+    elif len(paths) == count and all(p.endswith(".npy") for p in paths):
+        targets = [(p, {fn.output_name(i): i}) for i, p in enumerate(paths)]
+    elif count == 1:
+        raise UsageError(f"--output: @{fn.name} has one result: give one FILE.npy (or .npz)")
+    else:
+        raise UsageError(f"--output: @{fn.name} has {count} results: give {count} .npy files "
+                         f"separated by commas (--output a.npy,b.npy,...) or one FILE.npz")
+    for path, _ in targets:
+        _writable(path)
+    return targets
+
+
+def _save_arrays(path: str, arrays: dict[str, np.ndarray]) -> None:
+    try:
+        with open(path, "wb") as f:  # a file object: NumPy never adds a suffix to the name
+            if path.endswith(".npz"):
+                np.savez(f, **arrays)
+            else:
+                np.save(f, next(iter(arrays.values())))
+    except OSError as e:
+        raise CliError(f"cannot write {path}: {e.strerror or e}") from None
 
 
 @command("inspect")
@@ -351,6 +567,10 @@ def _inspect(args: argparse.Namespace) -> int:
     print("functions:")
     for fn in exe.functions:
         print(f"  {fn.signature()}")
+        if fn.input_names or fn.output_names:  # the model's own names (ONNX's input.1)
+            ins = ", ".join(fn.input_name(i) for i in range(len(fn.params)))
+            outs = ", ".join(fn.output_name(i) for i in range(len(fn.outputs)))
+            print(f"    named by the model: inputs {ins}; outputs {outs}")
     print(f"kernels ({len(exe.kernels)}):")
     for i, k in enumerate(exe.kernels):
         print(f"  #{i} {k.name} ({', '.join(k.inputs)} -> {', '.join(k.outputs)})")
@@ -388,6 +608,25 @@ def _trust(args: argparse.Namespace) -> int:
     return 0
 
 
+@command("cache")
+def _cache(args: argparse.Namespace) -> int:
+    """The cache of compiled generated kernels: info (where, how much) or clear."""
+    from .backends import toolchain
+
+    if args.action == "clear":
+        count, size = toolchain.clear_cache()
+        print(f"removed {count} cached kernel libraries ({_format_bytes(size)}) from "
+              f"{toolchain.cache_dir()}")
+        return 0
+    entries = toolchain.cache_entries()
+    total = sum(size for _, size, _ in entries)
+    print(f"kernel cache: {toolchain.cache_dir()}")
+    print(f"  {len(entries)} libraries, {_format_bytes(total)} of at most "
+          f"{_format_bytes(toolchain.cache_limit())} (RELVM_CACHE_MAX_MB; least recently used "
+          "go first)")
+    return 0
+
+
 @command("key")
 def _key(args: argparse.Namespace) -> int:
     """Print your public key (made on first use): give it to people who run your models."""
@@ -404,12 +643,13 @@ def _bench(args: argparse.Namespace) -> int:
 
     settings = _bench_settings(args.dims)  # option values first: a usage error exits 2
     exe = _load_exe(args.model, args.trust_native_code)
+    check_dim_names(exe.function(args.func), settings[0])
     vm = relvm.VirtualMachine(exe)
     print(f"{'dims':<24} {'median ms':>10} {'p90 ms':>10} {'runs':>6}")
     for dims in settings:
         label = ", ".join(f"{k}={v}" for k, v in dims.items()) or "(static)"
         _progress(f"relvm: timing {label} ...")
-        inputs = _inputs_for(exe, args.func, {}, dims, args.seed)
+        inputs = _inputs_for(exe, args.func, {}, dims, args.seed, random=True)
         vm.set_input(args.func, *inputs)
         for _ in range(args.warmup):
             vm.invoke(args.func)
@@ -432,8 +672,10 @@ def _bench_settings(items: Sequence[str] | None) -> list[dict[str, int]]:
     values: dict[str, list[int]] = {}
     for item in items or []:
         name, sep, rest = item.partition("=")
-        parts = [v.strip() for v in rest.split(",") if v.strip()]
-        if not sep or not name.strip() or not parts or not all(p.isdigit() for p in parts):
+        parts = [v.strip() for v in rest.split(",")]
+        if sep and len(parts) > 1 and not all(parts):
+            raise UsageError(f"--dims: empty item in {item!r}")
+        if not sep or not name.strip() or not all(p.isdigit() for p in parts):
             raise UsageError(f"--dims: expected NAME=V1,V2,..., got {item!r}")
         values[name.strip()] = [int(p) for p in parts]
     if not values:
@@ -456,6 +698,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="relvm", description="relvm: a bytecode VM for "
                                 "dynamic-shape neural network inference")
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="log each build stage and its time (logging, to stderr)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def add(name: str, fn) -> argparse.ArgumentParser:
@@ -492,9 +736,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("model", help="an executable file (.rvm)")
     run.add_argument("--input", action="append", metavar="NAME=FILE.npy",
                      help="an input from a .npy file; repeatable")
+    run.add_argument("--random-inputs", action="store_true",
+                     help="make random data for the inputs not given with --input (their "
+                          "dims from --dims); without it every input must be given")
     run.add_argument("--dims", action="append", metavar="NAME=N",
                      help="values of named dims for random inputs, e.g. n=8")
-    run.add_argument("--output", help="write the result(s) to a .npy (or .npz) file")
+    run.add_argument("--output", metavar="FILE",
+                     help="write the result to FILE.npy; several results: one .npy each, "
+                          "separated by commas, or one FILE.npz (arrays by output name)")
     run.add_argument("--func", default="main", help="the function to run (default: main)")
     run.add_argument("--seed", type=int, default=0, help="seed for random inputs")
     run.add_argument("--trust-native-code", action="store_true",
@@ -524,6 +773,9 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("action", choices=["add", "list", "remove"])
     tr.add_argument("key", nargs="?", help="add: a public key file; remove: a key id")
 
+    cache = add("cache", _cache)
+    cache.add_argument("action", choices=["info", "clear"])
+
     key = add("key", _key)
     key.add_argument("--comment", help="a note written after the key (e.g. your name)")
     return p
@@ -539,8 +791,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     warnings.showwarning = _show_warning  # one line, not the source line that warned
+    if args.verbose:
+        logging.basicConfig(level=logging.INFO, format="relvm: %(name)s: %(message)s",
+                            stream=sys.stderr)
     try:
-        return COMMANDS[args.command](args)
+        code = COMMANDS[args.command](args)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+        return code
+    except BrokenPipeError:
+        # The reader went away (`relvm inspect m.rvm | head`): stop quietly. Python flushes
+        # stdout again at exit, so point it at devnull first (Python's documented recipe).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     except UsageError as e:
         parser.print_usage(sys.stderr)
         print(f"relvm: usage error: {e}", file=sys.stderr)

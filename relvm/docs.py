@@ -45,7 +45,14 @@ DOCUMENTS: dict[str, Callable[[], str]] = {"isa.md": isa_markdown, "ops.md": ops
 
 
 def main(argv: list[str]) -> int:
-    out = Path(argv[0] if argv else "docs")
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m relvm.docs",
+                                     description="Regenerate the reference docs generated from "
+                                                 "the code: " + ", ".join(DOCUMENTS))
+    parser.add_argument("folder", nargs="?", default="docs",
+                        help="where to write them (default: docs)")
+    out = Path(parser.parse_args(argv).folder)
     out.mkdir(parents=True, exist_ok=True)
     for name, make in DOCUMENTS.items():
         (out / name).write_text(make())

@@ -4,13 +4,43 @@ run a config directory of its own: the signing key relvm makes on first use, and
 test trusts, never touch the user's (``RELVM_CONFIG_DIR``, inherited by subprocesses)."""
 
 import atexit
+import importlib.util
 import os
 import shutil
 import sys
 import tempfile
 
+import pytest
 from hypothesis import HealthCheck, settings
 
+
+def _use_the_installed_relvm() -> str | None:
+    """Tests run the installed relvm, whose C kernels pip compiled. ``python -m pytest`` from
+    the repository root puts the root first on sys.path, where ``relvm/`` is the source folder
+    without them: take it off, so the installed package wins, or stop at once saying what to
+    do if relvm is not installed."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    source = os.path.join(root, "relvm")
+    if not os.path.isdir(source) or any(n.startswith("_kernels") for n in os.listdir(source)):
+        return None  # built in place (an editable install): the source folder is the package
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != root]
+    for name in [m for m in sys.modules if m == "relvm" or m.startswith("relvm.")]:
+        del sys.modules[name]
+    spec = importlib.util.find_spec("relvm")
+    origin = os.path.abspath(spec.origin) if spec and spec.origin else ""
+    if spec is None or origin.startswith(os.path.join(source, "")):
+        return ("relvm is not installed in this Python (the tests run the installed package, "
+                "whose C kernels `pip install` compiles): run "
+                f"`{sys.executable} -m pip install \".[test]\"` in {root}, then pytest")
+    return None
+
+
+_NOT_INSTALLED = _use_the_installed_relvm()
+
+
+def pytest_configure(config) -> None:
+    if _NOT_INSTALLED:
+        pytest.exit(_NOT_INSTALLED, returncode=4)
 sys.path.insert(0, os.path.dirname(__file__))
 
 settings.register_profile("ci", max_examples=100, deadline=None,

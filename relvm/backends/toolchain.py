@@ -2,8 +2,9 @@
 
 Used by the compiler, to build an executable's fused kernels, and by the runtime, to build them
 again from a file's kernel descriptions when the file's own library is not trusted. Sources are
-compiled with warnings as errors (``target_clones`` for AVX-512/AVX2 with a portable fallback)
-and cached on disk by a hash of (source, flags, compiler version).
+compiled (``-Werror`` only when ``RELVM_WERROR=1`` asks, as CI does; an ifunc picks AVX-512, AVX2
+or a portable fallback) and cached on disk by a hash of (source, flags, compiler version), in a
+cache bounded by size (least recently used entries go first; ``relvm cache info|clear``).
 ``RELVM_SANITIZE=address`` adds AddressSanitizer and UBSan, as it does for the kernel library
 (``kernels/build.py``); the flags are part of the cache key, so the two builds never mix. It is
 for testing (``tests/kernels/run_sanitized.sh``): such a library loads only where the ASan
@@ -25,7 +26,7 @@ from ..errors import RelvmCompileError
 #: As the kernel library's (kernels/build.py): without -fno-trapping-math GCC keeps the
 #: clamps and selects of exp, tanh and erf as branches, and only the AVX-512 clone of a
 #: generated loop vectorized (AVX2 machines ran SiLU one float at a time: 14x slower).
-CFLAGS = ["-O3", "-std=gnu11", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror",
+CFLAGS = ["-O3", "-std=gnu11", "-fPIC", "-shared", "-Wall", "-Wextra",
           "-Wno-unused-parameter", "-Wno-unused-variable", "-fno-strict-aliasing",
           "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=fast"]
 #: Added by RELVM_SANITIZE=address; kept equal to SANITIZE_FLAGS in kernels/build.py.
@@ -46,13 +47,21 @@ def has_compiler() -> bool:
     return bool(os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc"))
 
 
+def werror() -> bool:
+    """True when $RELVM_WERROR asks for warnings as errors (development and CI; .ci/run sets
+    it). Never by default: a newer compiler's new warning must not break a user's build."""
+    return os.environ.get("RELVM_WERROR", "").strip().lower() in ("1", "yes", "true", "on")
+
+
 def compile_flags() -> list[str]:
-    """CFLAGS, plus the sanitizer flags when $RELVM_SANITIZE asks for them (read per compile)."""
+    """CFLAGS, plus -Werror when $RELVM_WERROR asks for it and the sanitizer flags when
+    $RELVM_SANITIZE does (read per compile)."""
+    flags = CFLAGS + (["-Werror"] if werror() else [])
     value = os.environ.get("RELVM_SANITIZE", "").strip().lower()
     if value in ("", "0", "none"):
-        return CFLAGS
+        return flags
     if value == "address":
-        return CFLAGS + SANITIZE_FLAGS
+        return flags + SANITIZE_FLAGS
     raise RelvmCompileError(f"RELVM_SANITIZE={value!r}: the supported value is 'address' "
                             "(AddressSanitizer + UBSan)")
 
@@ -91,6 +100,7 @@ def compile_library(source: str) -> bytes:
     if cache is not None:
         data = _cached(cache, key)
         if data is not None:
+            _touch(cache / f"{key}.so")  # recently used: the last to be evicted
             return data
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "fused.c"
@@ -104,7 +114,95 @@ def compile_library(source: str) -> bytes:
         data = lib.read_bytes()
     if cache is not None:
         _store(cache, key, data)
+        prune_cache(cache, cache_limit())
     return data
+
+
+# --- the cache's size: least recently used entries go first -------------------------------------
+
+#: The default bound on the kernel cache: a generated library is 50-500 KB, so hundreds of
+#: models' kernels fit. ``$RELVM_CACHE_MAX_MB`` sets another (0: keep nothing).
+DEFAULT_CACHE_LIMIT = 256 * 2**20
+
+
+def cache_limit() -> int:
+    """The kernel cache's size bound in bytes ($RELVM_CACHE_MAX_MB, else 256 MiB)."""
+    value = os.environ.get("RELVM_CACHE_MAX_MB", "").strip()
+    if not value:
+        return DEFAULT_CACHE_LIMIT
+    try:
+        mb = float(value)
+    except ValueError:
+        raise RelvmCompileError(f"RELVM_CACHE_MAX_MB={value!r}: expected a number of "
+                                "megabytes") from None
+    return max(0, int(mb * 2**20))
+
+
+def _touch(path: Path) -> None:
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
+def cache_entries(cache: Path | None = None) -> list[tuple[str, int, float]]:
+    """The cached libraries as (key, bytes with its digest file, last use), oldest use first."""
+    cache = cache or cache_dir()
+    out = []
+    try:
+        names = os.listdir(cache)
+    except OSError:
+        return []
+    for name in names:
+        if not name.endswith(".so") or name.startswith("."):
+            continue
+        key = name[:-3]
+        try:
+            st = os.stat(cache / name, follow_symlinks=False)
+            size = st.st_size + os.stat(cache / f"{key}.sha256", follow_symlinks=False).st_size
+        except OSError:
+            size, st = 0, None
+        if st is not None:
+            out.append((key, size, st.st_mtime))
+    return sorted(out, key=lambda e: e[2])
+
+
+def _remove_entry(cache: Path, key: str) -> None:
+    for name in (f"{key}.so", f"{key}.sha256"):
+        try:
+            os.unlink(cache / name)
+        except OSError:
+            pass
+
+
+def prune_cache(cache: Path, limit: int) -> int:
+    """Remove least recently used entries until the cache holds at most ``limit`` bytes;
+    returns how many were removed."""
+    entries = cache_entries(cache)
+    total = sum(size for _, size, _ in entries)
+    removed = 0
+    for key, size, _ in entries:
+        if total <= limit:
+            break
+        _remove_entry(cache, key)
+        total -= size
+        removed += 1
+    return removed
+
+
+def clear_cache() -> tuple[int, int]:
+    """Remove every cached library (and stale temporary files); returns (entries, bytes)."""
+    cache = cache_dir()
+    entries = cache_entries(cache)
+    for key, _, _ in entries:
+        _remove_entry(cache, key)
+    try:
+        for name in os.listdir(cache):
+            if name.startswith(".") and name.endswith(".tmp"):
+                os.unlink(cache / name)
+    except OSError:
+        pass
+    return len(entries), sum(size for _, size, _ in entries)
 
 
 def _usable_cache() -> Path | None:

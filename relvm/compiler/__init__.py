@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import difflib
+import logging
+import time
+import warnings
 from typing import Any, Mapping
 
 import numpy as np
@@ -13,12 +18,18 @@ from ..errors import RelvmCompileError
 from ..ir import dims as D
 from ..ir.limits import MAX_DEPTH, MAX_TENSOR_BYTES, deepest_node
 from ..ir.nodes import Module
-from ..ir.types import TensorType
+from ..ir.types import TensorType, TupleType
 from ..runtime.executable import Executable
 from .lower import FunctionLowering, Program
 from .memplan import plan_and_assemble
 
+#: Build stages and their times, at INFO (``relvm -v`` shows them).
+log = logging.getLogger("relvm.build")
+
 BACKENDS = ("numpy", "c")
+NO_COMPILER_WARNING = ("relvm: no C compiler (cc or gcc) on PATH: fused kernels run step by step "
+                       "on relvm's installed kernels, correct but slower; install one (or set "
+                       "$CC) to generate them")
 #: Backends whose fused kernels are generated as C when the model is built.
 CODEGEN_BACKENDS = ("c",)
 
@@ -63,6 +74,7 @@ def build(module: Module, params: Mapping[str, Any] | None = None, *,
     _check_depth(module)
     if any(f.checked_type is None for f in module.functions.values()):
         infer_module(module)
+    _check_bound_names(module, bounds)
     bound = _bind_params(module, dict(params or {}))
     return run_with_deep_stack(lambda: _compile(module, bound, bounds, backend, fuse))
 
@@ -103,6 +115,35 @@ def _check_bounds(upper_bounds: Mapping[str, int] | None) -> dict[str, int]:
     return out
 
 
+def input_dim_names(module: Module, func: str = "main") -> list[str]:
+    """The named dims of ``@func``'s parameters, in order of first appearance."""
+    names: list[str] = []
+    types = [p.checked_type or p.type_annotation for p in module.functions[func].params]
+    while types:
+        t = types.pop(0)
+        if isinstance(t, TupleType):
+            types[:0] = list(t.fields)
+        elif isinstance(t, TensorType):
+            for d in t.shape:
+                for s in sorted(D.free_symbols(d), key=lambda s: s.name):
+                    if not s.anonymous and s.name not in names:
+                        names.append(s.name)
+    return names
+
+
+def _check_bound_names(module: Module, bounds: dict[str, int]) -> None:
+    """Refuse upper bounds for dims @main's inputs do not have (a misspelled name)."""
+    if not bounds or "main" not in module.functions:
+        return
+    known = input_dim_names(module)
+    for name in bounds:
+        if name not in known:
+            near = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean {near[0]}?" if near else ""
+            raise RelvmCompileError(f"upper_bounds: @main has no dim {name!r} (its dims: "
+                                    f"{', '.join(known) or 'none'}){hint}")
+
+
 def _bind_params(module: Module, params: dict[str, Any]) -> dict[int, np.ndarray]:
     """Check ``params`` against @main's parameters: id(Var) -> array."""
     if not params:
@@ -133,6 +174,14 @@ def _bind_params(module: Module, params: dict[str, Any]) -> dict[int, np.ndarray
     return bound
 
 
+@contextlib.contextmanager
+def stage(name: str):
+    """Log a build stage and how long it took."""
+    start = time.perf_counter()
+    yield
+    log.info("%s: %.1f ms", name, (time.perf_counter() - start) * 1e3)
+
+
 def optimize(module: Module, bound: dict[int, np.ndarray], fuse: bool) -> Module:
     """The build-time passes, in order: bind params, fold, fuse. Returns a typed module."""
     from ..passes import fold
@@ -140,10 +189,13 @@ def optimize(module: Module, bound: dict[int, np.ndarray], fuse: bool) -> Module
     from ..passes.fuse import fuse as fuse_ops
     from ..passes.type_infer import infer_module
 
-    module = infer_module(bind_params(module, bound))
-    module = infer_module(fold.fold_constants(fold.fold_batch_norm(module)))
+    with stage(f"bind {len(bound)} params"):
+        module = infer_module(bind_params(module, bound))
+    with stage("fold constants and batch norms"):
+        module = infer_module(fold.fold_constants(fold.fold_batch_norm(module)))
     if fuse:
-        module = infer_module(fuse_ops(module))
+        with stage("fuse"):
+            module = infer_module(fuse_ops(module))
     return module
 
 
@@ -156,30 +208,50 @@ def _compile(module: Module, bound: dict[int, np.ndarray], bounds: dict[str, int
     lowered = []
     # Upper bounds name @main's dims: other functions have their own symbols (which may share a
     # name), so they keep dynamic pooled storage.
-    for name, fn in module.functions.items():
-        lowered.append(FunctionLowering(program, name, fn, list(fn.params))
-                       .run(bounds if name == "main" else {}))
-    while program.pending:  # closures lifted while lowering (and closures inside them)
-        name, fn, captured = program.pending.pop(0)
-        lowered.append(FunctionLowering(program, name, fn, captured + list(fn.params)).run({}))
+    with stage("lower to registers"):
+        for name, fn in module.functions.items():
+            lowered.append(FunctionLowering(program, name, fn, list(fn.params))
+                           .run(bounds if name == "main" else {}))
+        while program.pending:  # closures lifted while lowering (and closures inside them)
+            name, fn, captured = program.pending.pop(0)
+            lowered.append(FunctionLowering(program, name, fn, captured + list(fn.params))
+                           .run({}))
     _check_backend_has_kernels(backend, program)
     order = sorted(lowered, key=lambda lo: program.function_index[lo.name])
     single = {program.function_index[lo.name]: isinstance(lo.ret_type, TensorType)
               for lo in lowered}
-    functions = [plan_and_assemble(lo, program, bounds if lo.name == "main" else {}, single)
-                 for lo in order]
+    with stage("plan memory and assemble"):
+        functions = [plan_and_assemble(lo, program, bounds if lo.name == "main" else {},
+                                       single) for lo in order]
     _bind_through_calls(functions)
+    _keep_io_names(module, functions)
     library, arch = None, ""
     if program.fused_sources:
         from ..runtime.file.format import machine_tag
         from ..backends.fusedgen import PRELUDE
-        from ..backends.toolchain import compile_library
+        from ..backends.toolchain import compile_library, has_compiler
 
-        library = compile_library(PRELUDE + "".join(program.fused_sources))
-        arch = machine_tag()
+        if has_compiler():
+            with stage(f"compile {len(program.fused_sources)} generated kernels"):
+                library = compile_library(PRELUDE + "".join(program.fused_sources))
+            arch = machine_tag()
+        else:  # the fused kernels' steps run on the installed library kernels instead
+            warnings.warn(NO_COMPILER_WARNING, RuntimeWarning, stacklevel=3)
     return Executable(functions, program.constants, program.kernels, program.dim_programs,
                       upper_bounds=bounds, backend=backend, kernel_library=library,
                       kernel_arch=arch)
+
+
+def _keep_io_names(module: Module, functions: list) -> None:
+    """The model's own input and output names (``module.io_names``) onto the VM functions,
+    for the parameters that are still inputs after ``params`` were bound."""
+    for fn in functions:
+        names = module.io_names.get(fn.name)
+        if names is None:
+            continue
+        fn.input_names = tuple(names.input_name(p.name) for p in fn.params)
+        if len(names.outputs) == len(fn.outputs):
+            fn.output_names = tuple(names.outputs)
 
 
 def _bind_through_calls(functions: list) -> None:

@@ -35,8 +35,8 @@ from .._stack import run_with_deep_stack
 from ..errors import RelvmError, RelvmSyntaxError, RelvmTypeError
 from ..ir import dims as D
 from ..ir.limits import MAX_DEPTH, MAX_NESTING, MAX_SYNTAX_DEPTH, deepest_node
-from ..ir.nodes import (Call, Constant, Expr, Function, GlobalVar, If, Let, Module, Span, Tuple,
-                        TupleGetItem, Var)
+from ..ir.nodes import (Call, Constant, Expr, Function, GlobalVar, If, IONames, Let, Module,
+                        Span, Tuple, TupleGetItem, Var)
 from ..ir.types import FuncType, TensorType, TupleType, Type
 from ..ops import OPS
 from ..ops.registry import AttrError, unknown_op_message
@@ -87,7 +87,8 @@ def parse(text: str, constants: Any = None, source_name: str | None = None) -> M
         table = _constant_table(constants)
 
         def build() -> Module:
-            module = Module(_Builder(text, table).visit(tree), source=text)
+            builder = _Builder(text, table)
+            module = Module(builder.visit(tree), source=text, io_names=builder.io_names)
             check_depth(module)
             return infer_module(module)
         # The tree walk, dims and checks recurse per level of nesting: a deep program gets a
@@ -296,6 +297,11 @@ def _dim_arithmetic(method):
     return checked
 
 
+#: The function attributes a def may carry after its parameters (TVM prints others; relvm
+#: reads only these): the model's own names of its inputs and outputs (``IONames``).
+FUNCTION_ATTRS = ("input_names", "output_names")
+
+
 class _Builder(Interpreter):
     """Builds IR from lark's tree; one method per rule alias of ``grammar/relay.lark``."""
 
@@ -305,6 +311,7 @@ class _Builder(Interpreter):
         self.scope = _Scope()
         self.global_uses: list[GlobalVar] = []
         self.in_attribute = False  # inside an attribute value, where numbers may be floats
+        self.io_names: dict[str, IONames] = {}  # per def, from input_names/output_names
 
     # --- errors -------------------------------------------------------------------------------
     def error(self, message: str, where: Tree | Token | Span | None,
@@ -347,13 +354,45 @@ class _Builder(Interpreter):
         name_token, param_list, ret, body = tree.children
         self.scope = _Scope()
         params = self.params(param_list, str(name_token))
+        names = self.io_names_of(param_list, params)
+        if names is not None:
+            self.io_names[str(name_token)[1:]] = names
         ret_type = self.visit(ret) if ret is not None else None
         func = Function(params, self.visit(body), ret_type, span=_span(tree))
         return name_token, func
 
+    def io_names_of(self, tree: Tree, params: tuple[Var, ...]) -> IONames | None:
+        """A def's ``input_names=[...]`` (one per parameter) and ``output_names=[...]``."""
+        attrs = {str(c.children[0]): (c.children[0], self.attribute(c.children[1]))
+                 for c in tree.children if c.data == "func_attr"}
+        if not attrs:
+            return None
+        for name, (token, value) in attrs.items():
+            if name not in FUNCTION_ATTRS:
+                raise self.error(f"unknown function attribute {name}; relvm reads "
+                                 + ", ".join(FUNCTION_ATTRS), token)
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise self.error(f"{name} must be a list of strings", token)
+        inputs: dict[str, str] = {}
+        if "input_names" in attrs:
+            token, given = attrs["input_names"]
+            if len(given) != len(params):
+                raise self.error(f"input_names has {len(given)} names for {len(params)} "
+                                 "parameters", token)
+            inputs = {p.name: g for p, g in zip(params, given) if g != p.name}
+        return IONames(inputs, tuple(attrs.get("output_names", (None, ()))[1]))
+
     def params(self, tree: Tree, owner: str) -> tuple[Var, ...]:
         out: list[Var] = []
         for param in tree.children:
+            if param.data == "func_attr":
+                if owner == "fn":
+                    raise self.error("function attributes are only read on a def",
+                                     param.children[0])
+                continue
+            if any(c.data == "func_attr" for c in tree.children[:tree.children.index(param)]):
+                raise self.error("parameter after function attributes; attributes come last",
+                                 param.children[0])
             token, annotation = param.children
             name = token[1:]
             if annotation is None:

@@ -198,15 +198,38 @@ class Function(Expr):
     checked_type: Optional[Type] = _meta()
 
 
+@dataclass(frozen=True)
+class IONames:
+    """A function's inputs and outputs as the model named them (ONNX's ``input.1``), where the
+    IR's names differ (``%input_1``) or the IR has none (outputs).
+
+    ``inputs`` maps a parameter's IR name to its original name (parameters not listed keep
+    theirs); ``outputs`` names the function's results, tuple fields flattened in order (empty:
+    ``output0``, ``output1``, ...). Metadata only: passes, types and results ignore it; the
+    printer writes it as ``input_names=[...]``/``output_names=[...]`` after the parameters.
+    """
+
+    inputs: Mapping[str, str] = field(default_factory=dict)
+    outputs: tuple[str, ...] = ()
+
+    def input_name(self, ir_name: str) -> str:
+        return self.inputs.get(ir_name, ir_name)
+
+
 class Module:
     """An ordered collection of global functions, by name (without the ``@``).
 
     ``source`` keeps the text the module was parsed from, so later errors can quote it.
+    ``io_names`` holds, per function name, the original names of its inputs and outputs
+    (:class:`IONames`; from ONNX import, or the text's ``input_names``/``output_names``).
     """
 
-    def __init__(self, functions: Mapping[str, Function], source: str | None = None):
+    def __init__(self, functions: Mapping[str, Function], source: str | None = None,
+                 io_names: Mapping[str, IONames] | None = None):
         self.functions: dict[str, Function] = dict(functions)
         self.source = source
+        self.io_names: dict[str, IONames] = {k: v for k, v in (io_names or {}).items()
+                                             if k in self.functions}
 
     def __getitem__(self, name: str) -> Function:
         return self.functions[name]

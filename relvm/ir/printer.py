@@ -33,7 +33,7 @@ import numpy as np
 
 from .. import dtypes
 from . import dims as D
-from .nodes import (Call, Constant, Expr, Function, GlobalVar, If, Let, Module, Tuple,
+from .nodes import (Call, Constant, Expr, Function, GlobalVar, If, IONames, Let, Module, Tuple,
                     TupleGetItem, Var, children, post_order)
 
 VERSION_HEADER = '#[version = "0.0.5"]'
@@ -57,8 +57,21 @@ def print_module(module: Module) -> str:
     meta = _MetaTable(module.functions.values())
     lines = [VERSION_HEADER]
     for name, func in module.functions.items():
-        lines += _Printer(func, meta).function_lines(func, f"def @{name}")
+        lines += _Printer(func, meta).function_lines(func, f"def @{name}",
+                                                     _io_attrs(func, module.io_names.get(name)))
     return "\n".join(lines) + "\n"
+
+
+def _io_attrs(func: Function, names: IONames | None) -> list[str]:
+    """A def's ``input_names=[...]``, ``output_names=[...]`` (only those that say something)."""
+    if names is None:
+        return []
+    out = []
+    if any(p.name in names.inputs for p in func.params):
+        out.append("input_names=" + attr_text([names.input_name(p.name) for p in func.params]))
+    if names.outputs:
+        out.append("output_names=" + attr_text(list(names.outputs)))
+    return out
 
 
 def print_expr(expr: Expr) -> str:
@@ -338,13 +351,14 @@ class _Printer:
         raise AssertionError(f"operand {node!r} was never bound")
 
     # --- blocks -----------------------------------------------------------------------------------
-    def function_lines(self, func: Function, head: str) -> list[str]:
+    def function_lines(self, func: Function, head: str, attrs: list[str] = ()) -> list[str]:
         """``head(%x: T, ...) -> R {``, the body, ``}``; ``head`` is ``def @f`` or ``fn ``."""
         self.scopes.append(set())
         params = []
         for p in func.params:
             name = self.declare(p)
             params.append(name + (f": {p.type_annotation}" if p.type_annotation else ""))
+        params += attrs
         ret = f" -> {func.ret_type}" if func.ret_type is not None else ""
         body = self.block_lines((id(func), 0), func.body)
         self.scopes.pop()

@@ -28,4 +28,4 @@ def bind_params(module: Module, values: dict[int, np.ndarray]) -> Module:
     params = tuple(p for p in main.params if id(p) not in values)
     functions = dict(module.functions)
     functions["main"] = Function(params, body, main.ret_type, span=main.span)
-    return Module(functions, module.source)
+    return Module(functions, module.source, module.io_names)

@@ -97,4 +97,4 @@ def rewrite_module(module: Module, make: "type[Rewriter]", **kw) -> Module:
         body = make(**kw)(fn.body)
         functions[name] = fn if body is fn.body else Function(fn.params, body, fn.ret_type,
                                                                span=fn.span)
-    return Module(functions, module.source)
+    return Module(functions, module.source, module.io_names)

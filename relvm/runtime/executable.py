@@ -68,6 +68,18 @@ class VMFunction:
     ret_type: str
     #: How many leading instructions validate the inputs (their failures are input errors).
     prologue: int = 0
+    #: The model's own names of the parameters (ONNX's ``input.1`` for ``%input_1``), one per
+    #: parameter, and of the flattened results; empty when the model gave none.
+    input_names: tuple[str, ...] = ()
+    output_names: tuple[str, ...] = ()
+
+    def input_name(self, i: int) -> str:
+        """Parameter ``i``'s name as the model gave it (else its IR name)."""
+        return self.input_names[i] if self.input_names else self.params[i].name
+
+    def output_name(self, i: int) -> str:
+        """Result ``i``'s name as the model gave it (else ``output<i>``)."""
+        return self.output_names[i] if self.output_names else f"output{i}"
 
     def signature(self) -> str:
         params = ", ".join(f"%{p.name}: {p.type_text}" for p in self.params)

@@ -74,14 +74,14 @@ def test_run_with_npy_input_and_output(model) -> None:
     assert proc.returncode == 0, proc.stderr
     want = relvm.VirtualMachine(relvm.load(model["rvm"])).invoke("main", x)
     np.testing.assert_array_equal(np.load(d / "y.npy"), want)
-    assert "output 0: float32[3, 10]" in proc.stdout
+    assert "output 0 (output0): float32[3, 10]" in proc.stdout
 
 
 @pytest.mark.e2e
 def test_run_with_random_inputs_for_dims(model) -> None:
-    proc = relvm_cli("run", model["rvm"], "--dims", "n=5")
+    proc = relvm_cli("run", model["rvm"], "--random-inputs", "--dims", "n=5")
     assert proc.returncode == 0, proc.stderr
-    assert "output 0: float32[5, 10]" in proc.stdout
+    assert "output 0 (output0): float32[5, 10]" in proc.stdout
 
 
 @pytest.mark.e2e
@@ -137,7 +137,7 @@ def test_wrong_input_shape(model) -> None:
 
 @pytest.mark.e2e
 def test_over_the_upper_bound(model) -> None:
-    proc = relvm_cli("run", model["rvm"], "--dims", "n=65")
+    proc = relvm_cli("run", model["rvm"], "--random-inputs", "--dims", "n=65")
     assert proc.returncode == 1 and "exceeds the upper bound n <= 64" in proc.stderr
 
 
@@ -187,7 +187,7 @@ def test_trust_commands_and_a_file_from_another_user(model, tmp_path) -> None:
     mine = relvm_cli("key", "--comment", "alice")  # the test session's own key signed it
     assert mine.returncode == 0 and mine.stdout.startswith("relvm-ed25519 ")
     (tmp_path / "alice.pub").write_text(mine.stdout)
-    proc = bob("run", model["rvm"], "--dims", "n=2")
+    proc = bob("run", model["rvm"], "--random-inputs", "--dims", "n=2")
     assert proc.returncode == 0, proc.stderr
     warning = [ln for ln in proc.stderr.splitlines() if ln.startswith("relvm: warning:")]
     assert len(warning) == 1 and "which you do not trust" in warning[0]
@@ -197,7 +197,7 @@ def test_trust_commands_and_a_file_from_another_user(model, tmp_path) -> None:
     assert added.returncode == 0 and added.stdout.startswith("trusting key ")
     kid = added.stdout.split()[2].rstrip(":")
     assert bob("trust", "list").stdout.split() == [kid]
-    proc = bob("run", model["rvm"], "--dims", "n=2")
+    proc = bob("run", model["rvm"], "--random-inputs", "--dims", "n=2")
     assert proc.returncode == 0 and "warning" not in proc.stderr
     assert f"kernels: the file's own kernels: signed by key {kid}, which you trust" in bob(
         "inspect", model["rvm"], "--no-bytecode").stdout
@@ -211,6 +211,7 @@ def test_trust_commands_and_a_file_from_another_user(model, tmp_path) -> None:
 @pytest.mark.e2e
 def test_run_trust_native_code_runs_the_files_own_kernels(model, tmp_path) -> None:
     env = dict(os.environ, RELVM_CONFIG_DIR=str(tmp_path / "carol"))
-    proc = subprocess.run([SCRIPT, "run", model["rvm"], "--dims", "n=2", "--trust-native-code"],
+    proc = subprocess.run([SCRIPT, "run", model["rvm"], "--random-inputs", "--dims", "n=2",
+                           "--trust-native-code"],
                           capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0 and "warning" not in proc.stderr

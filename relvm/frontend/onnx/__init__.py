@@ -20,7 +20,7 @@ import numpy as np
 
 from .importer import RelvmImportError
 
-__all__ = ["from_onnx", "supported_ops", "RelvmImportError"]
+__all__ = ["from_onnx", "load_model", "supported_ops", "RelvmImportError"]
 
 
 def from_onnx(model: Any, *, freeze: Mapping[str, Any] | None = None):
@@ -60,15 +60,36 @@ def from_onnx(model: Any, *, freeze: Mapping[str, Any] | None = None):
             from None
     from .importer import Importer
 
-    if isinstance(model, (str, os.PathLike)):
-        model = onnx.load(os.fspath(model))
-    elif isinstance(model, (bytes, bytearray)):
-        model = onnx.load_from_string(bytes(model))
+    model = load_model(model)
+    frozen = {k: np.asarray(v) for k, v in (freeze or {}).items()}
+    return Importer(model, frozen).run()
+
+
+def load_model(model: Any):
+    """An ``onnx.ModelProto`` from a path, bytes or a ModelProto; a file that is not an ONNX
+    model (protobuf cannot decode it) or cannot be read is a RelvmImportError."""
+    try:
+        import onnx
+    except ImportError:  # pragma: no cover
+        raise RelvmImportError('importing ONNX needs the onnx package: pip install "relvm[onnx]"') \
+            from None
+    from google.protobuf.message import DecodeError
+
+    what = os.fspath(model) if isinstance(model, (str, os.PathLike)) else "the model bytes"
+    try:
+        if isinstance(model, (str, os.PathLike)):
+            model = onnx.load(os.fspath(model))
+        elif isinstance(model, (bytes, bytearray, memoryview)):
+            model = onnx.load_from_string(bytes(model))
+    except DecodeError as e:
+        raise RelvmImportError(f"{what} is not an ONNX model (protobuf cannot decode it: {e})") \
+            from None
+    except OSError as e:
+        raise RelvmImportError(f"cannot read {what}: {e.strerror or e}") from None
     if not isinstance(model, onnx.ModelProto):
         raise RelvmImportError(f"expected an onnx.ModelProto, a path or bytes, got "
                                f"{type(model).__name__}")
-    frozen = {k: np.asarray(v) for k, v in (freeze or {}).items()}
-    return Importer(model, frozen).run()
+    return model
 
 
 def supported_ops() -> list[str]:

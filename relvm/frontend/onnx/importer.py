@@ -17,7 +17,8 @@ import numpy as np
 from ... import dtypes
 from ...errors import RelvmError
 from ...ir import dims as D
-from ...ir.nodes import Call, Constant, Expr, Function, If, Module, Tuple, TupleGetItem, Var
+from ...ir.nodes import (Call, Constant, Expr, Function, If, IONames, Module, Tuple, TupleGetItem,
+                         Var)
 from ...ir.types import TensorType, TupleType
 from ...ops.registry import OPS, AttrError, OpTypeError
 from ...passes.type_infer import _Mismatch, freshen, infer_module, join
@@ -258,6 +259,8 @@ class Importer:
         self.converters = CONVERTERS
         self.symbolic = SYMBOLIC
         self.model = model
+        #: IR name -> the ONNX name it was made from, where they differ (``input_1``: ``input.1``)
+        self.original_names: dict[str, str] = {}
         self.freeze = dict(freeze or {})
         self.opset = _default_opset(model)
         self.params: dict[str, np.ndarray] = {}
@@ -285,7 +288,9 @@ class Importer:
         if not outputs:
             raise RelvmImportError("the graph has no outputs")
         body = outputs[0] if len(outputs) == 1 else Tuple(tuple(outputs))
-        module = Module({"main": Function(tuple(inputs + self.param_vars), body)})
+        names = IONames(dict(self.original_names), tuple(o.name for o in graph.output))
+        module = Module({"main": Function(tuple(inputs + self.param_vars), body)},
+                        io_names={"main": names})
         infer_module(module)
         return module, dict(self.params)
 
@@ -393,6 +398,8 @@ class Importer:
         while out in self.var_names:
             out, k = f"{base}_{k}", k + 1
         self.var_names.add(out)
+        if out != name:
+            self.original_names[out] = name
         return out
 
     def dim_symbol(self, name: str) -> D.Sym:

@@ -24,8 +24,11 @@ META_KEYS: dict[str, str] = {
     "functions": "per VM function: `name`, `params` (name, type text, tuple flag, tensors as "
                  "dtype and shape, dims as ints or symbol text), `num_regs`, `num_dims`, "
                  "`dim_names`, `prologue`, `ret_type`, `outputs` (dtype, shape as dim operands "
-                 "or null, `alloc_pcs`, type text) and `code`: `word_offset`, `word_count`, "
-                 "`instructions` locating its bytecode in `code`",
+                 "or null, `alloc_pcs`, type text), `code`: `word_offset`, `word_count`, "
+                 "`instructions` locating its bytecode in `code`, and optionally `io_names`: "
+                 "`inputs` (one name per parameter) and `outputs` (one per flattened output), "
+                 "the names the model gave them (ONNX's `input.1` for the parameter `input_1`; "
+                 "files written before it existed lack it and load, their names the IR's)",
     "kernels": "the kernel table: `name`, `op`, `attrs` (float attributes may be `NaN` or "
                "`Infinity`, as Python's json writes them), `inputs` and `outputs` dtypes, "
                "`groups`, and `ranks`: `[input ranks, output ranks]` of the flattened "
@@ -110,6 +113,8 @@ def _function_meta(fn: VMFunction, code: CodeRange) -> dict:
                      "alloc_pcs": list(o.alloc_pcs), "type": o.type_text} for o in fn.outputs],
         "code": {"word_offset": code.word_offset, "word_count": code.word_count,
                  "instructions": code.instructions},
+        **({"io_names": {"inputs": list(fn.input_names), "outputs": list(fn.output_names)}}
+           if fn.input_names or fn.output_names else {}),
     }
 
 
@@ -249,7 +254,21 @@ def _function(f: Any, path: str) -> tuple[VMFunction, CodeRange]:
         outputs=each(f["outputs"], f"{path}.outputs", _output),
         ret_type=text(f["ret_type"], f"{path}.ret_type"),
         prologue=integer(f["prologue"], f"{path}.prologue", 0))
+    if "io_names" in f:  # optional: files written before it existed lack it
+        fn.input_names, fn.output_names = _io_names(f["io_names"], f"{path}.io_names",
+                                                    len(fn.params), len(fn.outputs))
     return fn, code
+
+
+def _io_names(v: Any, path: str, params: int, outputs: int) -> tuple[tuple, tuple]:
+    v = obj(v, path, ("inputs", "outputs"))
+    inputs = each(v["inputs"], f"{path}.inputs", text)
+    outs = each(v["outputs"], f"{path}.outputs", text)
+    if len(inputs) not in (0, params):
+        raise _fail(f"{path}.inputs", f"{len(inputs)} names for {params} parameters")
+    if len(outs) not in (0, outputs):
+        raise _fail(f"{path}.outputs", f"{len(outs)} names for {outputs} outputs")
+    return inputs, outs
 
 
 def _param(p: Any, path: str) -> ParamSig:

@@ -57,6 +57,11 @@ class VirtualMachine:
     """
 
     def __init__(self, exe: Executable):
+        if not isinstance(exe, Executable):
+            what = type(exe).__name__
+            hint = (": build it first, relvm.VirtualMachine(relvm.build(module))"
+                    if what == "Module" else " (from relvm.build or relvm.load)")
+            raise RelvmInputError(f"VirtualMachine takes an Executable, not a {what}{hint}")
         self.exe = exe
         constants = []
         for c in exe.constants:
