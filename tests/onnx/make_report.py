@@ -226,6 +226,11 @@ for n in (4, 40, 400):                          # for every sequence length
   stride above 1, ConvTranspose's `output_shape` and Resize's `keep_aspect_ratio_policy` need
   static spatial dims; Squeeze without axes needs a static shape; the last dim of GatherND's
   and ScatterND's indices (the length of an index tuple) must be static, as it decides a rank.
+- **If.** A condition known at import keeps only the taken branch. Otherwise both branches
+  are converted and the result has their joined type (dims that differ become `?`). When the
+  branches differ in rank or element type (a dim squeezed only when it is 1, then a test of
+  the rank), the rest of the graph is converted once per branch, so every value keeps a static
+  rank and the rank tests fold; the graph's outputs must then agree (at most 4 such splits).
 - **Errors.** `RelvmImportError` (a `relvm.RelvmError`). A model with op types relvm has no
   converter for fails with one error listing every such type (subgraphs included), with a node of
   each; a node that cannot be converted fails with a message naming it and its op type.
