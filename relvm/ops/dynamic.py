@@ -1,5 +1,6 @@
 """Ops whose result shape depends on input *values*: ``arange``, ``argwhere``, ``dyn.reshape``;
-and ``shape_of``, whose value is a shape but whose own shape is static.
+``shape_of``, whose value is a shape but whose own shape is static; and ``guard``, whose value
+decides whether the program may go on.
 
 A data-dependent op's type gives each unknown dim a fresh anonymous symbol (printed ``?``), a new
 one per use of the type relation, so no two such results are ever assumed equal. At run time the VM
@@ -16,7 +17,7 @@ from ..ir import dims as D
 from ..ir.types import TensorType
 from .common import (NUMERIC, check_dtype, check_rank, check_result_rank, fmt_shape, np_dtype,
                      same_dtype, tensor_arg)
-from .registry import DTYPE_OR_EMPTY, OPAQUE, OpTypeError, attr, choice, register
+from .registry import DTYPE_OR_EMPTY, OPAQUE, STR, OpTypeError, attr, choice, register
 from .transform import INDEX_DTYPES, ZERO_OR_ONE, at_run_time, infer_newshape
 
 
@@ -110,3 +111,27 @@ register("dyn.reshape", inputs=("data", "newshape"), infer=_dyn_reshape_type,
          reference=_dyn_reshape_ref, pattern=OPAQUE, data_dependent=True, shape_inputs=(1,),
          doc="reshape to a shape given as a tensor (codes 0 and -1)",
          attrs=[attr("allowzero", ZERO_OR_ONE, 0)])
+
+
+# --- guard --------------------------------------------------------------------------------------
+
+
+def _guard_type(attrs, data, condition):
+    t, c = tensor_arg(data, "data"), tensor_arg(condition, "condition")
+    check_rank(c, "condition", 0)
+    check_dtype(c, "condition", ("bool",), "dtype bool")
+    return t
+
+
+def _guard_ref(attrs, x, condition):
+    if not bool(condition):
+        raise ValueError(attrs.message)
+    return x.copy()
+
+
+register("guard", inputs=("data", "condition"), infer=_guard_type, reference=_guard_ref,
+         pattern=OPAQUE,
+         doc="data, when condition (a bool scalar) holds; otherwise the program stops with an "
+             "error saying message (the ONNX importer guards the one branch of an If that "
+             "converts when the other cannot run)",
+         attrs=[attr("message", STR, required=True)])

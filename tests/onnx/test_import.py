@@ -291,6 +291,35 @@ def test_if_whose_branches_differ_in_rank_to_the_end_is_an_import_error():
         from_onnx(m)
 
 
+def test_if_branch_that_cannot_run_becomes_a_run_time_error():
+    # (n, 4) when the sum is positive, else (n, 4, 1); Gemm takes rank 2 only, so the rest of
+    # the graph converts for the then-branch alone: the else-branch fails when taken, as in ORT.
+    then_graph = helper.make_graph([helper.make_node("Identity", ["x"], ["t"])], "t", [],
+                                   [tensor("t", F, None)])
+    else_graph = helper.make_graph([helper.make_node("Unsqueeze", ["x", "axis"], ["e"])], "e",
+                                   [], [tensor("e", F, None)])
+    nodes = [helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+             helper.make_node("Greater", ["total", "zero"], ["positive"]),
+             helper.make_node("If", ["positive"], ["y"], then_branch=then_graph,
+                              else_branch=else_graph),
+             helper.make_node("Gemm", ["y", "w"], ["z"])]
+    inits = [numpy_helper.from_array(np.array(0, np.float32), "zero"),
+             numpy_helper.from_array(np.array([2], np.int64), "axis"),
+             numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(4, 3), "w")]
+    m = model(nodes, [tensor("x", F, ["n", 4])], [tensor("z", F, None)], inits)
+    mod, params = from_onnx(m)
+    assert "guard" in ops_in(mod)
+    vm = relvm.VirtualMachine(relvm.build(mod, params=params))
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    np.testing.assert_allclose(vm.invoke("main", x), x @ np.arange(12.0).reshape(4, 3))
+    with pytest.raises(relvm.RelvmRuntimeError,
+                       match=r"If node .* took its else-branch \(the branches differ: "
+                             r"then-branch is Tensor\[\(n, 4\), float32\], else-branch is "
+                             r"Tensor\[\(n, 4, 1\), float32\]\), where the model cannot run: "
+                             r"Gemm node .*rank"):
+        vm.invoke("main", -x)
+
+
 def test_constant_if_condition_keeps_one_branch():
     then_graph = helper.make_graph([helper.make_node("Sqrt", ["x"], ["t"])], "t", [],
                                    [tensor("t", F, ["n"])])

@@ -69,6 +69,48 @@ def test_silero_vad_sequence():
                                     "Tensor[(1, 1, 128), float32]", "Tensor[(1, 1, 128), float32]"])
 
 
+@pytest.mark.parametrize("name", ["silero_vad", "silero_vad_16k_op15", "silero_vad_half",
+                                  "silero_vad_op18_ifless", "silero_vad_openvino_16k"])
+def test_silero_vad_streaming(name):
+    """The streaming files: a chunk of samples and the state in, a probability and the state
+    out. Four of them squeeze the decoder's time dim only when it is 1 and then branch on the
+    rank (an If whose branches differ in rank: the importer converts the rest per branch, and
+    the branch that cannot run at all -- an LSTM fed rank 5 -- becomes a run-time error)."""
+    path = model_path("silero_vad", "data", f"{name}.onnx")
+    inputs = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).get_inputs()
+    rng = np.random.default_rng(0)
+    feeds = []
+    for batch, samples, rate in ((1, 512, 16000), (2, 512, 16000), (3, 512, 16000),
+                                 (1, 256, 8000)):
+        feed = {}
+        for i in inputs:
+            if i.name == "input":  # static in the OpenVINO file: (1, 576) there
+                shape = [d if isinstance(d, int) else v for d, v in zip(i.shape, (batch, samples))]
+                feed[i.name] = (0.1 * rng.standard_normal(shape)).astype(np.float32)
+            elif i.name == "state":
+                feed[i.name] = (0.1 * rng.standard_normal((2, feed["input"].shape[0], 128))
+                                ).astype(np.float32)
+            else:
+                assert i.name == "sr"
+                feed[i.name] = np.array(rate, np.int64)
+        feeds.append(feed)
+    if "sr" not in [i.name for i in inputs]:
+        feeds = feeds[:3]  # 16 kHz only
+    check_against_ort(path, feeds, [])
+
+
+def test_silero_vad_runs_out_of_its_one_convertible_branch_as_an_error():
+    """silero_vad_16k_op15 at 1024 samples: the decoder's time dim is 2, the branch ORT then
+    takes fails (its LSTM gets rank 5); relvm refuses the input, naming the dim and why."""
+    path = model_path("silero_vad", "data", "silero_vad_16k_op15.onnx")
+    mod, params = from_onnx(path)
+    vm = relvm.VirtualMachine(relvm.build(mod, params=params))
+    with pytest.raises(relvm.RelvmInputError, match=r"sequence is input %input dim 1\) is 2, "
+                       r"but squeeze needs it to equal 1"):
+        vm.invoke("main", np.zeros((1, 1024), np.float32), np.zeros((2, 1, 128), np.float32),
+                  np.array(16000, np.int64))
+
+
 def test_ppocr_v4_detection():
     path = model_path("rapidocr_onnxruntime", "models", "ch_PP-OCRv4_det_infer.onnx")
     rng = np.random.default_rng(1)

@@ -1,5 +1,5 @@
 """C kernels for the ops whose values are shapes or decide shapes: shape_of, arange, argwhere
-(dyn.reshape is a copy, in transform.py). The VM has already sized each output from the input
+(dyn.reshape is a copy, in transform.py); and guard. The VM has already sized each output from the input
 values; the kernels fill it and check the size agrees."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import first_output, kernel
-from .common import ALL, CODE, NUMBERS, check_rank, int64s, library, np_dtype, shape_error
+from .common import (ALL, CODE, NUMBERS, attrs_of, check_rank, int64s, library, np_dtype,
+                     shape_error)
 
 
 @kernel("shape_of", dtypes=ALL)
@@ -52,4 +53,17 @@ def make_argwhere(entry):
         if found != rows:
             raise ValueError(f"{name}: the condition has {found} non-zero entries, but the "
                              f"output has room for {rows}")
+    return run
+
+
+@kernel("guard", dtypes=ALL)
+def make_guard(entry):
+    message = attrs_of(entry).message
+
+    def run(x, condition, out):
+        if not condition[()]:
+            raise ValueError(message)
+        if out.shape != x.shape:
+            raise shape_error("guard: wrong output shape", data=x.shape, output=out.shape)
+        out[...] = x
     return run

@@ -369,17 +369,31 @@ class Importer:
             raise node.fail(f"the branches differ ({split.reason}), and the graph already "
                             f"splits at {MAX_SPLITS} such If nodes; relvm converts the rest of "
                             "a graph once per branch of each, up to that many")
-        arms = []
+        arms: list[Expr | None] = []
+        failures: list[RelvmError | None] = []
         for values in (split.then_values, split.else_values):
-            arm = Scope(scope)
-            for name, v in zip(node.outputs, values):
-                if name:
-                    arm.bind(name, v)
-            rest = self.convert_nodes(nodes, at + 1, arm, outputs)
-            exprs = [self.expr(v, node) for v in rest]
-            arms.append(exprs[0] if len(exprs) == 1 else Tuple(tuple(exprs)))
-            if len(exprs) > 1:
-                arms[-1].with_type(TupleType(tuple(e.checked_type for e in exprs)))
+            try:
+                arms.append(self.convert_arm(nodes, at, scope, outputs, node, values))
+                failures.append(None)
+            except RelvmError as e:  # this branch cannot run: the model fails when taken
+                arms.append(None)
+                failures.append(e)
+        if failures[0] and failures[1]:
+            raise failures[0]
+        if failures[0] or failures[1]:
+            # One branch converts: the model runs it, guarded, and stops with the other's error
+            # when the condition picks the other (as ONNX Runtime fails there at run time).
+            good = 1 if failures[0] else 0
+            which = ("then", "else")
+            cond = split.cond if good == 0 else self.call(node, "logical_not", [split.cond], {})
+            message = (f"{node.describe()} took its {which[1 - good]}-branch (the branches "
+                       f"differ: {split.reason}), where the model cannot run: "
+                       f"{failures[1 - good]}")
+            values = (split.then_values, split.else_values)[good]
+            guarded = [Value(v.name, expr=self.call(node, "guard", [self.expr(v, node), cond],
+                                                    {"message": message}))
+                       for v in values]
+            return self.convert_rest(nodes, at, scope, outputs, node, guarded)
         try:
             t = join(arms[0].checked_type, arms[1].checked_type)
         except _Mismatch as e:
@@ -390,6 +404,27 @@ class Importer:
         if len(outputs) == 1:
             return [Value(outputs[0], expr=result)]
         return [Value(name, expr=node.field(result, i)) for i, name in enumerate(outputs)]
+
+    def convert_rest(self, nodes: list, at: int, scope: Scope, outputs: list[str], node: "Node",
+                     values: list[Value]) -> list[Value]:
+        """The graph's outputs from ``nodes[at + 1:]``, the If ``node``'s outputs bound to
+        ``values``, in a scope of their own."""
+        arm = Scope(scope)
+        for name, v in zip(node.outputs, values):
+            if name:
+                arm.bind(name, v)
+        return self.convert_nodes(nodes, at + 1, arm, outputs)
+
+    def convert_arm(self, nodes: list, at: int, scope: Scope, outputs: list[str], node: "Node",
+                    values: list[Value]) -> Expr:
+        """The rest of the graph for one branch of a split If: its outputs as one expression."""
+        exprs = [self.expr(v, node) for v in self.convert_rest(nodes, at, scope, outputs, node,
+                                                                  values)]
+        if len(exprs) == 1:
+            return exprs[0]
+        tup = Tuple(tuple(exprs))
+        tup.with_type(TupleType(tuple(e.checked_type for e in exprs)))
+        return tup
 
     # --- inputs and params ------------------------------------------------------------------------
     def unique_var_name(self, name: str) -> str:
