@@ -153,6 +153,99 @@ RELVM_EXPORT int relvm_layer_norm(int dtype, int64_t outer, int64_t len, int64_t
     return RELVM_OK;
 }
 
+/* --- rms_norm -------------------------------------------------------------------------------- */
+
+/* One pass for the sum of squares (float64, in lanes), one to write. */
+#define RMS_NORM(S, T)                                                                        \
+    static RELVM_VECTORIZE void rms_norm_run_##S(int64_t n, double rms, const T *x,           \
+                                                 const T *gamma, T *y) {                      \
+        for (int64_t i = 0; i < n; ++i) y[i] = (T)((double)x[i] * rms * (double)gamma[i]);    \
+    }                                                                                         \
+                                                                                              \
+    static void rms_norm_range_##S(void *ctx, int64_t begin, int64_t end) {                   \
+        const struct axis_job *j = ctx;                                                       \
+        const int64_t len = j->len, glen = j->inner;                                          \
+        for (int64_t r = begin; r < end; ++r) {                                               \
+            const T *x = (const T *)j->x + r * len;                                           \
+            T *y = (T *)j->y + r * len;                                                       \
+            const double rms = 1.0 / sqrt(vm_sum_sq_dev_##S(x, len, 0.0) / (double)len       \
+                                          + j->eps);                                          \
+            for (int64_t at = 0; at < len; at += glen)                                        \
+                rms_norm_run_##S(glen, rms, x + at, (const T *)j->gamma, y + at);             \
+        }                                                                                     \
+    }
+
+RMS_NORM(f32, f32)
+RMS_NORM(f64, f64)
+
+RELVM_EXPORT int relvm_rms_norm(int dtype, int64_t rows, int64_t len, int64_t gamma_len,
+                                const void *x, const void *gamma, void *y, double eps) {
+    if (!valid_axis(dtype, rows, len, 1)) return RELVM_UNSUPPORTED;
+    if (len == 0 || rows == 0) return RELVM_OK;
+    if (gamma_len < 1 || len % gamma_len) return RELVM_UNSUPPORTED;
+    /* inner carries gamma's length: rms rows are always contiguous */
+    struct axis_job j = {.len = len, .inner = gamma_len, .eps = eps, .x = x, .gamma = gamma,
+                         .y = y};
+    relvm_parallel_for(rows, grain_for(len, RELVM_GRAIN),
+                       dtype == RELVM_FLOAT32 ? rms_norm_range_f32 : rms_norm_range_f64, &j);
+    return RELVM_OK;
+}
+
+/* --- group_norm ------------------------------------------------------------------------------ */
+
+/* A group is one contiguous run of (channels / groups) * spatial elements: its statistics in
+ * two passes over the run (as layer_norm's), then one affine map per channel while writing. */
+struct group_job {
+    int64_t groups, per_group, spatial;
+    double eps;
+    int scale, center;
+    const char *x, *gamma, *beta;
+    char *y;
+};
+
+#define GROUP_NORM(S, T)                                                                      \
+    static RELVM_VECTORIZE void group_norm_run_##S(int64_t n, double a, double b, const T *x, \
+                                                   T *y) {                                    \
+        for (int64_t i = 0; i < n; ++i) y[i] = (T)((double)x[i] * a + b);                     \
+    }                                                                                         \
+                                                                                              \
+    static void group_norm_range_##S(void *ctx, int64_t begin, int64_t end) {                 \
+        const struct group_job *j = ctx;                                                      \
+        const T *gamma = (const T *)j->gamma, *beta = (const T *)j->beta;                     \
+        const int64_t len = j->per_group * j->spatial;                                        \
+        for (int64_t r = begin; r < end; ++r) {                                               \
+            const T *x = (const T *)j->x + r * len;                                           \
+            T *y = (T *)j->y + r * len;                                                       \
+            const double mean = vm_sum_##S(x, len) / (double)len;                             \
+            const double rstd = 1.0 / sqrt(vm_sum_sq_dev_##S(x, len, mean) / (double)len      \
+                                           + j->eps);                                         \
+            const int64_t first = (r % j->groups) * j->per_group;                             \
+            for (int64_t c = 0; c < j->per_group; ++c) {                                      \
+                const double a = j->scale ? rstd * (double)gamma[first + c] : rstd;           \
+                const double b = (j->center ? (double)beta[first + c] : 0.0) - mean * a;      \
+                group_norm_run_##S(j->spatial, a, b, x + c * j->spatial, y + c * j->spatial); \
+            }                                                                                 \
+        }                                                                                     \
+    }
+
+GROUP_NORM(f32, f32)
+GROUP_NORM(f64, f64)
+
+RELVM_EXPORT int relvm_group_norm(int dtype, int64_t batch, int64_t groups, int64_t channels,
+                                  int64_t spatial, const void *x, const void *gamma,
+                                  const void *beta, void *y, double eps, int scale, int center) {
+    if (!is_float(dtype) || batch < 0 || groups < 1 || channels < 0 || spatial < 0
+        || channels % groups)
+        return RELVM_UNSUPPORTED;
+    if (channels == 0 || spatial == 0) return RELVM_OK;
+    struct group_job j = {.groups = groups, .per_group = channels / groups, .spatial = spatial,
+                          .eps = eps, .scale = scale, .center = center, .x = x, .gamma = gamma,
+                          .beta = beta, .y = y};
+    relvm_parallel_for(batch * groups, grain_for(j.per_group * spatial, RELVM_GRAIN),
+                       dtype == RELVM_FLOAT32 ? group_norm_range_f32 : group_norm_range_f64, &j);
+    return RELVM_OK;
+}
+
 /* --- batch_norm ------------------------------------------------------------------------------ */
 
 /* Run r is channel r % len of outer index r / len: inner contiguous elements, one affine map. */
