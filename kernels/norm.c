@@ -12,7 +12,7 @@
 #include "threads.h"
 
 struct axis_job {
-    int take_log, scale, center;
+    int take_log, scale, center, mode;
     int64_t len, inner;
     double eps;
     const char *x, *gamma, *beta, *mean, *var;
@@ -188,6 +188,59 @@ RELVM_EXPORT int relvm_rms_norm(int dtype, int64_t rows, int64_t len, int64_t ga
                          .y = y};
     relvm_parallel_for(rows, grain_for(len, RELVM_GRAIN),
                        dtype == RELVM_FLOAT32 ? rms_norm_range_f32 : rms_norm_range_f64, &j);
+    return RELVM_OK;
+}
+
+/* --- axis_norm: Lp and mean-variance ------------------------------------------------------- */
+
+/* The statistics in one pass over the line (two for the variance), then one to write. */
+#define AXIS_NORM(S, T)                                                                       \
+    static void axis_norm_line_##S(const struct axis_job *j, int64_t stride, const T *x,      \
+                                   T *y) {                                                    \
+        const int64_t len = j->len;                                                           \
+        double shift = 0.0, scale;                                                            \
+        if (j->mode == 0) { /* mean and variance */                                       \
+            double mean = 0.0, var = 0.0;                                                     \
+            for (int64_t i = 0; i < len; ++i) mean += (double)x[i * stride];                  \
+            mean /= (double)len;                                                              \
+            for (int64_t i = 0; i < len; ++i) {                                               \
+                const double d = (double)x[i * stride] - mean;                                \
+                var += d * d;                                                                 \
+            }                                                                                 \
+            shift = mean;                                                                     \
+            scale = 1.0 / sqrt(var / (double)len + j->eps);                                   \
+        } else {                                                                              \
+            double norm = 0.0;                                                                \
+            for (int64_t i = 0; i < len; ++i) {                                               \
+                const double v = (double)x[i * stride];                                       \
+                norm += j->mode == 1 ? fabs(v) : v * v;                                   \
+            }                                                                                 \
+            if (j->mode == 2) norm = sqrt(norm);                                          \
+            scale = norm == 0.0 ? 0.0 : 1.0 / norm;                                           \
+        }                                                                                     \
+        for (int64_t i = 0; i < len; ++i)                                                     \
+            y[i * stride] = (T)(((double)x[i * stride] - shift) * scale);                     \
+    }                                                                                         \
+                                                                                              \
+    static void axis_norm_range_##S(void *ctx, int64_t begin, int64_t end) {                  \
+        const struct axis_job *j = ctx;                                                       \
+        for (int64_t r = begin; r < end; ++r) {                                               \
+            const int64_t at = r / j->inner * j->len * j->inner + r % j->inner;               \
+            axis_norm_line_##S(j, j->inner, (const T *)j->x + at, (T *)j->y + at);            \
+        }                                                                                     \
+    }
+
+AXIS_NORM(f32, f32)
+AXIS_NORM(f64, f64)
+
+RELVM_EXPORT int relvm_axis_norm(int dtype, int mode, int64_t outer, int64_t len, int64_t inner,
+                                 const void *x, void *y, double eps) {
+    if (!valid_axis(dtype, outer, len, inner) || mode < 0 || mode > 2) return RELVM_UNSUPPORTED;
+    if (len == 0) return RELVM_OK;
+    struct axis_job j = {.mode = mode, .len = len, .inner = inner, .eps = eps, .x = x,
+                         .y = y};
+    relvm_parallel_for(lines(outer, inner), grain_for(len, RELVM_GRAIN),
+                       dtype == RELVM_FLOAT32 ? axis_norm_range_f32 : axis_norm_range_f64, &j);
     return RELVM_OK;
 }
 

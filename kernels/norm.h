@@ -27,6 +27,12 @@ int relvm_group_norm(int dtype, int64_t batch, int64_t groups, int64_t channels,
                      const void *x, const void *gamma, const void *beta, void *y, double eps,
                      int scale, int center);
 
+/* Along the axis: y = x / norm, norm = sum |x| (mode 1) or sqrt(sum x^2) (mode 2), 0 where the
+ * norm is 0 (ONNX LpNormalization); or mode 0, y = (x - mean) / sqrt(var + eps) (biased var,
+ * ONNX MeanVarianceNormalization). */
+int relvm_axis_norm(int dtype, int mode, int64_t outer, int64_t len, int64_t inner, const void *x,
+                    void *y, double eps);
+
 /* Inference batch norm: channel c of the axis (length len) gets
  * (x - mean[c]) / sqrt(var[c] + eps), times gamma[c] when scale, plus beta[c] when center. */
 int relvm_batch_norm(int dtype, int64_t outer, int64_t len, int64_t inner, const void *x,

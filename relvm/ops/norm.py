@@ -10,6 +10,9 @@ for the statistics and one to write (``kernels/norm.c``).
   consecutive channels; each group, over all its channels' spatial positions, is normalized
   by its mean and biased variance, then each channel is scaled by gamma and shifted by beta.
 * ``nn.instance_norm`` (Relay's) is group norm with one channel per group.
+* ``nn.lp_norm`` divides by the L1 or L2 norm along one axis, 0 where the norm is 0 (ONNX
+  LpNormalization); ``nn.mean_variance_norm`` standardizes along one axis: (x - mean) /
+  sqrt(var + epsilon) (ONNX MeanVarianceNormalization, its axes merged into one).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import numpy as np
 from ..ir.types import TensorType
 from .common import FLOATS, check_dtype, check_rank, differ, fmt_shape, normalize_axis, require, \
     same_dtype, tensor_arg
-from .registry import BOOL, FLOAT, INT, OPAQUE, OpTypeError, attr, register
+from .registry import BOOL, FLOAT, INT, OPAQUE, AttrKind, OpTypeError, attr, register
 
 _FLOAT = (FLOATS, "a float dtype")
 
@@ -112,3 +115,48 @@ register("nn.instance_norm", inputs=("data", "gamma", "beta"), infer=_channel_no
          pattern=OPAQUE, attrs=_NORM_ATTRS,
          doc="normalize each channel (axis 1) of each item over its spatial dims, then scale "
              "and shift it by gamma and beta")
+
+
+def _one_or_two(v) -> int:
+    if v not in (1, 2) or isinstance(v, bool):
+        raise ValueError
+    return int(v)
+
+
+ONE_OR_TWO = AttrKind("1 or 2", _one_or_two)
+
+
+def _axis_norm_type(attrs, d):
+    data = tensor_arg(d, "data")
+    check_dtype(data, "data", *_FLOAT)
+    normalize_axis(attrs.axis, data.ndim)
+    return data
+
+
+def _lp_norm_ref(attrs, x):
+    axis = normalize_axis(attrs.axis, x.ndim)
+    x64 = x.astype(np.float64)
+    norm = np.abs(x64).sum(axis=axis, keepdims=True) if attrs.p == 1 else \
+        np.sqrt((x64 * x64).sum(axis=axis, keepdims=True))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(norm == 0, 0.0, x64 / norm).astype(x.dtype)
+
+
+def _mean_variance_norm_ref(attrs, x):
+    axis = normalize_axis(attrs.axis, x.ndim)
+    x64 = x.astype(np.float64)
+    if x.shape[axis] == 0:
+        return x.copy()
+    mean = x64.mean(axis=axis, keepdims=True)
+    var = ((x64 - mean) ** 2).mean(axis=axis, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):  # a constant line with epsilon 0
+        return ((x64 - mean) / np.sqrt(var + attrs.epsilon)).astype(x.dtype)
+
+
+register("nn.lp_norm", inputs=("data",), infer=_axis_norm_type, reference=_lp_norm_ref,
+         pattern=OPAQUE, attrs=[attr("axis", INT, -1), attr("p", ONE_OR_TWO, 2)],
+         doc="x / sum(|x|) (p=1) or x / sqrt(sum(x^2)) (p=2) along axis; 0 where the norm is 0")
+register("nn.mean_variance_norm", inputs=("data",), infer=_axis_norm_type,
+         reference=_mean_variance_norm_ref, pattern=OPAQUE,
+         attrs=[attr("axis", INT, -1), attr("epsilon", FLOAT, 1e-9)],
+         doc="(x - mean) / sqrt(var + epsilon) along axis (biased variance)")

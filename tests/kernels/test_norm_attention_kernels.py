@@ -1,4 +1,5 @@
-"""C kernels of rms_norm, group_norm, instance_norm, attention_softmax and rotary_embedding
+"""C kernels of rms_norm, group_norm, instance_norm, lp_norm, mean_variance_norm,
+attention_softmax and rotary_embedding
 against their NumPy references: both float dtypes, broadcast parameters, masks of every rank,
 frames (causal, windows, valid keys), fully masked rows, NaN scores, empty tensors, and shapes
 the kernels must refuse with an error (never a read outside the arrays)."""
@@ -38,6 +39,18 @@ def test_instance_norm(check, rand, shape, dtype):
     c = shape[1]
     check("nn.instance_norm", {"epsilon": 1e-2},
           [rand(shape, dtype), rand((c,), dtype), rand((c,), dtype)])
+
+
+@pytest.mark.parametrize("shape,axis", [((4, 16), -1), ((4, 16), 0), ((2, 3, 5), 1),
+                                        ((3, 1000), 1), ((0, 3), 1), ((3, 0), 1)], ids=str)
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_lp_and_mean_variance_norm(check, rand, shape, axis, dtype):
+    x = rand(shape, dtype)
+    if x.size:
+        x[0] = 0  # a zero norm: zeros, not NaN
+    for p in (1, 2):
+        check("nn.lp_norm", {"axis": axis, "p": p}, [x])
+    check("nn.mean_variance_norm", {"axis": axis, "epsilon": 1e-6}, [x])
 
 
 def test_norm_shapes_refused(c_kernel, rand):

@@ -88,6 +88,24 @@ def test_group_norm_reference():
     np.testing.assert_allclose(inst, run("nn.group_norm", x, g, b, num_groups=6), rtol=1e-6)
 
 
+def test_lp_and_mean_variance_norm_reference():
+    x = rand(3, 4)
+    x[1] = 0
+    l1, l2 = run("nn.lp_norm", x, axis=1, p=1), run("nn.lp_norm", x, axis=1, p=2)
+    mvn = run("nn.mean_variance_norm", x, axis=1, epsilon=0.0)
+    for i in (0, 2):
+        row = [float(v) for v in x[i]]
+        np.testing.assert_allclose(l1[i], [v / sum(map(abs, row)) for v in row], rtol=1e-6)
+        np.testing.assert_allclose(l2[i], [v / math.sqrt(sum(v * v for v in row)) for v in row],
+                                   rtol=1e-6)
+        mean = sum(row) / 4
+        std = math.sqrt(sum((v - mean) ** 2 for v in row) / 4)
+        np.testing.assert_allclose(mvn[i], [(v - mean) / std for v in row], rtol=1e-5)
+    assert (l1[1] == 0).all() and (l2[1] == 0).all()
+    with pytest.raises(Exception, match="expects 1 or 2"):
+        infer("nn.lp_norm", T((n, 4)), p=3)
+
+
 def _softmax_row(v):
     finite = [e for e in v if e != -math.inf]
     if not finite:

@@ -235,3 +235,29 @@ def make_group_norm(entry):
 @kernel("nn.instance_norm", dtypes=FLOATS)
 def make_instance_norm(entry):
     return _channel_norm(entry, lambda channels: max(channels, 1))
+
+
+def _axis_norm(entry, mode: int, eps: float):
+    ffi, lib = library()
+    attrs, dt = attrs_of(entry), CODE[entry.inputs[0]]
+    norm, ptr, name, plans = lib.relvm_axis_norm, ffi.from_buffer, entry.name, {}
+
+    def run(x, out):
+        plan = plans.get(x.shape)
+        if plan is None:
+            if out.shape != x.shape:
+                raise shape_error(f"{name}: wrong output shape", data=x.shape, output=out.shape)
+            axis = at_run_time(normalize_axis, attrs.axis, x.ndim)
+            plan = remember(plans, x.shape, _axis_split(x.shape, axis))
+        check(norm(dt, mode, *plan, ptr(x), ptr(out), eps), name)
+    return run
+
+
+@kernel("nn.lp_norm", dtypes=FLOATS)
+def make_lp_norm(entry):
+    return _axis_norm(entry, int(attrs_of(entry).p), 0.0)
+
+
+@kernel("nn.mean_variance_norm", dtypes=FLOATS)
+def make_mean_variance_norm(entry):
+    return _axis_norm(entry, 0, float(attrs_of(entry).epsilon))

@@ -2,9 +2,9 @@
 LpNormalization, MeanVarianceNormalization, LRN, SoftmaxCrossEntropyLoss and
 NegativeLogLikelihoodLoss.
 
-Group, instance and RMS norm are relvm ops with one C kernel each (``nn.group_norm``,
-``nn.instance_norm``, ``nn.rms_norm``); the rest are compositions of existing ops (a reduction
-or a pool, then one fused elementwise pass). float16 inputs are normalized in float32 (the
+Group, instance, RMS, Lp and mean-variance norm are relvm ops with one C kernel each
+(``nn.group_norm``, ``nn.instance_norm``, ``nn.rms_norm``, ``nn.lp_norm``,
+``nn.mean_variance_norm``); LRN and the losses are compositions of existing ops. float16 inputs are normalized in float32 (the
 kernels are float32/float64), as ONNX's ``stash_type`` asks by default.
 """
 
@@ -98,43 +98,44 @@ def rms_norm(n: Node):
 
 # --- Lp, mean-variance, LRN ---------------------------------------------------------------------
 
-@converter("LpNormalization", composed="`sum` of `abs(x)` or of `x*x` (then `sqrt`) along the "
-           "axis, then one fused pass: x / norm, 0 where the norm is 0")
+@converter("LpNormalization")
 def lp_norm(n: Node):
     rank = _check_rank(n, 1, "LpNormalization")
     axis = norm_axis(n, int(n.attr("axis", -1)), rank)
     p = int(n.attr("p", 2))
     if p not in (1, 2):
         raise n.fail(f"p must be 1 or 2, got {p}")
-
-    def build(x):
-        if p == 1:
-            norm = n.call("sum", n.call("abs", x), axis=[axis], keepdims=True)
-        else:
-            norm = n.call("sqrt", n.call("sum", n.call("multiply", x, x), axis=[axis],
-                                         keepdims=True))
-        zero = scalar(n, 0, n.dtype(0) if n.dtype(0) != "float16" else "float32")
-        # a zero norm gives 0, not NaN (as ONNX's reference)
-        is_zero = n.call("equal", norm, zero)
-        safe = n.call("where", is_zero, n.call("ones_like", norm), norm)
-        return n.call("where", is_zero, zero, n.call("divide", x, safe))
-    return in_float32(n, build, n.x(0))
+    return in_float32(n, lambda x: n.call("nn.lp_norm", x, axis=axis, p=p), n.x(0))
 
 
-@converter("MeanVarianceNormalization", composed="`mean`, then `mean` of the squared "
-           "deviations, then one fused pass: (x - mean) / sqrt(var + 1e-9)")
+def _merge(n: Node, x, first: int, count: int):
+    """x with its dims first .. first + count - 1 merged into one."""
+    for _ in range(count - 1):
+        x = n.call("reshape", x, newshape=[0] * first + [-3, -2])
+    return x
+
+
+@converter("MeanVarianceNormalization", composed="`nn.mean_variance_norm` over its axes "
+           "merged into one (a reshape), moved last first (a transpose there and back) when "
+           "they are not consecutive, as the default (0, 2, 3) of NCHW")
 def mean_variance_norm(n: Node):
     rank = n.rank(0)
-    axes = norm_axes(n, [int(a) for a in n.attr("axes", [0, 2, 3])], rank)
+    axes = sorted(norm_axes(n, [int(a) for a in n.attr("axes", [0, 2, 3])], rank))
+    if not axes:
+        raise n.fail("axes must not be empty")
 
     def build(x):
-        dtype = "float32" if n.dtype(0) == "float16" else n.dtype(0)
-        mean = n.call("mean", x, axis=axes, keepdims=True)
-        centered = n.call("subtract", x, mean)
-        var = n.call("mean", n.call("multiply", centered, centered), axis=axes, keepdims=True)
-        # ONNX's function body adds 1e-9 under the root
-        return n.call("divide", centered, n.call("sqrt", n.call("add", var,
-                                                               scalar(n, 1e-9, dtype))))
+        order = list(range(rank))
+        if axes != list(range(axes[0], axes[-1] + 1)):
+            order = [a for a in range(rank) if a not in axes] + axes
+            x = n.call("transpose", x, axes=order)
+        first = order.index(axes[0])
+        y = n.call("nn.mean_variance_norm", _merge(n, x, first, len(axes)), axis=first,
+                   epsilon=1e-9)  # ONNX's function body adds 1e-9 under the root
+        y = n.call("reshape_like", y, x)
+        if order != list(range(rank)):
+            y = n.call("transpose", y, axes=[order.index(a) for a in range(rank)])
+        return y
     return in_float32(n, build, n.x(0))
 
 
