@@ -1,7 +1,7 @@
 /* Attention's softmax and rotary embeddings: one pass over the data each, on the thread pool.
  *
  * The softmax takes the raw scores of Q K^T and applies, per element and in one walk, the
- * softcap, the bias (a mask, broadcast over batch, heads and queries) and the frame mask
+ * scale, the softcap, the bias (a mask, broadcast over batch, heads and queries) and the frame mask
  * (causal, sliding windows, valid keys) that would otherwise each be a tensor of
  * (batch, heads, q, kv) written and read again. Sums are float64, as the references. */
 #include <math.h>
@@ -39,7 +39,7 @@ static inline double key_bias(const struct relvm_attention_shape *s, const void 
         T m = (T)-INFINITY;                                                                   \
         for (int64_t j = 0; j < kv; ++j) {                                                    \
             const double b = key_bias(s, bias, sizeof(T) == 4, j, frame, valid);              \
-            double v = (double)x[j];                                                          \
+            double v = (double)x[j] * s->scale;                                               \
             if (s->softcap > 0) v = s->softcap * tanh(v / s->softcap);                        \
             const T t = (T)(v + b);                                                           \
             y[j] = t;                                                                         \

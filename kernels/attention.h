@@ -17,11 +17,12 @@ struct relvm_attention_shape {
     int64_t positions_batch; /* 2 when positions has a row per batch, 0 when one for all */
     int64_t left, right;
     int has_bias, causal, logits;
+    double scale;   /* the scores are multiplied by it first */
     double softcap; /* > 0: scores become softcap * tanh(scores / softcap) before the bias */
 };
 
-/* y = softmax(capped scores + bias) along kv, a row with every key masked all zeros; with
- * logits, y = capped scores + bias (masked keys -inf) instead. */
+/* y = softmax(capped scaled scores + bias) along kv, a row with every key masked all zeros; with
+ * logits, y = capped scaled scores + bias (masked keys -inf) instead. */
 int relvm_attention_softmax(int dtype, const struct relvm_attention_shape *s, const void *scores,
                             const void *bias, const int64_t *positions, void *y);
 

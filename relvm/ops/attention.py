@@ -2,7 +2,7 @@
 
 * ``nn.attention_softmax(scores, bias, positions)``: the probabilities of scaled dot-product
   attention from the scores Q K^T (batch, heads, q, kv), with every mask applied in the same
-  pass: a softcap (``softcap * tanh(s / softcap)``, before the masks, as ONNX), an additive
+  pass: a ``scale`` (first), a softcap (``softcap * tanh(s / softcap)``, before the masks, as ONNX), an additive
   ``bias`` (a mask; ``-inf`` masks a key), and a frame of positions: ``positions`` holds one
   row per batch (or one for all) of (offset, valid): query i stands at position i + offset,
   keys from ``valid`` on are masked, and with d = i + offset - j, ``causal`` masks d < 0, a
@@ -92,7 +92,7 @@ def _attention_softmax_ref(attrs, scores, bias, positions):
         bias = np.broadcast_to(bias, scores.shape)
     except ValueError:
         require(False, f"bias {bias.shape} does not broadcast to scores {scores.shape}")
-    s = scores.astype(np.float64)
+    s = scores.astype(np.float64) * attrs.scale
     with np.errstate(invalid="ignore", over="ignore"):
         if attrs.softcap > 0:
             s = attrs.softcap * np.tanh(s / attrs.softcap)
@@ -109,11 +109,12 @@ def _attention_softmax_ref(attrs, scores, bias, positions):
 
 register("nn.attention_softmax", inputs=("scores", "bias", "positions"),
          infer=_attention_softmax_type, reference=_attention_softmax_ref, pattern=OPAQUE,
-         attrs=[attr("causal", BOOL, False), attr("left_window", INT, -1),
-                attr("right_window", INT, -1), attr("softcap", FLOAT, 0.0),
-                attr("logits", BOOL, False)],
-         doc="softmax of attention scores (batch, heads, q, kv) after a softcap, an additive "
-             "bias and a causal/window/valid-keys frame; rows with no key open give zeros")
+         attrs=[attr("scale", FLOAT, 1.0), attr("causal", BOOL, False),
+                attr("left_window", INT, -1), attr("right_window", INT, -1),
+                attr("softcap", FLOAT, 0.0), attr("logits", BOOL, False)],
+         doc="softmax of attention scores (batch, heads, q, kv) after a scale, a softcap, an "
+             "additive bias and a causal/window/valid-keys frame; rows with no key open give "
+             "zeros")
 
 
 _LAYOUTS = {"BHSD": (0, 2, 1), "BSHD": (0, 1, 2)}  # batch, seq, heads axes

@@ -84,9 +84,10 @@ def test_attention_softmax_bias(check, rand, bias, dtype):
                                        _positions([[0, ALL_KEYS]])])
 
 
-FRAMES = [dict(causal=True), dict(causal=True, softcap=2.0), dict(left_window=1),
+FRAMES = [dict(causal=True), dict(causal=True, softcap=2.0, scale=0.125), dict(scale=3.0), dict(left_window=1),
           dict(right_window=0, left_window=2), dict(causal=True, left_window=1),
-          dict(softcap=0.5), dict(logits=True), dict(logits=True, causal=True, softcap=3.0)]
+          dict(softcap=0.5), dict(logits=True), dict(logits=True, causal=True, softcap=3.0,
+                                                                  scale=0.5)]
 
 
 @pytest.mark.parametrize("frame", FRAMES, ids=str)

@@ -28,7 +28,7 @@ def _softmax_plan(ffi, attrs, name, scores, bias, positions, out):
         bias_head=steps[1] * row, bias_row=steps[2] * row, bias_len=bias[-1] if bias else -1,
         positions_batch=2 if positions[0] > 1 else 0, left=attrs.left_window,
         right=attrs.right_window, has_bias=1, causal=int(attrs.causal),
-        logits=int(attrs.logits), softcap=float(attrs.softcap)))
+        logits=int(attrs.logits), scale=float(attrs.scale), softcap=float(attrs.softcap)))
 
 
 @kernel("nn.attention_softmax", dtypes=FLOATS)

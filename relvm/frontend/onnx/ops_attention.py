@@ -1,10 +1,10 @@
 """Attention (opsets 23-25) and RotaryEmbedding (opset 23).
 
 Attention is two ``nn.batch_matmul``s (relvm's batched GEMM) around one
-``nn.attention_softmax``, which applies the softcap, the mask, the causal and sliding-window
-frames and the padding of ``nonpad_kv_seqlen`` in the same pass as the softmax. Grouped-query
-attention never repeats K and V: Q's heads are viewed as (kv heads, group) and the products
-broadcast K and V over the group. float16 runs in float32.
+``nn.attention_softmax``, which applies the scale, the softcap, the mask, the causal and
+sliding-window frames and the padding of ``nonpad_kv_seqlen`` in the same pass as the softmax.
+Grouped-query attention never repeats K and V: Q's heads are viewed as (kv heads, group) and
+the products broadcast K and V over the group. float16 runs in float32.
 """
 
 from __future__ import annotations
@@ -134,9 +134,13 @@ def attention(n: Node):
         past_key = load(4)
         k = n.call("concatenate", make_tuple([past_key, k]), axis=2)
         v = n.call("concatenate", make_tuple([load(5), v]), axis=2)
-    q_scaled = n.call("multiply", q, _scale(n, q, work))
-    scores = _grouped(n, q_scaled, k, group, kv_heads, transpose_b=True)
-    frame = dict(causal=bool(n.attr("is_causal", 0)), softcap=float(n.attr("softcap", 0.0)),
+    scale = _scale(n, q)
+    if scale is None:  # 1 / sqrt(a symbolic head size): scale Q, a run-time value
+        q = n.call("multiply", q, n.call("rsqrt", n.call("cast", _dims(n, q, 3, 4), dtype=work)))
+        scale = 1.0
+    scores = _grouped(n, q, k, group, kv_heads, transpose_b=True)
+    frame = dict(scale=scale, causal=bool(n.attr("is_causal", 0)),
+                 softcap=float(n.attr("softcap", 0.0)),
                  left_window=int(n.attr("left_window_size", -1)),
                  right_window=int(n.attr("right_window_size", -1)))
     bias, positions = _bias(n, work), _positions(n, q, past_key)
@@ -150,17 +154,17 @@ def attention(n: Node):
     return [o for i, o in enumerate(outs) if i < len(n.outputs)]
 
 
-def _scale(n: Node, q, work: str):
-    """The scale attribute, or 1 / sqrt(head size) (a run-time value if that is symbolic)."""
+def _scale(n: Node, q) -> float | None:
+    """The scale attribute, or 1 / sqrt(head size); None when the head size is symbolic."""
     scale = n.attr("scale")
     head = q.checked_type.shape[3]
-    if scale is not None or isinstance(head, int):
-        return n.constant(np.array(scale if scale is not None else 1 / np.sqrt(head), work))
-    return n.call("rsqrt", n.call("cast", _dims(n, q, 3, 4), dtype=work))
+    if scale is not None:
+        return float(scale)
+    return 1 / float(np.sqrt(head)) if isinstance(head, int) else None
 
 
 def _qk_output(n: Node, scores, bias, positions, probs, frame, work):
-    """qk_matmul_output as ONNX's reference gives it: the scaled (and softcapped) scores for
+    """qk_matmul_output as ONNX's reference gives it: the scaled (and capped) scores for
     modes 0 and 1, those plus the masks for 2, the probabilities for 3."""
     if not n.wants(3):
         return None
@@ -171,11 +175,11 @@ def _qk_output(n: Node, scores, bias, positions, probs, frame, work):
         return n.call("nn.attention_softmax", scores, bias, positions, logits=True, **frame)
     if mode not in (0, 1):
         raise n.fail(f"qk_matmul_output_mode must be 0, 1, 2 or 3, got {mode}")
-    if frame["softcap"] <= 0:
+    if frame["softcap"] <= 0 and frame["scale"] == 1:
         return scores
     return n.call("nn.attention_softmax", scores, n.constant(np.zeros((), work)),
                   n.constant(np.array([[0, _ALL_KEYS]], np.int64)), logits=True,
-                  softcap=frame["softcap"])
+                  scale=frame["scale"], softcap=frame["softcap"])
 
 
 @converter("RotaryEmbedding")
