@@ -32,6 +32,28 @@ static inline double key_bias(const struct relvm_attention_shape *s, const void 
 }
 
 #define ATTENTION_SOFTMAX(S, T, EXP)                                                          \
+    /* y = exp(y - m) and its sum, in vmath.h's lanes (vectorizes, as softmax's row) */       \
+    static RELVM_VECTORIZE double exp_sum_##S(int64_t n, T m, T *y) {                         \
+        double part[VM_LANES] = {0}, sum = 0.0;                                               \
+        int64_t j = 0;                                                                        \
+        for (; j + VM_LANES <= n; j += VM_LANES)                                              \
+            for (int l = 0; l < VM_LANES; ++l) {                                              \
+                const T e = EXP(y[j + l] - m);                                                \
+                y[j + l] = e;                                                                 \
+                part[l] += (double)e;                                                         \
+            }                                                                                 \
+        for (; j < n; ++j) {                                                                  \
+            y[j] = EXP(y[j] - m);                                                             \
+            sum += (double)y[j];                                                              \
+        }                                                                                     \
+        for (int l = 0; l < VM_LANES; ++l) sum += part[l];                                    \
+        return sum;                                                                           \
+    }                                                                                         \
+                                                                                              \
+    static RELVM_VECTORIZE void times_##S(int64_t n, T scale, T *y) {                         \
+        for (int64_t j = 0; j < n; ++j) y[j] *= scale;                                        \
+    }                                                                                         \
+                                                                                              \
     static void attention_row_##S(const struct relvm_attention_shape *s, const T *x,          \
                                   const T *bias, int64_t frame, int64_t valid, T *y) {        \
         const int64_t kv = s->kv;                                                             \
@@ -51,14 +73,7 @@ static inline double key_bias(const struct relvm_attention_shape *s, const void 
             for (int64_t j = 0; j < kv; ++j) y[j] = (T)0;                                     \
             return;                                                                           \
         }                                                                                     \
-        double sum = 0.0;                                                                     \
-        for (int64_t j = 0; j < kv; ++j) {                                                    \
-            const T e = EXP(y[j] - m);                                                        \
-            y[j] = e;                                                                         \
-            sum += (double)e;                                                                 \
-        }                                                                                     \
-        const T scale = (T)(1.0 / sum);                                                       \
-        for (int64_t j = 0; j < kv; ++j) y[j] *= scale;                                       \
+        times_##S(kv, (T)(1.0 / exp_sum_##S(kv, m, y)), y);                                   \
     }                                                                                         \
                                                                                               \
     static void attention_range_##S(void *ctx, int64_t begin, int64_t end) {                  \

@@ -199,23 +199,32 @@ RELVM_EXPORT int relvm_rms_norm(int dtype, int64_t rows, int64_t len, int64_t ga
                                    T *y) {                                                    \
         const int64_t len = j->len;                                                           \
         double shift = 0.0, scale;                                                            \
-        if (j->mode == 0) { /* mean and variance */                                       \
+        if (j->mode == 0) { /* mean and variance */                                           \
             double mean = 0.0, var = 0.0;                                                     \
-            for (int64_t i = 0; i < len; ++i) mean += (double)x[i * stride];                  \
-            mean /= (double)len;                                                              \
-            for (int64_t i = 0; i < len; ++i) {                                               \
-                const double d = (double)x[i * stride] - mean;                                \
-                var += d * d;                                                                 \
+            if (stride == 1) { /* a contiguous row: sums in vmath.h's lanes */                \
+                mean = vm_sum_##S(x, len) / (double)len;                                      \
+                var = vm_sum_sq_dev_##S(x, len, mean);                                        \
+            } else {                                                                          \
+                for (int64_t i = 0; i < len; ++i) mean += (double)x[i * stride];              \
+                mean /= (double)len;                                                          \
+                for (int64_t i = 0; i < len; ++i) {                                           \
+                    const double d = (double)x[i * stride] - mean;                            \
+                    var += d * d;                                                             \
+                }                                                                             \
             }                                                                                 \
             shift = mean;                                                                     \
             scale = 1.0 / sqrt(var / (double)len + j->eps);                                   \
         } else {                                                                              \
             double norm = 0.0;                                                                \
-            for (int64_t i = 0; i < len; ++i) {                                               \
-                const double v = (double)x[i * stride];                                       \
-                norm += j->mode == 1 ? fabs(v) : v * v;                                   \
+            if (stride == 1 && j->mode == 2) {                                                \
+                norm = vm_sum_sq_dev_##S(x, len, 0.0);                                        \
+            } else {                                                                          \
+                for (int64_t i = 0; i < len; ++i) {                                           \
+                    const double v = (double)x[i * stride];                                   \
+                    norm += j->mode == 1 ? fabs(v) : v * v;                                   \
+                }                                                                             \
             }                                                                                 \
-            if (j->mode == 2) norm = sqrt(norm);                                          \
+            if (j->mode == 2) norm = sqrt(norm);                                              \
             scale = norm == 0.0 ? 0.0 : 1.0 / norm;                                           \
         }                                                                                     \
         for (int64_t i = 0; i < len; ++i)                                                     \
