@@ -12,7 +12,7 @@
 #include "threads.h"
 
 struct axis_job {
-    int take_log, scale, center;
+    int take_log, scale, center, mode;
     int64_t len, inner;
     double eps;
     const char *x, *gamma, *beta, *mean, *var;
@@ -150,6 +150,161 @@ RELVM_EXPORT int relvm_layer_norm(int dtype, int64_t outer, int64_t len, int64_t
                          .eps = eps, .x = x, .gamma = gamma, .beta = beta, .y = y};
     relvm_parallel_for(lines(outer, inner), grain_for(len, RELVM_GRAIN),
                        dtype == RELVM_FLOAT32 ? layer_norm_range_f32 : layer_norm_range_f64, &j);
+    return RELVM_OK;
+}
+
+/* --- rms_norm -------------------------------------------------------------------------------- */
+
+/* One pass for the sum of squares (float64, in lanes), one to write. */
+#define RMS_NORM(S, T)                                                                        \
+    static RELVM_VECTORIZE void rms_norm_run_##S(int64_t n, double rms, const T *x,           \
+                                                 const T *gamma, T *y) {                      \
+        for (int64_t i = 0; i < n; ++i) y[i] = (T)((double)x[i] * rms * (double)gamma[i]);    \
+    }                                                                                         \
+                                                                                              \
+    static void rms_norm_range_##S(void *ctx, int64_t begin, int64_t end) {                   \
+        const struct axis_job *j = ctx;                                                       \
+        const int64_t len = j->len, glen = j->inner;                                          \
+        for (int64_t r = begin; r < end; ++r) {                                               \
+            const T *x = (const T *)j->x + r * len;                                           \
+            T *y = (T *)j->y + r * len;                                                       \
+            const double rms = 1.0 / sqrt(vm_sum_sq_dev_##S(x, len, 0.0) / (double)len       \
+                                          + j->eps);                                          \
+            for (int64_t at = 0; at < len; at += glen)                                        \
+                rms_norm_run_##S(glen, rms, x + at, (const T *)j->gamma, y + at);             \
+        }                                                                                     \
+    }
+
+RMS_NORM(f32, f32)
+RMS_NORM(f64, f64)
+
+RELVM_EXPORT int relvm_rms_norm(int dtype, int64_t rows, int64_t len, int64_t gamma_len,
+                                const void *x, const void *gamma, void *y, double eps) {
+    if (!valid_axis(dtype, rows, len, 1)) return RELVM_UNSUPPORTED;
+    if (len == 0 || rows == 0) return RELVM_OK;
+    if (gamma_len < 1 || len % gamma_len) return RELVM_UNSUPPORTED;
+    /* inner carries gamma's length: rms rows are always contiguous */
+    struct axis_job j = {.len = len, .inner = gamma_len, .eps = eps, .x = x, .gamma = gamma,
+                         .y = y};
+    relvm_parallel_for(rows, grain_for(len, RELVM_GRAIN),
+                       dtype == RELVM_FLOAT32 ? rms_norm_range_f32 : rms_norm_range_f64, &j);
+    return RELVM_OK;
+}
+
+/* --- axis_norm: Lp and mean-variance ------------------------------------------------------- */
+
+/* The statistics in one pass over the line (two for the variance), then one to write. */
+#define AXIS_NORM(S, T)                                                                       \
+    static void axis_norm_line_##S(const struct axis_job *j, int64_t stride, const T *x,      \
+                                   T *y) {                                                    \
+        const int64_t len = j->len;                                                           \
+        double shift = 0.0, scale;                                                            \
+        if (j->mode == 0) { /* mean and variance */                                           \
+            double mean = 0.0, var = 0.0;                                                     \
+            if (stride == 1) { /* a contiguous row: sums in vmath.h's lanes */                \
+                mean = vm_sum_##S(x, len) / (double)len;                                      \
+                var = vm_sum_sq_dev_##S(x, len, mean);                                        \
+            } else {                                                                          \
+                for (int64_t i = 0; i < len; ++i) mean += (double)x[i * stride];              \
+                mean /= (double)len;                                                          \
+                for (int64_t i = 0; i < len; ++i) {                                           \
+                    const double d = (double)x[i * stride] - mean;                            \
+                    var += d * d;                                                             \
+                }                                                                             \
+            }                                                                                 \
+            shift = mean;                                                                     \
+            scale = 1.0 / sqrt(var / (double)len + j->eps);                                   \
+        } else {                                                                              \
+            double norm = 0.0;                                                                \
+            if (stride == 1 && j->mode == 2) {                                                \
+                norm = vm_sum_sq_dev_##S(x, len, 0.0);                                        \
+            } else {                                                                          \
+                for (int64_t i = 0; i < len; ++i) {                                           \
+                    const double v = (double)x[i * stride];                                   \
+                    norm += j->mode == 1 ? fabs(v) : v * v;                                   \
+                }                                                                             \
+            }                                                                                 \
+            if (j->mode == 2) norm = sqrt(norm);                                              \
+            scale = norm == 0.0 ? 0.0 : 1.0 / norm;                                           \
+        }                                                                                     \
+        for (int64_t i = 0; i < len; ++i)                                                     \
+            y[i * stride] = (T)(((double)x[i * stride] - shift) * scale);                     \
+    }                                                                                         \
+                                                                                              \
+    static void axis_norm_range_##S(void *ctx, int64_t begin, int64_t end) {                  \
+        const struct axis_job *j = ctx;                                                       \
+        for (int64_t r = begin; r < end; ++r) {                                               \
+            const int64_t at = r / j->inner * j->len * j->inner + r % j->inner;               \
+            axis_norm_line_##S(j, j->inner, (const T *)j->x + at, (T *)j->y + at);            \
+        }                                                                                     \
+    }
+
+AXIS_NORM(f32, f32)
+AXIS_NORM(f64, f64)
+
+RELVM_EXPORT int relvm_axis_norm(int dtype, int mode, int64_t outer, int64_t len, int64_t inner,
+                                 const void *x, void *y, double eps) {
+    if (!valid_axis(dtype, outer, len, inner) || mode < 0 || mode > 2) return RELVM_UNSUPPORTED;
+    if (len == 0) return RELVM_OK;
+    struct axis_job j = {.mode = mode, .len = len, .inner = inner, .eps = eps, .x = x,
+                         .y = y};
+    relvm_parallel_for(lines(outer, inner), grain_for(len, RELVM_GRAIN),
+                       dtype == RELVM_FLOAT32 ? axis_norm_range_f32 : axis_norm_range_f64, &j);
+    return RELVM_OK;
+}
+
+/* --- group_norm ------------------------------------------------------------------------------ */
+
+/* A group is one contiguous run of (channels / groups) * spatial elements: its statistics in
+ * two passes over the run (as layer_norm's), then one affine map per channel while writing. */
+struct group_job {
+    int64_t groups, per_group, spatial;
+    double eps;
+    int scale, center;
+    const char *x, *gamma, *beta;
+    char *y;
+};
+
+#define GROUP_NORM(S, T)                                                                      \
+    static RELVM_VECTORIZE void group_norm_run_##S(int64_t n, double a, double b, const T *x, \
+                                                   T *y) {                                    \
+        for (int64_t i = 0; i < n; ++i) y[i] = (T)((double)x[i] * a + b);                     \
+    }                                                                                         \
+                                                                                              \
+    static void group_norm_range_##S(void *ctx, int64_t begin, int64_t end) {                 \
+        const struct group_job *j = ctx;                                                      \
+        const T *gamma = (const T *)j->gamma, *beta = (const T *)j->beta;                     \
+        const int64_t len = j->per_group * j->spatial;                                        \
+        for (int64_t r = begin; r < end; ++r) {                                               \
+            const T *x = (const T *)j->x + r * len;                                           \
+            T *y = (T *)j->y + r * len;                                                       \
+            const double mean = vm_sum_##S(x, len) / (double)len;                             \
+            const double rstd = 1.0 / sqrt(vm_sum_sq_dev_##S(x, len, mean) / (double)len      \
+                                           + j->eps);                                         \
+            const int64_t first = (r % j->groups) * j->per_group;                             \
+            for (int64_t c = 0; c < j->per_group; ++c) {                                      \
+                const double a = j->scale ? rstd * (double)gamma[first + c] : rstd;           \
+                const double b = (j->center ? (double)beta[first + c] : 0.0) - mean * a;      \
+                group_norm_run_##S(j->spatial, a, b, x + c * j->spatial, y + c * j->spatial); \
+            }                                                                                 \
+        }                                                                                     \
+    }
+
+GROUP_NORM(f32, f32)
+GROUP_NORM(f64, f64)
+
+RELVM_EXPORT int relvm_group_norm(int dtype, int64_t batch, int64_t groups, int64_t channels,
+                                  int64_t spatial, const void *x, const void *gamma,
+                                  const void *beta, void *y, double eps, int scale, int center) {
+    if (!is_float(dtype) || batch < 0 || groups < 1 || channels < 0 || spatial < 0
+        || channels % groups)
+        return RELVM_UNSUPPORTED;
+    if (channels == 0 || spatial == 0) return RELVM_OK;
+    struct group_job j = {.groups = groups, .per_group = channels / groups, .spatial = spatial,
+                          .eps = eps, .scale = scale, .center = center, .x = x, .gamma = gamma,
+                          .beta = beta, .y = y};
+    relvm_parallel_for(batch * groups, grain_for(j.per_group * spatial, RELVM_GRAIN),
+                       dtype == RELVM_FLOAT32 ? group_norm_range_f32 : group_norm_range_f64, &j);
     return RELVM_OK;
 }
 

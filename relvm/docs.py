@@ -31,7 +31,19 @@ def ops_markdown() -> str:
                           for a in op.attrs) or "—"
         lines.append(f"| `{name}` | {', '.join(op.inputs) or '—'} | {attrs} | {op.pattern}"
                      f"{' (data-dependent shape)' if op.data_dependent else ''} | {op.doc} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _compositions()) + "\n"
+
+
+def _compositions() -> list[str]:
+    """The ONNX ops imported as compositions of the ops above."""
+    from .frontend.onnx.converters import COMPOSITIONS
+
+    lines = ["", "## ONNX ops without an op of their own", "",
+             "These ONNX ops are imported as compositions of the ops above (chains of "
+             "elementwise steps fused into one pass each). float16 inputs of the normalizations "
+             "and of Attention and RotaryEmbedding are computed in float32.", "",
+             "| ONNX op | composed of |", "|---|---|"]
+    return lines + [f"| {op} | {how} |" for op, how in sorted(COMPOSITIONS.items())]
 
 
 def _show(v: object) -> str:

@@ -2,7 +2,8 @@
 
 from . import (conv, dynamic, elementwise, gather_scatter, indexing, nn,  # noqa: F401
                pool, reduce, transform)  # (registration)
-from . import conv_transpose, image, recurrent  # noqa: F401 (ops the ONNX importer needs)
+# ops the ONNX importer needs
+from . import attention, conv_transpose, image, norm, recurrent  # noqa: F401
 from .registry import OPS, Op, get_op
 
 __all__ = ["OPS", "Op", "get_op"]

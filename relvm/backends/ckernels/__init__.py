@@ -51,5 +51,5 @@ def kernel(*ops: str, dtypes: Iterable[str], dtype_of=first_input, accepts=None,
     return register
 
 
-from . import (dynamic, elementwise, gather_scatter, image, linalg, nn,  # noqa: E402,F401
-               packed, recurrent, reduce, transform)
+from . import (attention, dynamic, elementwise, gather_scatter, image,  # noqa: E402,F401
+               linalg, nn, packed, recurrent, reduce, transform)

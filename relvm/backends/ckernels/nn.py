@@ -176,3 +176,88 @@ def make_dropout(entry):
         copy(ptr(out), ptr(x), x.nbytes)
         check(fill(size, ptr(mask), mask.size, one), name)
     return run
+
+
+# --- rms, group and instance norm ---------------------------------------------------------------
+
+@kernel("nn.rms_norm", dtypes=FLOATS)
+def make_rms_norm(entry):
+    ffi, lib = library()
+    attrs, dt = attrs_of(entry), CODE[entry.inputs[0]]
+    eps, norm, ptr, name, plans = float(attrs.epsilon), lib.relvm_rms_norm, ffi.from_buffer, \
+        entry.name, {}
+
+    def run(x, gamma, out):
+        key = (x.shape, gamma.shape, out.shape)
+        plan = plans.get(key)
+        if plan is None:
+            axis = at_run_time(normalize_axis, attrs.axis, x.ndim)
+            want = x.shape[axis:]
+            if gamma.ndim > len(want) or gamma.shape != want[len(want) - gamma.ndim:] \
+                    or out.shape != x.shape:
+                raise shape_error(f"{name}: gamma must have the last normalized dims of data "
+                                  f"from axis {attrs.axis}", data=x.shape, gamma=gamma.shape,
+                                  output=out.shape)
+            plan = remember(plans, key, (prod(x.shape[:axis]), prod(want), gamma.size))
+        check(norm(dt, *plan, ptr(x), ptr(gamma), ptr(out), eps), name)
+    return run
+
+
+def _channel_norm(entry, groups_of):
+    ffi, lib = library()
+    attrs, dt = attrs_of(entry), CODE[entry.inputs[0]]
+    eps, scale, center = float(attrs.epsilon), int(attrs.scale), int(attrs.center)
+    norm, ptr, name, plans = lib.relvm_group_norm, ffi.from_buffer, entry.name, {}
+
+    def run(x, gamma, beta, out):
+        key = (x.shape, gamma.shape, beta.shape, out.shape)
+        plan = plans.get(key)
+        if plan is None:
+            if x.ndim < 2 or out.shape != x.shape:
+                raise shape_error(f"{name}: wrong shapes", data=x.shape, output=out.shape)
+            _param_check((gamma, beta), ("gamma", "beta"), x.shape, 1)
+            groups = groups_of(x.shape[1])
+            if x.shape[1] % groups:
+                raise ValueError(f"{name}: num_groups={groups} does not divide the "
+                                 f"{x.shape[1]} channels of data {x.shape}")
+            plan = remember(plans, key, (x.shape[0], groups, x.shape[1], prod(x.shape[2:])))
+        check(norm(dt, *plan, ptr(x), ptr(gamma), ptr(beta), ptr(out), eps, scale, center),
+              name)
+    return run
+
+
+@kernel("nn.group_norm", dtypes=FLOATS)
+def make_group_norm(entry):
+    groups = int(attrs_of(entry).num_groups)
+    return _channel_norm(entry, lambda channels: groups)
+
+
+@kernel("nn.instance_norm", dtypes=FLOATS)
+def make_instance_norm(entry):
+    return _channel_norm(entry, lambda channels: max(channels, 1))
+
+
+def _axis_norm(entry, mode: int, eps: float):
+    ffi, lib = library()
+    attrs, dt = attrs_of(entry), CODE[entry.inputs[0]]
+    norm, ptr, name, plans = lib.relvm_axis_norm, ffi.from_buffer, entry.name, {}
+
+    def run(x, out):
+        plan = plans.get(x.shape)
+        if plan is None:
+            if out.shape != x.shape:
+                raise shape_error(f"{name}: wrong output shape", data=x.shape, output=out.shape)
+            axis = at_run_time(normalize_axis, attrs.axis, x.ndim)
+            plan = remember(plans, x.shape, _axis_split(x.shape, axis))
+        check(norm(dt, mode, *plan, ptr(x), ptr(out), eps), name)
+    return run
+
+
+@kernel("nn.lp_norm", dtypes=FLOATS)
+def make_lp_norm(entry):
+    return _axis_norm(entry, int(attrs_of(entry).p), 0.0)
+
+
+@kernel("nn.mean_variance_norm", dtypes=FLOATS)
+def make_mean_variance_norm(entry):
+    return _axis_norm(entry, 0, float(attrs_of(entry).epsilon))

@@ -22,13 +22,20 @@ Converter = Callable[[Node], object]
 
 CONVERTERS: dict[str, Converter] = {}
 SYMBOLIC: dict[str, Callable[[Node], list | None]] = {}
+#: ONNX op type -> how its converter composes it of relvm ops (listed in docs/ops.md)
+COMPOSITIONS: dict[str, str] = {}
 
 
-def converter(*op_types: str) -> Callable[[Converter], Converter]:
+def converter(*op_types: str, composed: str | None = None
+              ) -> Callable[[Converter], Converter]:
+    """Register the decorated converter for ``op_types``; ``composed`` says which relvm ops it
+    builds, when the op has none of its own."""
     def register(fn: Converter) -> Converter:
         for op in op_types:
             assert op not in CONVERTERS, op
             CONVERTERS[op] = fn
+            if composed:
+                COMPOSITIONS[op] = composed
         return fn
     return register
 
@@ -90,4 +97,5 @@ def flatten2d(n: Node, x: Expr, axis: int) -> Expr:
     return n.call("reshape", x, newshape=[0, -1])
 
 
-from . import ops_control, ops_index, ops_math, ops_nn, ops_shape  # noqa: E402,F401  (registration)
+from . import (ops_attention, ops_control, ops_index, ops_math, ops_nn, ops_norm,  # noqa: E402,F401
+               ops_shape)  # (registration)
