@@ -88,11 +88,12 @@ static int carve(struct rnn_state *m, const struct relvm_rnn *s, int64_t gates, 
                  int pack_r) {
     const int64_t H = s->hidden, GH = gates * H, bh = s->batch * H;
     const int second = s->gru && !s->linear_before_reset;
+    /* The packings as relvm_rnn_pack writes them (a GRU's R_h alone too, used or not). */
+    int64_t w_floats, r_floats;
+    relvm_rnn_packed_sizes(gates, s->input, H, &w_floats, &r_floats);
     const size_t sizes[9] = {
         part(s->seq * s->batch * GH), part(s->batch * GH), part(bh), part(bh), part(bh),
-        part(GH), part(GH), part(pack_w ? relvm_pgemm_packed_size(s->input, GH) : 0),
-        part(pack_r ? relvm_pgemm_packed_size(H, GH) + (second ? relvm_pgemm_packed_size(H, H)
-                                                               : 0) : 0)};
+        part(GH), part(GH), part(pack_w ? w_floats : 0), part(pack_r ? r_floats : 0)};
     size_t total = 0;
     for (int i = 0; i < 9; ++i) total += sizes[i];
     float *p = relvm_scratch_floats(total);

@@ -48,6 +48,16 @@ def test_gru_linear_before_reset_both_ways(check, rand):
         check("nn.gru", {"hidden_size": 4, "linear_before_reset": lbr}, ins, **TOL)
 
 
+@pytest.mark.parametrize("lbr", [False, True])
+def test_gru_weights_packed_by_the_call_stay_inside_scratch(check, rand, lbr):
+    """Weights that are not the VM's constants are packed into the call's scratch: a GRU's R_h
+    is packed alone too, with or without linear_before_reset, and its room must be carved for
+    it (it was not with linear_before_reset: the packing wrote past the scratch; the sanitizer
+    stage poisons scratch past each request, so this reports there)."""
+    ins = _inputs(rand, "nn.gru", 5, 3, 4, 6, 1, lens=[5, 2, 4])
+    check("nn.gru", {"hidden_size": 6, "linear_before_reset": lbr}, ins, **TOL)
+
+
 def test_sequence_lens_out_of_range_is_an_error(c_kernel, rand):
     ins = _inputs(rand, "nn.gru", 3, 2, 3, 4, 1, lens=[4, 1])
     kernel = c_kernel("nn.gru", {"hidden_size": 4}, [a.dtype.name for a in ins],
