@@ -174,6 +174,8 @@ def _binary(op: str, a: str, b: str, dtype: str) -> str:
         return f"({b} == 0 ? 0 : ({CTYPES[dtype]})((int64_t){a} / {b}))"
     if op == "power":
         return f"pow{_float_suffix(dtype)}({a}, {b})"
+    if op in ("mod", "floor_mod"):
+        return _remainder(op, a, b, dtype)
     if op in ("maximum", "minimum"):
         cmp = ">" if op == "maximum" else "<"
         if is_float:
@@ -188,6 +190,21 @@ def _binary(op: str, a: str, b: str, dtype: str) -> str:
     if op == "logical_or":
         return f"({a} || {b})"
     raise CannotGenerate(f"no C for {op}")
+
+
+def _remainder(op: str, a: str, b: str, dtype: str) -> str:
+    """mod (the sign of a) or floor_mod (the sign of b), as kernels/binary.c computes them: an
+    integer remainder by 0 or -1 is 0 (INT_MIN % -1 traps); a float one by 0 is NaN."""
+    if dtype.startswith("float"):
+        r = f"fmod{_float_suffix(dtype)}({a}, {b})"
+        zero = "0"
+    else:
+        r = f"({a} % {b})"
+        # uint8 is never -1 (and GCC refuses a comparison its type decides under -Werror).
+        zero = f"{b} == 0" if dtype == "uint8" else f"({b} == 0 || {b} == -1)"
+    if op == "floor_mod" and dtype != "uint8":
+        r = f"(({r} != 0 && ({r} < 0) != ({b} < 0)) ? {r} + {b} : {r})"
+    return r if zero == "0" else f"({zero} ? 0 : {r})"
 
 
 def _step_dtype(step: dict, arg_types: list[str]) -> str:

@@ -168,11 +168,27 @@ def _divide(a, b):
     return a / b
 
 
+def _integer_safe(fn):
+    """``fn`` (a remainder) with 0 where an integer divisor is 0, as C's kernels give."""
+    def remainder(a, b):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = fn(a, b)
+        if a.dtype.kind in "iu":
+            out = np.where(b == 0, 0, out)
+        return out
+    return remainder
+
+
 _binary("add", np.add, *_N, None, "a + b")
 _binary("subtract", np.subtract, *_N, None, "a - b")
 _binary("multiply", np.multiply, *_N, None, "a * b")
 _binary("divide", _divide, *_N, None, "a / b (integers: truncated, 0 for a zero divisor)")
 _binary("power", np.power, *_F, None, "a ** b")
+_binary("mod", _integer_safe(np.fmod), *_N, None,
+        "remainder of truncated division, the sign of a (C's fmod and %); 0 for an integer b "
+        "of 0")
+_binary("floor_mod", _integer_safe(np.mod), *_N, None,
+        "remainder of floored division, the sign of b (Python's %); 0 for an integer b of 0")
 _binary("maximum", np.maximum, *_N, None, "elementwise max (NaN propagates)")
 _binary("minimum", np.minimum, *_N, None, "elementwise min (NaN propagates)")
 for _name, _fn, _doc in [("equal", np.equal, "a == b"), ("not_equal", np.not_equal, "a != b"),

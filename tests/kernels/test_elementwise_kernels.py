@@ -154,6 +154,28 @@ def test_integer_divide_truncates_and_never_traps(check, dtype):
     check("divide", {}, [a, b])
 
 
+REMAINDER_CASES = {
+    "signed": ([7, -7, 7, -7, 0, 6, -6, "min", "min", "max", 5, -5, 3],
+               [2, 2, -2, -2, 3, 3, -3, -1, 0, -1, 0, 7, -7]),
+    "uint8": ([7, 7, 0, 255, 255, 5], [2, 3, 0, 1, 0, 3]),
+    "float": ([7.5, -7.5, 7.5, -7.5, 0.0, -0.0, -3, 3, -1, 1, np.inf, -np.inf, 1, np.nan, 1],
+              [2, 2, -2, -2, -2, 2, np.inf, np.inf, -np.inf, -np.inf, 2, 2, 0, 2, np.nan]),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"] + INT_DTYPES)
+@pytest.mark.parametrize("op", ["mod", "floor_mod"])
+def test_remainders_edge_cases(check, op, dtype):
+    """mod has a's sign, floor_mod b's (-3 floor_mod inf is inf, as NumPy's); an integer
+    remainder by 0 is 0 and INT_MIN by -1 never traps."""
+    kind = "float" if dtype.startswith("float") else "uint8" if dtype == "uint8" else "signed"
+    a, b = REMAINDER_CASES[kind]
+    if kind == "signed":
+        info = np.iinfo(dtype)
+        a = [info.min if v == "min" else info.max if v == "max" else v for v in a]
+    check(op, {}, [np.array(a, dtype), np.array(b, dtype)])
+
+
 def test_max_min_and_comparisons_with_nan(check):
     a = np.array([np.nan, 1, 2, np.nan, -0.0, 0.0, np.inf], np.float32)
     b = np.array([0, np.nan, 1, np.nan, 0.0, -0.0, np.nan], np.float32)

@@ -26,7 +26,8 @@ pytestmark = pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")),
 N = Sym("n")
 UNARY = ["nn.relu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "erf", "floor", "ceil",
          "round", "negative", "abs", "sign"]
-BINARY = ["add", "subtract", "multiply", "divide", "maximum", "minimum", "power"]
+BINARY = ["add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "mod",
+          "floor_mod"]
 COMPARE = ["equal", "not_equal", "less", "less_equal", "greater", "greater_equal"]
 
 
@@ -97,6 +98,21 @@ def test_integer_divide_by_zero_and_negative_truncation() -> None:
     run_case([step("divide", [("in", 0), ("in", 1)])], [a, b])
     run_case([step("divide", [("in", 0), ("in", 1)])], [a.astype(np.int32) // 1 + 0,
                                                          b.astype(np.int32)])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", ["mod", "floor_mod"])
+def test_remainders_by_zero_minus_one_and_infinity(op, dtype) -> None:
+    if dtype.startswith("float"):
+        a = np.array([[7.5, -7.5, -3, 3, -1, 1, np.inf, 1, np.nan, 0.0]], dtype)
+        b = np.array([[-2, 2, np.inf, np.inf, -np.inf, -np.inf, 2, 0, 2, -2]], dtype)
+    elif dtype == "uint8":
+        a, b = np.array([[7, 0, 255, 9]], dtype), np.array([[0, 3, 1, 4]], dtype)
+    else:
+        lo = np.iinfo(dtype).min
+        a = np.array([[7, -7, 7, -7, lo, lo, 5, -6]], dtype)
+        b = np.array([[2, 2, -2, 0, -1, 0, -5, 3]], dtype)
+    run_case([step(op, [("in", 0), ("in", 1)])], [a, b])
 
 
 @pytest.mark.parametrize("dtype", ["int64", "int32", "int8"])

@@ -29,7 +29,9 @@ OPS = ("Conv ConvTranspose Gemm MatMul Relu LeakyRelu PRelu Sigmoid Tanh Gelu Er
        "Identity Dropout Constant LSTM GRU If "
        # issue 19
        "GatherND GatherElements ScatterND ScatterElements Scatter IsNaN IsInf ReduceL1 ReduceL2 "
-       "ReduceLogSum ReduceLogSumExp ReduceSumSquare").split()
+       "ReduceLogSum ReduceLogSumExp ReduceSumSquare "
+       "Mod Selu Elu Celu Mish Softplus Softsign ThresholdedRelu Shrink Tile OneHot NonZero"
+       ).split()
 
 #: TensorProto element types of the counted cases: float32, int32, int64, bool.
 COUNTED_TYPES = {1, 6, 7, 9}
@@ -105,6 +107,8 @@ XFAIL.update({
     "test_identity_sequence": "sequences are not supported (tensors only)",
     "test_if_opt": "optional values are not supported (tensors only)",
     "test_if_seq": "sequences are not supported (tensors only)",
+    "test_celu_float16_expanded": "the expansion divides float16 tensors, and the C backend "
+                                  "has no float16 divide (float16 arithmetic: issue 19, item 2)",
 })
 
 _SAME_STRIDED = ("auto_pad=SAME with stride 2 pads odd and even sizes differently: it needs "

@@ -1,0 +1,208 @@
+"""The ONNX ops of issue 19's second part -- activations, Mod, Tile, OneHot, NonZero --
+imported and run on the C build (fusion on) against ONNX Runtime, with
+static dims and with every input dim symbolic; bad input is a relvm error."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import relvm
+
+pytest.importorskip("onnx.helper")  # not "onnx": tests/onnx would pass
+ort = pytest.importorskip("onnxruntime")
+from onnx import helper, numpy_helper  # noqa: E402
+
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+from onnxruntime.capi.onnxruntime_pybind11_state import (  # noqa: E402
+    Fail, InvalidGraph, NotImplemented as NotImplemented_)
+
+from relvm.errors import RelvmError  # noqa: E402
+from relvm.frontend.onnx import from_onnx  # noqa: E402
+
+
+def model(op, inputs, attrs=None, n_out=1, opset=21, constants=(), symbolic=False):
+    """One ``op`` node; inputs at ``constants`` are initializers, the others graph inputs (with
+    a dim_param per dim when ``symbolic``)."""
+    names = [f"i{k}" if a is not None else "" for k, a in enumerate(inputs)]
+    outs = [f"o{k}" for k in range(n_out)]
+
+    def info(k, name, a):
+        shape = [f"d{k}_{j}" for j in range(a.ndim)] if symbolic else list(a.shape)
+        return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(a.dtype),
+                                             shape)
+    graph = helper.make_graph(
+        [helper.make_node(op, names, outs, **(attrs or {}))], "g",
+        [info(k, nm, a) for k, (nm, a) in enumerate(zip(names, inputs))
+         if a is not None and k not in constants],
+        [helper.make_empty_tensor_value_info(o) for o in outs],
+        initializer=[numpy_helper.from_array(inputs[k], names[k]) for k in constants])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 10
+    return m
+
+
+def run_relvm(m, feeds):
+    mod, params = from_onnx(m)
+    vm = relvm.VirtualMachine(relvm.build(mod, params=params))
+    got = vm.invoke("main", *feeds)
+    return list(got) if isinstance(got, tuple) else [got]
+
+
+def compare(op, inputs, attrs=None, n_out=1, constants=(), rtol=1e-5, atol=1e-6, opset=21,
+            exact_dtype=True):
+    """relvm (static and symbolic dims) against ONNX Runtime on the same model; where ONNX
+    Runtime has no kernel for the types (its Selu, Elu... are float32 only), or refuses what
+    the opset allows (Mod of floats with fmod=0), against onnx's reference evaluator."""
+    feeds = [a for k, a in enumerate(inputs) if a is not None and k not in constants]
+    m = model(op, inputs, attrs, n_out, opset, constants)
+    named = {f"i{k}": a for k, a in enumerate(inputs) if a is not None and k not in constants}
+    try:
+        session = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        want = session.run(None, named)
+    except (NotImplemented_, InvalidGraph) as e:
+        if "implementation for" not in str(e) and "is invalid" not in str(e):
+            raise
+        want = ReferenceEvaluator(m).run(None, named)
+    except Fail as e:
+        if "supports_float_floor_mod" not in str(e):
+            raise
+        want = ReferenceEvaluator(m).run(None, named)
+    for symbolic in (False, True):
+        m = model(op, inputs, attrs, n_out, opset, constants, symbolic)
+        got = run_relvm(m, feeds)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape, (symbolic, g.shape, w.shape)
+            if exact_dtype:
+                assert g.dtype == w.dtype, (g.dtype, w.dtype)
+            if w.dtype.kind == "f":
+                np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, equal_nan=True)
+            else:
+                np.testing.assert_array_equal(g, w)
+
+
+def fails(op, inputs, attrs=None, constants=(), match="", n_out=1, opset=21):
+    """Importing, building or running the model raises a relvm error matching ``match``."""
+    feeds = [a for k, a in enumerate(inputs) if a is not None and k not in constants]
+    with pytest.raises(RelvmError, match=match):
+        run_relvm(model(op, inputs, attrs, n_out, opset, constants), feeds)
+
+
+RNG = np.random.default_rng(19)
+
+
+def randn(*shape, dtype=np.float32, scale=3.0):
+    return (RNG.standard_normal(shape) * scale).astype(dtype)
+
+
+# --- activations -----------------------------------------------------------------------------
+
+ACTIVATIONS = [
+    ("Selu", {}), ("Selu", {"alpha": 1.5, "gamma": 2.0}), ("Elu", {}), ("Elu", {"alpha": 0.3}),
+    ("Celu", {}), ("Celu", {"alpha": 2.5}), ("Mish", {}), ("Softplus", {}), ("Softsign", {}),
+    ("ThresholdedRelu", {}), ("ThresholdedRelu", {"alpha": -0.5}), ("Shrink", {}),
+    ("Shrink", {"lambd": 1.5, "bias": 0.25}),
+]
+
+
+@pytest.mark.parametrize("op, attrs", ACTIVATIONS, ids=str)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_activation_matches_ort(op, attrs, dtype):
+    x = randn(3, 4, 17, dtype=dtype)
+    x.flat[:6] = [0.0, -0.0, 1e-8, 90.0, -90.0, 30.0]  # exp's overflow and underflow
+    compare(op, [x], attrs, rtol=2e-5 if dtype == np.float32 else 1e-10)
+
+
+def test_activations_fuse_into_one_generated_kernel():
+    x = randn(2, 5)
+    for op in ("Mish", "Selu", "Softplus", "Celu"):
+        mod, params = from_onnx(model(op, [x], symbolic=True))
+        exe = relvm.build(mod, params=params)
+        kernels = [k for k in exe.kernels if k.op != "fused"]
+        assert not kernels, (op, [k.op for k in kernels])
+        assert [k.op for k in exe.kernels] == ["fused"], op
+
+
+def test_shrink_of_integers_matches_ort():
+    x = np.arange(-6, 7, dtype=np.int32)
+    compare("Shrink", [x], {"lambd": 1.5, "bias": 1.0})
+
+
+def test_softplus_of_large_inputs_is_finite_where_it_should_be():
+    x = np.array([100.0, 500.0, -500.0, 0.0], np.float32)
+    (got,) = run_relvm(model("Softplus", [x]), [x])
+    np.testing.assert_allclose(got, [100.0, 500.0, 0.0, np.log(2)], rtol=1e-6)
+
+
+def test_activation_of_integers_is_an_import_error():
+    fails("Elu", [np.arange(3, dtype=np.int64)], match="needs a float input")
+    fails("Celu", [randn(3)], {"alpha": 0.0}, match="alpha must not be 0")
+
+
+# --- Mod -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.int8, np.uint8, np.float32,
+                                   np.float64])
+@pytest.mark.parametrize("fmod", [0, 1])
+def test_mod_matches_ort(dtype, fmod):
+    if np.dtype(dtype).kind == "f":
+        a, b = randn(4, 6, dtype=dtype, scale=20), randn(6, dtype=dtype, scale=4)
+    else:
+        lo = 0 if np.dtype(dtype).kind == "u" else -50
+        a = RNG.integers(lo, 100, (4, 6)).astype(dtype)
+        b = RNG.integers(1, 9, (6,)).astype(dtype)
+        if lo:
+            b[::2] *= -1  # mixed signs; no zero divisor (ONNX Runtime's is undefined)
+    compare("Mod", [a, b], {"fmod": fmod})
+
+
+def test_mod_of_mixed_dtypes_is_an_import_error():
+    fails("Mod", [np.ones(3, np.int64), np.ones(3, np.int32)], match="differ in dtype")
+
+
+# --- Tile, OneHot, NonZero -------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape, repeats", [((2, 3), [2, 1]), ((2, 3), [1, 3]), ((4,), [3]),
+                                            ((2, 1, 3), [2, 3, 2]), ((2, 3), [1, 1]),
+                                            ((2, 3), [0, 2])])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.bool_])
+def test_tile_matches_ort(shape, repeats, dtype):
+    x = randn(*shape).astype(dtype)
+    compare("Tile", [x, np.array(repeats, np.int64)], constants=(1,))
+
+
+def test_tile_needs_known_repeats():
+    fails("Tile", [randn(2, 3), np.array([2, 2], np.int64)], match="repeats.*must be a constant")
+    fails("Tile", [randn(2, 3), np.array([2], np.int64)], constants=(1,),
+          match="one entry per axis")
+
+
+@pytest.mark.parametrize("axis", [-1, 0, 1, 2, -3])
+@pytest.mark.parametrize("idx_dtype", [np.int64, np.int32, np.float32])
+def test_one_hot_matches_ort(axis, idx_dtype):
+    idx = np.array([[0, 3, -1], [9, -4, 2]], idx_dtype)  # 9: out of range, an all-off row
+    depth = np.array(4, np.int64)
+    values = np.array([2.5, -1.0], np.float32)
+    compare("OneHot", [idx, depth, values], {"axis": axis}, constants=(1,))
+
+
+def test_one_hot_values_at_run_time_and_int_values():
+    idx = np.array([1, 0, 2], np.int64)
+    compare("OneHot", [idx, np.array([3], np.int64), np.array([0, 7], np.int64)], constants=(1,))
+
+
+def test_one_hot_checks_depth():
+    fails("OneHot", [np.array([1]), np.array(0, np.int64), np.array([0.0, 1.0], np.float32)],
+          constants=(1,), match="depth must be positive")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.int32, np.bool_, np.uint8])
+@pytest.mark.parametrize("shape", [(7,), (3, 4), (2, 3, 5), (0, 3)])
+def test_non_zero_matches_ort(dtype, shape):
+    x = (RNG.integers(0, 3, shape) * (RNG.random(shape) < 0.5)).astype(dtype)
+    compare("NonZero", [x])
+
+
+def test_non_zero_of_all_zeros_is_empty():
+    compare("NonZero", [np.zeros((3, 2), np.float32)])
