@@ -2,7 +2,7 @@
 
 from . import (conv, dynamic, elementwise, gather_scatter, indexing, nn,  # noqa: F401
                pool, reduce, transform)  # (registration)
-from . import conv_transpose, image, recurrent  # noqa: F401 (ops the ONNX importer needs)
+from . import conv_transpose, image, recurrent, scan  # noqa: F401 (ops the ONNX importer needs)
 from .registry import OPS, Op, get_op
 
 __all__ = ["OPS", "Op", "get_op"]

@@ -1,5 +1,5 @@
-"""The ONNX ops of issue 19's second part -- activations, Mod, Tile, OneHot, NonZero --
-imported and run on the C build (fusion on) against ONNX Runtime, with
+"""The ONNX ops of issue 19's second part -- activations, Mod, Tile, OneHot, NonZero, Trilu,
+CumSum, CumProd, TopK -- imported and run on the C build (fusion on) against ONNX Runtime, with
 static dims and with every input dim symbolic; bad input is a relvm error."""
 
 from __future__ import annotations
@@ -206,3 +206,70 @@ def test_non_zero_matches_ort(dtype, shape):
 
 def test_non_zero_of_all_zeros_is_empty():
     compare("NonZero", [np.zeros((3, 2), np.float32)])
+
+
+# --- Trilu, CumSum, CumProd, TopK ------------------------------------------------------------
+
+@pytest.mark.parametrize("shape", [(4, 5), (5, 3), (2, 3, 4, 4), (0, 3)], ids=str)
+@pytest.mark.parametrize("upper", [0, 1])
+@pytest.mark.parametrize("k", [None, -2, 0, 1, 7])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.float64])
+def test_trilu_matches_ort(shape, upper, k, dtype):
+    x = randn(*shape).astype(dtype)
+    inputs = [x] if k is None else [x, np.array(k, np.int64)]
+    compare("Trilu", inputs, {"upper": upper})  # k a graph input: read when the model runs
+
+
+@pytest.mark.parametrize("op", ["CumSum", "CumProd"])
+@pytest.mark.parametrize("shape, axis", [((7,), 0), ((3, 4), 1), ((3, 4), -2), ((2, 3, 4), 1)],
+                         ids=str)
+@pytest.mark.parametrize("exclusive, reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
+def test_cumulative_matches_ort(op, shape, axis, exclusive, reverse, dtype):
+    x = randn(*shape, scale=1.5).astype(dtype)
+    if op == "CumProd" and np.dtype(dtype).kind == "i":
+        x = RNG.integers(-3, 4, shape).astype(dtype)
+    compare(op, [x, np.array(axis, np.int32)], {"exclusive": exclusive, "reverse": reverse},
+            constants=(1,), opset=26 if op == "CumProd" else 21)
+
+
+def test_cumsum_needs_a_known_axis():
+    fails("CumSum", [randn(3, 4), np.array(1, np.int64)], match="axis.*must be a constant")
+
+
+@pytest.mark.parametrize("shape, axis", [((9,), -1), ((3, 8), 1), ((6, 4), 0), ((2, 50, 3), 1)],
+                         ids=str)
+@pytest.mark.parametrize("largest", [0, 1])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.int32])
+@pytest.mark.parametrize("k_at_run_time", [False, True])
+def test_top_k_matches_ort(shape, axis, largest, dtype, k_at_run_time):
+    n = shape[axis]
+    x = RNG.permutation(int(np.prod(shape))).reshape(shape).astype(dtype)  # no ties: ORT's
+    for k in sorted({1, n // 2, n}):  # order of equal values is its own
+        k_input = np.array([k], np.int64)
+        compare("TopK", [x, k_input], {"axis": axis, "largest": largest}, n_out=2,
+                constants=() if k_at_run_time else (1,))
+
+
+def test_top_k_with_ties_keeps_index_order():
+    x = np.array([[3, 1, 3, 2, 1, 3]], np.float32)
+    for largest in (0, 1):
+        compare("TopK", [x, np.array([4], np.int64)], {"largest": largest}, n_out=2,
+                constants=(1,))
+
+
+def test_top_k_with_k_past_the_axis_is_a_run_time_error():
+    x, k = randn(2, 5), np.array([6], np.int64)
+    with pytest.raises(RelvmError, match="k 6 is past 5"):
+        run_relvm(model("TopK", [x, k], n_out=2), [x, k])
+    fails("TopK", [x, k], n_out=2, constants=(1,), match=r"k 6 must be in \[0, 5\]")
+
+
+def test_top_k_symbolic_k_result_is_sized_at_run_time():
+    x = randn(3, 10)
+    mod, params = from_onnx(model("TopK", [x, np.array([2], np.int64)], n_out=2, symbolic=True))
+    vm = relvm.VirtualMachine(relvm.build(mod, params=params))
+    for k in (0, 4, 10):
+        values, indices = vm.invoke("main", x, np.array([k], np.int64))
+        assert values.shape == indices.shape == (3, k)
+        np.testing.assert_array_equal(values, -np.sort(-x, axis=1)[:, :k])

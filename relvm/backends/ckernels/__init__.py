@@ -52,4 +52,4 @@ def kernel(*ops: str, dtypes: Iterable[str], dtype_of=first_input, accepts=None,
 
 
 from . import (dynamic, elementwise, gather_scatter, image, linalg, nn,  # noqa: E402,F401
-               packed, recurrent, reduce, transform)
+               packed, recurrent, reduce, scan, transform)

@@ -1,7 +1,10 @@
-"""Ops that rearrange or count a tensor's entries: Tile, OneHot, NonZero.
+"""Ops that rearrange, count or rank a tensor's entries: Tile, OneHot, NonZero, Trilu, CumSum,
+CumProd, TopK.
 
 Tile and OneHot are broadcasts of existing ops (fused into one generated loop); NonZero is
-``argwhere``, whose row count the VM learns when the program runs.
+``argwhere``, whose row count the VM learns when the program runs; Trilu, CumSum, CumProd and
+TopK are relvm ops of their own (``relvm/ops/scan.py``), TopK with a k known only at run time
+``dyn.topk``.
 """
 
 from __future__ import annotations
@@ -97,3 +100,70 @@ def non_zero(n: Node):
         x = n.call("reshape", x, newshape=[1])
     rows = n.call("argwhere", x)
     return n.call("cast", n.call("transpose", rows, axes=[1, 0]), dtype="int64")
+
+
+# --- Trilu, CumSum, CumProd, TopK: relvm's trilu, cumsum, cumprod, topk and dyn.topk -----------
+
+def _scalar_int64(n: Node, i: int, what: str):
+    """Input ``i``, one integer, as a 0-d int64 tensor."""
+    shape = n.shape(i)
+    if len(shape) > 1 or len(shape) == 1 and isinstance(shape[0], int) and shape[0] != 1:
+        raise n.fail(f"{what} must hold one value, got shape {D.shape_str(shape)}")
+    v = n.x(i)
+    if n.dtype(i) != "int64":
+        v = n.call("cast", v, dtype="int64")
+    return n.call("reshape", v, newshape=[]) if shape else v
+
+
+def _computed_in(n: Node, x, dtype: str):
+    """(x in the dtype relvm's C kernels compute ``dtype`` in, a function casting back)."""
+    if dtype != "float16":
+        return x, lambda y: y
+    return n.call("cast", x, dtype="float32"), lambda y: n.call("cast", y, dtype="float16")
+
+
+@converter("Trilu")
+def trilu(n: Node):
+    if n.rank(0) < 2:
+        raise n.fail(f"input must have rank 2 or more, got {D.shape_str(n.shape(0))}")
+    k = _scalar_int64(n, 1, "k") if n.has(1) else scalar(n, 0, "int64")
+    return n.call("trilu", n.x(0), k, upper=bool(n.attr("upper", 1)))
+
+
+@converter("CumSum", "CumProd")
+def cumulative(n: Node):
+    dtype = n.dtype(0)
+    if dtype == "bool":
+        raise n.fail("input must be numeric, got bool")
+    if n.rank(0) == 0:
+        raise n.fail("input must have rank 1 or more")
+    axis_values = _static_ints(n, 1, "axis")
+    if len(axis_values) != 1:
+        raise n.fail(f"axis must hold one value, got {axis_values}")
+    axis = norm_axis(n, axis_values[0], n.rank(0))
+    x, back = _computed_in(n, n.x(0), dtype)
+    op = "cumsum" if n.op_type == "CumSum" else "cumprod"
+    return back(n.call(op, x, axis=axis, exclusive=bool(n.attr("exclusive", 0)),
+                       reverse=bool(n.attr("reverse", 0))))
+
+
+@converter("TopK")
+def top_k(n: Node):
+    dtype, rank = n.dtype(0), n.rank(0)
+    if dtype == "bool":
+        raise n.fail("input must be numeric, got bool")
+    if rank == 0:
+        raise n.fail("input must have rank 1 or more")
+    axis = norm_axis(n, int(n.attr("axis", -1)), rank)
+    largest = bool(n.attr("largest", 1))
+    x, back = _computed_in(n, n.x(0), dtype)
+    if n.opset < 10:
+        k = int(n.required("k"))
+        pair = n.call("topk", x, k=k, axis=axis, largest=largest)
+    else:
+        sym = n.sym(1)
+        if sym is not None and sym.size == 1 and isinstance(sym.reshape(-1)[0], (int, np.integer)):
+            pair = n.call("topk", x, k=int(sym.reshape(-1)[0]), axis=axis, largest=largest)
+        else:  # k known only when the program runs: its length along axis is a run-time dim
+            pair = n.call("dyn.topk", x, _scalar_int64(n, 1, "k"), axis=axis, largest=largest)
+    return [back(n.field(pair, 0)), n.field(pair, 1)]
