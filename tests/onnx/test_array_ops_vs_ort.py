@@ -1,5 +1,5 @@
 """The ONNX ops of issue 19's second part -- activations, Mod, Tile, OneHot, NonZero, Trilu,
-CumSum, CumProd, TopK -- imported and run on the C build (fusion on) against ONNX Runtime, with
+CumSum, CumProd, TopK, Einsum -- imported and run on the C build (fusion on) against ONNX Runtime, with
 static dims and with every input dim symbolic; bad input is a relvm error."""
 
 from __future__ import annotations
@@ -273,3 +273,54 @@ def test_top_k_symbolic_k_result_is_sized_at_run_time():
         values, indices = vm.invoke("main", x, np.array([k], np.int64))
         assert values.shape == indices.shape == (3, k)
         np.testing.assert_array_equal(values, -np.sort(-x, axis=1)[:, :k])
+
+
+# --- Einsum ----------------------------------------------------------------------------------
+
+EINSUMS = [
+    ("ij,jk->ik", [(3, 4), (4, 5)]), ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
+    ("...ij,...jk->...ik", [(2, 1, 3, 4), (1, 5, 4, 6)]),  # broadcast ellipsis
+    ("bhqd,bhkd->bhqk", [(2, 3, 4, 5), (2, 3, 6, 5)]), ("bhqk,bhkd->bhqd", [(2, 3, 4, 6),
+                                                                            (2, 3, 6, 5)]),
+    ("ij->ji", [(3, 4)]), ("ii->i", [(4, 4)]), ("ii", [(4, 4)]), ("ij->", [(3, 4)]),
+    ("i,i->", [(5,), (5,)]), ("i,j->ij", [(3,), (4,)]), ("ab,cd->abcd", [(2, 3), (4, 5)]),
+    ("abc,cd->abd", [(2, 3, 4), (4, 5)]), ("abcd,cdef->abef", [(2, 3, 4, 5), (4, 5, 2, 3)]),
+    ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]), ("ij,ij->ij", [(3, 4), (3, 4)]),
+    ("ij,ij->i", [(3, 4), (3, 4)]), ("...ii->...i", [(2, 3, 3)]), ("iij->ij", [(3, 3, 4)]),
+    ("ij,jk", [(3, 4), (4, 5)]), ("ba", [(3, 4)]), ("...j,j", [(2, 3, 4), (4,)]),
+    ("bij,jk->bik", [(2, 3, 4), (4, 5)]), ("ijk,jil->kl", [(2, 3, 4), (3, 2, 5)]),
+    ("i,i,i->i", [(4,), (4,), (4,)]), ("abc,abd->cd", [(2, 3, 4), (2, 3, 5)]),
+    ("ijk,ikl->ijl", [(2, 3, 4), (2, 4, 5)]), ("i j , j k -> i k", [(3, 4), (4, 2)]),
+]
+
+
+@pytest.mark.parametrize("equation, shapes", EINSUMS, ids=[e for e, _ in EINSUMS])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.int32])
+def test_einsum_matches_ort(equation, shapes, dtype):
+    if np.dtype(dtype).kind == "f":
+        inputs = [randn(*s, dtype=dtype, scale=1.0) for s in shapes]
+    else:
+        inputs = [RNG.integers(-5, 6, s).astype(dtype) for s in shapes]
+    compare("Einsum", inputs, {"equation": equation}, rtol=1e-4, atol=1e-5)
+
+
+def test_einsum_is_matmul_not_a_broadcast_product():
+    """A matrix product over symbolic dims becomes one nn.batch_matmul, no materialized
+    (i, j, k) product."""
+    x, y = randn(3, 4), randn(4, 5)
+    mod, _ = from_onnx(model("Einsum", [x, y], {"equation": "ij,jk->ik"}, symbolic=True))
+    text = mod.astext() if hasattr(mod, "astext") else str(mod)
+    assert text.count("nn.batch_matmul") == 1 and "multiply" not in text
+
+
+@pytest.mark.parametrize("equation, shapes, match", [
+    ("ij,jk->ik", [(3, 4)], "has 2 operands, the node 1 inputs"),
+    ("ij->ii", [(3, 3)], "repeats a label"),
+    ("ij->k", [(3, 3)], r"output labels \['k'\]"),
+    ("ijk->i", [(3, 3)], "does not fit an input of rank 2"),
+    ("i1->i", [(3, 3)], "labels are letters"),
+    ("...i...->i", [(3, 3)], "more than one ellipsis"),
+    ("ij,jk->ik", [(3, 4), (5, 6)], "inner dims differ|differ"),
+])
+def test_einsum_errors_name_the_equation(equation, shapes, match):
+    fails("Einsum", [randn(*s) for s in shapes], {"equation": equation}, match=match)
