@@ -1,4 +1,4 @@
-/* cumsum and cumprod, topk, trilu: see scan.h and relvm/ops/scan.py for what they compute. */
+/* cumsum and cumprod, topk, unique, trilu: see scan.h and relvm/ops/scan.py for what they compute. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,6 +187,114 @@ RELVM_EXPORT int relvm_topk(int dtype, int largest, int64_t outer, int64_t n, in
     relvm_parallel_for(outer * inner, relvm_max64(1, RELVM_GRAIN / relvm_max64(per_line, 1)),
                        topk_range, &j);
     return j.failed ? RELVM_NO_MEMORY : RELVM_OK;
+}
+
+/* --- unique ------------------------------------------------------------------------------- */
+
+/* -1, 0 or 1 as row a of x sorts before, with or after row b (NaN after every number). */
+typedef int (*row_compare)(const void *x, int64_t outer, int64_t n, int64_t inner, int64_t a,
+                           int64_t b);
+
+#define ROW_COMPARE(S, T, IS_NAN)                                                             \
+    static int compare_rows_##S(const void *x_, int64_t outer, int64_t n, int64_t inner,      \
+                                int64_t a, int64_t b) {                                       \
+        const T *x = x_;                                                                      \
+        for (int64_t o = 0; o < outer; ++o) {                                                 \
+            const T *ra = x + (o * n + a) * inner, *rb = x + (o * n + b) * inner;             \
+            for (int64_t c = 0; c < inner; ++c) {                                             \
+                const T p = ra[c], q = rb[c];                                                 \
+                if (p < q) return -1;                                                         \
+                if (p > q) return 1;                                                          \
+                const int p_nan = IS_NAN(p), q_nan = IS_NAN(q);                               \
+                if (p_nan != q_nan) return p_nan ? 1 : -1;                                    \
+            }                                                                                 \
+        }                                                                                     \
+        return 0;                                                                             \
+    }
+
+ROW_COMPARE(f32, f32, FLOAT_NAN)
+ROW_COMPARE(f64, f64, FLOAT_NAN)
+ROW_COMPARE(i64, i64, NEVER_NAN)
+ROW_COMPARE(i32, i32, NEVER_NAN)
+ROW_COMPARE(i8, i8, NEVER_NAN)
+ROW_COMPARE(u8, u8, NEVER_NAN)
+
+static const row_compare row_compare_table[RELVM_NUM_DTYPES] = {
+    [RELVM_FLOAT32] = compare_rows_f32, [RELVM_FLOAT64] = compare_rows_f64,
+    [RELVM_INT64] = compare_rows_i64,   [RELVM_INT32] = compare_rows_i32,
+    [RELVM_INT8] = compare_rows_i8,     [RELVM_UINT8] = compare_rows_u8,
+    [RELVM_BOOL] = compare_rows_u8};
+
+/* order[0..n) = the rows' indices sorted, stable (a bottom-up merge sort through tmp). */
+static int64_t *sort_rows(row_compare cmp, const void *x, int64_t outer, int64_t n,
+                          int64_t inner, int64_t *order, int64_t *tmp) {
+    int64_t *from = order, *to = tmp;
+    for (int64_t i = 0; i < n; ++i) from[i] = i;
+    for (int64_t width = 1; width < n; width *= 2) {
+        for (int64_t lo = 0; lo < n; lo += 2 * width) {
+            const int64_t mid = relvm_min64(lo + width, n), hi = relvm_min64(lo + 2 * width, n);
+            int64_t a = lo, b = mid, w = lo;
+            while (a < mid && b < hi)
+                to[w++] = cmp(x, outer, n, inner, from[b], from[a]) < 0 ? from[b++] : from[a++];
+            while (a < mid) to[w++] = from[a++];
+            while (b < hi) to[w++] = from[b++];
+        }
+        int64_t *t = from;
+        from = to;
+        to = t;
+    }
+    return from;
+}
+
+RELVM_EXPORT int relvm_unique(int dtype, int sorted, int64_t outer, int64_t n, int64_t inner,
+                              const void *x, int64_t u, void *values, int64_t *first,
+                              int64_t *inverse, int64_t *counts) {
+    if (dtype < 0 || dtype >= RELVM_NUM_DTYPES || !row_compare_table[dtype] || outer < 0 ||
+        n < 0 || inner < 0 || u < 0)
+        return RELVM_UNSUPPORTED;
+    if (n == 0) return u == 0 ? RELVM_OK : RELVM_BAD_INDEX;
+    if (n > INT64_MAX / 4 / (int64_t)sizeof(int64_t)) return RELVM_TOO_LARGE;
+    const row_compare cmp = row_compare_table[dtype];
+    int64_t *scratch = malloc((size_t)n * 3 * sizeof(int64_t));
+    if (!scratch) return RELVM_NO_MEMORY;
+    int64_t *order = sort_rows(cmp, x, outer, n, inner, scratch, scratch + n);
+    int64_t *group_first = order == scratch ? scratch + n : scratch; /* the free buffer */
+    int64_t *rank = scratch + 2 * n;
+    int64_t g = -1;
+    for (int64_t s = 0; s < n; ++s) {
+        const int64_t row = order[s];
+        if (s == 0 || cmp(x, outer, n, inner, order[s - 1], row) != 0) {
+            if (++g >= u) break;
+            group_first[g] = row; /* stable: the first occurrence */
+            counts[g] = 0;
+        }
+        inverse[row] = g;
+        ++counts[g];
+    }
+    if (g + 1 != u) {
+        free(scratch);
+        return RELVM_BAD_INDEX;
+    }
+    if (sorted) {
+        for (int64_t p = 0; p < u; ++p) rank[p] = p;
+    } else { /* number the groups in the order their first rows come */
+        for (int64_t p = 0; p < u; ++p) rank[p] = -1;
+        int64_t next = 0;
+        for (int64_t i = 0; i < n; ++i)
+            if (rank[inverse[i]] < 0) rank[inverse[i]] = next++;
+        int64_t *moved = order; /* the sort's order is no longer needed */
+        for (int64_t p = 0; p < u; ++p) moved[rank[p]] = counts[p];
+        memcpy(counts, moved, (size_t)u * sizeof(int64_t));
+        for (int64_t i = 0; i < n; ++i) inverse[i] = rank[inverse[i]];
+    }
+    for (int64_t p = 0; p < u; ++p) first[rank[p]] = group_first[p];
+    free(scratch);
+    const size_t size = (size_t)relvm_itemsize[dtype], row = (size_t)inner * size;
+    for (int64_t o = 0; o < outer; ++o)
+        for (int64_t p = 0; p < u; ++p)
+            memcpy((char *)values + ((size_t)o * (size_t)u + (size_t)p) * row,
+                   (const char *)x + ((size_t)o * (size_t)n + (size_t)first[p]) * row, row);
+    return RELVM_OK;
 }
 
 /* --- trilu -------------------------------------------------------------------------------- */

@@ -589,6 +589,11 @@ class FunctionLowering:
                           ("check", ("max", ("slot", k), ("shape", 0, axis)), ("shape", 0, axis),
                            within)]
             args = (in_regs[0], in_regs[1])
+        elif op.name == "unique":
+            axis, rank = call.attrs["axis"], call.args[0].checked_type.ndim
+            u = self.dims.new_slot(out.fields[1].shape[0])
+            statements = [("set", u, ("unique", 0, -1 if axis is None else axis % rank))]
+            args = (in_regs[0],)
         elif op.name == "argwhere":
             statements = [("set", self.dims.new_slot(out.shape[0]), ("nonzero", 0))]
             args = (in_regs[0],)

@@ -1,5 +1,5 @@
 """Ops that read a tensor in order along an axis: ``cumsum``, ``cumprod``, ``topk`` and
-``dyn.topk``; and ``trilu``, which keeps one triangle of the last two axes.
+``dyn.topk``, ``unique``; and ``trilu``, which keeps one triangle of the last two axes.
 
 Semantics fixed here, which the kernels (``kernels/scan.c``) follow:
 
@@ -11,6 +11,12 @@ Semantics fixed here, which the kernels (``kernels/scan.c``) follow:
   order). Equal values keep their index order, lower first; NaN counts as larger than every
   number. ``dyn.topk`` takes k as a scalar tensor: its result's length along the axis is known
   only when the program runs, and a k below 0 or past the axis is a run-time error.
+* ``unique`` returns the distinct entries of data (``axis`` None: flattened) or its distinct
+  slices along ``axis``, with the int64 index of each one's first occurrence, the position of
+  each entry (or slice) among them, and their counts. Values compare as numbers, every NaN
+  equal to every other (-0.0 equals 0.0; the first occurrence is the one kept). ``sorted``
+  orders them ascending (slices lexicographically, NaN last), else by first occurrence. How
+  many there are is known only when the program runs.
 * ``trilu`` keeps the entries of the last two axes with ``j - i >= k`` (``upper``) or
   ``j - i <= k`` (lower) and zeroes the others; ``k`` is a scalar int64 tensor (Relay's
   ``trilu``), so it may come from the running program.
@@ -23,7 +29,7 @@ import numpy as np
 from ..ir import dims as D
 from ..ir.types import TensorType, TupleType
 from .common import (NUMERIC, check_dtype, check_rank, fmt_shape, normalize_axis, tensor_arg)
-from .registry import BOOL, INJECTIVE, INT, OPAQUE, OpTypeError, attr, register
+from .registry import BOOL, INJECTIVE, INT, OPAQUE, OPT_INT, OpTypeError, attr, register
 from .transform import INDEX_DTYPES, at_run_time
 
 # --- cumsum and cumprod ----------------------------------------------------------------------
@@ -122,6 +128,65 @@ register("dyn.topk", inputs=("data", "k"), infer=_dyn_topk_type, pattern=OPAQUE,
          reference=lambda attrs, x, k: _topk_pick(attrs, x, int(np.asarray(k).item())),
          attrs=_TOPK_ATTRS, data_dependent=True, shape_inputs=(1,),
          doc="topk with k a scalar tensor: the result's length along axis is k's value")
+
+# --- unique ----------------------------------------------------------------------------------
+
+
+def _unique_type(attrs, data):
+    t = tensor_arg(data, "data")
+    u = D.fresh()
+    if attrs.axis is None:
+        count: D.Dim = 1
+        for d in t.shape:
+            count = count * d
+        values, inverse = TensorType((u,), t.dtype), TensorType((count,), "int64")
+    else:
+        if t.ndim == 0:
+            raise OpTypeError("data must have rank 1 or more to take slices along an axis")
+        axis = normalize_axis(attrs.axis, t.ndim)
+        values = TensorType(t.shape[:axis] + (u,) + t.shape[axis + 1:], t.dtype)
+        inverse = TensorType((t.shape[axis],), "int64")
+    index = TensorType((u,), "int64")
+    return TupleType((values, index, inverse, index))
+
+
+def _unique_rows(x: np.ndarray, axis: int | None) -> np.ndarray:
+    """x as (rows, columns): one row per entry, or per slice along axis."""
+    if axis is None:
+        return x.reshape(-1, 1)
+    return np.moveaxis(x, axis, 0).reshape(x.shape[axis], x.size // max(x.shape[axis], 1))
+
+
+def _unique_ref(attrs, x):
+    axis = None if attrs.axis is None else at_run_time(normalize_axis, attrs.axis, x.ndim)
+    rows = _unique_rows(x, axis)
+    n = rows.shape[0]
+    # Lexicographic and stable: the last key is the primary one; NaN sorts last.
+    order = np.lexsort(rows.T[::-1]) if n and rows.shape[1] else np.arange(n)
+    ordered = rows[order]
+    with np.errstate(invalid="ignore"):
+        same = (ordered[1:] == ordered[:-1])
+        if rows.dtype.kind == "f":
+            same |= np.isnan(ordered[1:]) & np.isnan(ordered[:-1])
+    starts = np.concatenate([[True], ~same.all(axis=1)]) if n else np.zeros(0, bool)
+    group = np.cumsum(starts) - 1  # per sorted row, its group
+    first = order[starts]  # stable: the first occurrence of each group
+    if not attrs.sorted:  # groups by first occurrence
+        rank = np.empty(len(first), np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+        group, first = rank[group], np.sort(first)
+    inverse = np.empty(n, np.int64)
+    inverse[order] = group
+    counts = np.bincount(inverse, minlength=len(first)).astype(np.int64)
+    values = x.reshape(-1)[first] if axis is None else np.take(x, first, axis=axis)
+    return (np.ascontiguousarray(values), first.astype(np.int64), inverse, counts)
+
+
+register("unique", inputs=("data",), infer=_unique_type, reference=_unique_ref,
+         pattern=OPAQUE, data_dependent=True, shape_inputs=(0,),
+         attrs=[attr("axis", OPT_INT, None), attr("sorted", BOOL, True)],
+         doc="(distinct entries or slices along axis, int64 first indices, inverse indices, "
+             "counts): NaN equal to NaN; sorted ascending or by first occurrence")
 
 # --- trilu -----------------------------------------------------------------------------------
 

@@ -85,3 +85,41 @@ def test_trilu(check, rand, shape, upper):
         x = rand(shape, dtype, -50, 50)
         for k in (-(2**62), -6, -1, 0, 1, 2, 5, 2**62):
             check("trilu", {"upper": upper}, [x, np.array(k, np.int64)])
+
+
+UNIQUE_CASES = [((12,), None), ((3, 4), None), ((6, 3), 0), ((3, 6), 1), ((2, 5, 3), 1),
+                ((0, 3), 0), ((0,), None), ((300,), None), ((40, 2), 0)]
+
+
+@pytest.mark.parametrize("shape,axis", UNIQUE_CASES, ids=str)
+@pytest.mark.parametrize("sorted_", [True, False])
+def test_unique(check, rng, shape, axis, sorted_):
+    for dtype in NUMBERS + ("bool",):
+        x = _ties_and_nans(rng, shape, dtype) if dtype != "bool" else rng.random(shape) < 0.5
+        check("unique", {"axis": axis, "sorted": sorted_}, [x])
+
+
+def test_unique_zeros_and_nans_are_one_entry_each(check):
+    x = np.array([0.0, np.nan, -0.0, 1.0, np.nan, 0.0], np.float32)
+    values, first, _, counts = check("unique", {}, [x])
+    assert values.size == 3 and list(first) == [0, 3, 1] and list(counts) == [3, 1, 2]
+
+
+def test_unique_refuses_outputs_sized_for_another_count(c_kernel):
+    kernel = c_kernel("unique", {}, ["int64"], ["int64"] * 4)
+    x = np.array([1, 2, 2, 3], np.int64)
+    with pytest.raises(ValueError, match="does not hold 2 distinct entries"):
+        kernel(x, *(np.empty(2, np.int64) for _ in range(2)), np.empty(4, np.int64),
+               np.empty(2, np.int64))
+
+
+def test_unique_of_empty_slices_is_one_slice():
+    """Three slices of no entries are equal: one unique (the VM's count agrees)."""
+    from relvm.runtime.bytecode.dimprog import unique_count
+    from relvm.ops import OPS
+
+    x = np.zeros((3, 0), np.float32)
+    op = OPS["unique"]
+    values, first, inverse, counts = op.reference(op.make_attrs({"axis": 0}), x)
+    assert values.shape == (1, 0) and list(first) == [0] and list(inverse) == [0, 0, 0]
+    assert list(counts) == [3] and unique_count(x, 0) == 1 and unique_count(x, -1) == 0

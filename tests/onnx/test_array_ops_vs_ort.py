@@ -1,6 +1,6 @@
 """The ONNX ops of issue 19's second part -- activations, Mod, Tile, OneHot, NonZero, Trilu,
-CumSum, CumProd, TopK, Einsum -- imported and run on the C build (fusion on) against ONNX Runtime, with
-static dims and with every input dim symbolic; bad input is a relvm error."""
+CumSum, CumProd, TopK, Einsum, Unique -- imported and run on the C build (fusion on) against
+ONNX Runtime, with static dims and with every input dim symbolic; bad input is a relvm error."""
 
 from __future__ import annotations
 
@@ -324,3 +324,51 @@ def test_einsum_is_matmul_not_a_broadcast_product():
 ])
 def test_einsum_errors_name_the_equation(equation, shapes, match):
     fails("Einsum", [randn(*s) for s in shapes], {"equation": equation}, match=match)
+
+
+# --- Unique ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape, axis", [((10,), None), ((3, 4), None), ((5, 3), 0),
+                                         ((3, 5), 1), ((2, 4, 3), 1), ((2, 4, 3), -1)], ids=str)
+@pytest.mark.parametrize("sorted_", [0, 1])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.int8])
+def test_unique_matches_ort(shape, axis, sorted_, dtype):
+    x = RNG.integers(0, 3, shape).astype(dtype)  # few values: many repeats
+    attrs = {"sorted": sorted_} if axis is None else {"sorted": sorted_, "axis": axis}
+    compare("Unique", [x], attrs, n_out=4)
+
+
+def test_unique_count_is_sized_at_run_time():
+    mod, params = from_onnx(model("Unique", [np.zeros(4, np.int64)], n_out=4, symbolic=True))
+    vm = relvm.VirtualMachine(relvm.build(mod, params=params))
+    for x in (np.array([3, 1, 3], np.int64), np.arange(7), np.zeros(0, np.int64)):
+        values, first, inverse, counts = vm.invoke("main", x)
+        np.testing.assert_array_equal(values, np.unique(x))
+        np.testing.assert_array_equal(values[inverse], x)
+        assert counts.sum() == x.size and first.shape == values.shape
+
+
+def test_data_dependent_results_survive_save_and_load(tmp_path):
+    """unique, dyn.topk and argwhere in a saved executable: the verifier accepts their dim
+    programs and kernel entries, and the loaded program sizes their results from the data."""
+    from onnx import helper as h
+
+    graph = h.make_graph(
+        [h.make_node("Unique", ["x"], ["u", "", "", "c"]),
+         h.make_node("TopK", ["x", "k"], ["v", "i"]),
+         h.make_node("NonZero", ["x"], ["nz"])], "g",
+        [h.make_tensor_value_info("x", 1, ["n"]), h.make_tensor_value_info("k", 7, [1])],
+        [h.make_empty_tensor_value_info(o) for o in ("u", "c", "v", "i", "nz")])
+    m = h.make_model(graph, opset_imports=[h.make_opsetid("", 21)])
+    m.ir_version = 10
+    mod, params = from_onnx(m)
+    path = tmp_path / "m.relvm"
+    relvm.build(mod, params=params).save(str(path))
+    vm = relvm.VirtualMachine(relvm.load(str(path), trust_native_code=True))
+    x = np.array([3, 0, 3, 1, 0, 3], np.float32)
+    u, c, v, i, nz = vm.invoke("main", x, np.array([2], np.int64))
+    np.testing.assert_array_equal(u, [0, 1, 3])
+    np.testing.assert_array_equal(c, [2, 1, 3])
+    np.testing.assert_array_equal(v, [3, 3])
+    np.testing.assert_array_equal(i, [0, 2])
+    np.testing.assert_array_equal(nz, [[0, 2, 3, 5]])

@@ -95,3 +95,31 @@ def make_trilu(entry):
         check(trilu(size, upper, int(np.asarray(k).item()), prod(x.shape[:-2]), rows, cols,
                     ptr(x), ptr(out)), f"{name} of {x.shape}")
     return run
+
+
+@kernel("unique", dtypes=NUMBERS + ("bool",))
+def make_unique(entry):
+    ffi, lib = library()
+    attrs = attrs_of(entry)
+    dt, ptr, name, unique = CODE[entry.inputs[0]], ffi.from_buffer, entry.name, lib.relvm_unique
+    sorted_ = int(attrs.sorted)
+
+    def int64_ptr(a):
+        return ffi.cast("int64_t *", ptr(a))
+
+    def run(x, values, first, inverse, counts):
+        if attrs.axis is None:
+            outer, n, inner = 1, x.size, 1
+        else:
+            outer, n, inner = _around(x.shape, at_run_time(normalize_axis, attrs.axis, x.ndim))
+        u = first.shape[0]
+        if counts.shape != (u,) or inverse.shape != (n,) or values.size != outer * u * inner:
+            raise shape_error(f"{name}: wrong output shapes", data=x.shape, values=values.shape,
+                              indices=first.shape, inverse=inverse.shape, counts=counts.shape)
+        status = unique(dt, sorted_, outer, n, inner, ptr(x), u, ptr(values), int64_ptr(first),
+                        int64_ptr(inverse), int64_ptr(counts))
+        if status == -3:
+            raise ValueError(f"{name}: the data does not hold {u} distinct entries, the number "
+                             "its outputs were sized for")
+        check(status, f"{name} of {x.shape}")
+    return run

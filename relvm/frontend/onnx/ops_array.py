@@ -1,10 +1,11 @@
 """Ops that rearrange, count or rank a tensor's entries: Tile, OneHot, NonZero, Trilu, CumSum,
-CumProd, TopK.
+CumProd, TopK, Unique.
 
 Tile and OneHot are broadcasts of existing ops (fused into one generated loop); NonZero is
-``argwhere``, whose row count the VM learns when the program runs; Trilu, CumSum, CumProd and
-TopK are relvm ops of their own (``relvm/ops/scan.py``), TopK with a k known only at run time
-``dyn.topk``.
+``argwhere``, whose row count the VM learns when the program runs; Trilu, CumSum, CumProd,
+TopK and Unique are relvm ops of their own (``relvm/ops/scan.py``), TopK with a k known only at
+run time ``dyn.topk``; the VM sizes the results of NonZero, Unique and such a TopK from the
+data.
 """
 
 from __future__ import annotations
@@ -167,3 +168,14 @@ def top_k(n: Node):
         else:  # k known only when the program runs: its length along axis is a run-time dim
             pair = n.call("dyn.topk", x, _scalar_int64(n, 1, "k"), axis=axis, largest=largest)
     return [back(n.field(pair, 0)), n.field(pair, 1)]
+
+
+@converter("Unique")
+def unique(n: Node):
+    dtype = n.dtype(0)
+    axis = n.attr("axis")
+    if axis is not None:
+        axis = norm_axis(n, int(axis), n.rank(0))
+    x, back = _computed_in(n, n.x(0), dtype)
+    out = n.call("unique", x, axis=axis, sorted=bool(n.attr("sorted", 1)))
+    return [back(n.field(out, 0))] + [n.field(out, i) for i in (1, 2, 3)]
