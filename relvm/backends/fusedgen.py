@@ -24,7 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..ops.elementwise import clip_bounds
+from ..ops.elementwise import TRIGONOMETRIC, clip_bounds
 from .fused import FUSED_CDEF, MAX_OPERANDS, MAX_ROW_DIMS, signature
 
 CTYPES = {"float32": "float", "float64": "double", "float16": "_Float16", "int64": "int64_t",
@@ -68,7 +68,8 @@ def _unary(op: str, attrs: dict, x: str, dtype: str, out_dtype: str) -> str:
     simple = {"sigmoid": f"(1 / (1 + exp{f}(-{x})))", "tanh": f"tanh{f}({x})",
               "exp": f"exp{f}({x})", "log": f"log{f}({x})", "sqrt": f"sqrt{f}({x})",
               "rsqrt": f"(1 / sqrt{f}({x}))", "erf": f"erf{f}({x})", "floor": f"floor{f}({x})",
-              "ceil": f"ceil{f}({x})", "round": f"rint{f}({x})"}
+              "ceil": f"ceil{f}({x})", "round": f"rint{f}({x})",
+              **{op: f"{op}{f}({x})" for op in TRIGONOMETRIC}}
     if _ctype(dtype) == "float":  # the vectorizable float32 forms (relvm_vmath.h): libm's
         simple.update(sigmoid=f"vm_sigmoidf({x})", tanh=f"vm_tanhf({x})",  # stop the loop
                       exp=f"vm_expf({x})", erf=f"vm_erff({x})")          # vectorizing

@@ -21,6 +21,13 @@ from .registry import BROADCAST, DTYPE, ELEMWISE, FLOAT, OpTypeError, attr, regi
 _erf = np.frompyfunc(math.erf, 1, 1)
 
 
+def _quiet(fn, x):
+    """``fn(x)`` without NumPy's warnings: outside a function's domain the result is NaN (or
+    an infinity), as C's."""
+    with np.errstate(all="ignore"):
+        return fn(x)
+
+
 def _unary_type(allowed: tuple[str, ...], what: str):
     def infer(attrs, x):
         t = tensor_arg(x, "data")
@@ -53,6 +60,15 @@ _unary("round", np.round, *_F, "round half to even")
 _unary("negative", np.negative, *_N, "-x")
 _unary("abs", np.abs, *_N, "|x|")
 _unary("sign", np.sign, *_N, "-1, 0 or 1 (NaN stays NaN)")
+
+#: Trigonometric and hyperbolic functions and their inverses (C's libm names).
+TRIGONOMETRIC = ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
+                 "atanh")
+for _name in TRIGONOMETRIC:
+    _fn = getattr(np, "arc" + _name[1:] if _name.startswith("a") else _name)
+    _doc = (f"inverse of {_name[1:]} (NaN outside its domain)" if _name.startswith("a")
+            else f"{_name}(x), radians" if len(_name) == 3 else f"hyperbolic {_name[:-1]}")
+    _unary(_name, lambda x, fn=_fn: _quiet(fn, x), *_F, _doc)
 
 
 def _logical_not_type(attrs, x):

@@ -16,6 +16,10 @@ def _domain(op: str, rand, shape, dtype):
     """Inputs inside the op's domain (log and sqrt of positives), else around zero."""
     if op in ("log", "sqrt", "rsqrt"):
         return rand(shape, dtype, 0.01, 50)
+    if op in ("asin", "acos", "atanh"):
+        return rand(shape, dtype, -1, 1)
+    if op == "acosh":
+        return rand(shape, dtype, 1, 50)
     if op in ("exp", "sigmoid", "tanh", "erf"):
         return rand(shape, dtype, -20, 20)
     return rand(shape, dtype, -100, 100)

@@ -25,7 +25,8 @@ pytestmark = pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")),
 
 N = Sym("n")
 UNARY = ["nn.relu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "erf", "floor", "ceil",
-         "round", "negative", "abs", "sign"]
+         "round", "negative", "abs", "sign", "sin", "cos", "tan", "asin", "acos", "atan", "sinh",
+         "cosh", "asinh", "acosh", "atanh"]
 BINARY = ["add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "mod",
           "floor_mod"]
 COMPARE = ["equal", "not_equal", "less", "less_equal", "greater", "greater_equal"]
@@ -73,6 +74,10 @@ def test_unary_then_add(op) -> None:
     x = rand(5, 7)
     if op in ("log", "sqrt", "rsqrt"):
         x = np.abs(x) + np.float32(0.1)
+    if op in ("asin", "acos", "atanh"):
+        x = np.tanh(x)
+    if op == "acosh":
+        x = np.abs(x) + np.float32(1)
     x[0, 0] = np.nan
     steps = [step(op, [("in", 0)]), step("add", [("step", 0), ("in", 1)])]
     run_case(steps, [x, rand(7, seed=1)], [(N, 7), (7,)])

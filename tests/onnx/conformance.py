@@ -31,7 +31,8 @@ OPS = ("Conv ConvTranspose Gemm MatMul Relu LeakyRelu PRelu Sigmoid Tanh Gelu Er
        "GatherND GatherElements ScatterND ScatterElements Scatter IsNaN IsInf ReduceL1 ReduceL2 "
        "ReduceLogSum ReduceLogSumExp ReduceSumSquare "
        "Mod Selu Elu Celu Mish Softplus Softsign ThresholdedRelu Shrink Tile OneHot NonZero "
-       "Trilu CumSum CumProd TopK Einsum Unique").split()
+       "Trilu CumSum CumProd TopK Einsum Unique "
+       "Sin Cos Tan Asin Acos Atan Sinh Cosh Asinh Acosh Atanh Swish Xor").split()
 
 #: TensorProto element types of the counted cases: float32, int32, int64, bool.
 COUNTED_TYPES = {1, 6, 7, 9}

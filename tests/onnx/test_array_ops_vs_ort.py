@@ -1,5 +1,5 @@
-"""The ONNX ops of issue 19's second part -- activations, Mod, Tile, OneHot, NonZero, Trilu,
-CumSum, CumProd, TopK, Einsum, Unique -- imported and run on the C build (fusion on) against
+"""The ONNX ops of issue 19's second part -- activations, trigonometric functions, Mod, Xor,
+Tile, OneHot, NonZero, Trilu, CumSum, CumProd, TopK, Einsum, Unique -- imported and run on the C build (fusion on) against
 ONNX Runtime, with static dims and with every input dim symbolic; bad input is a relvm error."""
 
 from __future__ import annotations
@@ -112,6 +112,30 @@ def test_activation_matches_ort(op, attrs, dtype):
     x = randn(3, 4, 17, dtype=dtype)
     x.flat[:6] = [0.0, -0.0, 1e-8, 90.0, -90.0, 30.0]  # exp's overflow and underflow
     compare(op, [x], attrs, rtol=2e-5 if dtype == np.float32 else 1e-10)
+
+
+TRIGONOMETRIC = {"Sin": (-10, 10), "Cos": (-10, 10), "Tan": (-1.5, 1.5), "Asin": (-1, 1),
+                 "Acos": (-1, 1), "Atan": (-10, 10), "Sinh": (-5, 5), "Cosh": (-5, 5),
+                 "Asinh": (-10, 10), "Acosh": (1, 10), "Atanh": (-0.99, 0.99)}
+
+
+@pytest.mark.parametrize("op", sorted(TRIGONOMETRIC))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_trigonometric_matches_ort(op, dtype):
+    low, high = TRIGONOMETRIC[op]
+    x = RNG.uniform(low, high, (4, 33)).astype(dtype)
+    compare(op, [x], rtol=1e-5 if dtype == np.float32 else 1e-12)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.5])
+def test_swish_matches_ort(alpha):
+    compare("Swish", [randn(3, 17)], {"alpha": alpha}, opset=24)
+
+
+def test_xor_matches_ort_and_refuses_numbers():
+    a, b = RNG.random((3, 4)) < 0.5, RNG.random(4) < 0.5
+    compare("Xor", [a, b])
+    fails("Xor", [np.ones(3, np.int64), np.ones(3, np.int64)], match="Xor needs bool inputs")
 
 
 def test_activations_fuse_into_one_generated_kernel():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ops.common import normalize_axis
-from ...ops.elementwise import clip_bounds
+from ...ops.elementwise import TRIGONOMETRIC, clip_bounds
 from ...ops.transform import at_run_time
 from . import kernel
 from .common import (ALL, CODE, attrs_of, FLOATS, ITEMSIZE, NUMBERS, broadcast_strides, check_rank,
@@ -22,6 +22,7 @@ UNARY = {
     "ceil": ("RELVM_CEIL", FLOATS), "round": ("RELVM_ROUND", FLOATS),
     "negative": ("RELVM_NEGATIVE", NUMBERS), "abs": ("RELVM_ABS", NUMBERS + ("float16",)),
     "sign": ("RELVM_SIGN", NUMBERS), "logical_not": ("RELVM_LOGICAL_NOT", ("bool",)),
+    **{op: (f"RELVM_{op.upper()}", FLOATS) for op in TRIGONOMETRIC},
 }
 
 _COMPARED = NUMBERS + ("float16", "bool")

@@ -12,7 +12,9 @@ from .importer import ONNX_DTYPES, Node, onnx_type_name
 
 _UNARY = {"Relu": "nn.relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log",
           "Sqrt": "sqrt", "Neg": "negative", "Abs": "abs", "Erf": "erf", "Ceil": "ceil",
-          "Floor": "floor", "Not": "logical_not", "Sign": "sign", "Round": "round"}
+          "Floor": "floor", "Not": "logical_not", "Sign": "sign", "Round": "round",
+          "Sin": "sin", "Cos": "cos", "Tan": "tan", "Asin": "asin", "Acos": "acos", "Atan": "atan",
+          "Sinh": "sinh", "Cosh": "cosh", "Asinh": "asinh", "Acosh": "acosh", "Atanh": "atanh"}
 
 _BINARY = {"Add": "add", "Sub": "subtract", "Mul": "multiply", "Div": "divide", "Equal": "equal",
            "Less": "less", "Greater": "greater", "LessOrEqual": "less_equal",
@@ -27,6 +29,13 @@ def unary(n: Node):
 @converter(*_BINARY)
 def binary(n: Node):
     return n.call(_BINARY[n.op_type], n.x(0), n.x(1))
+
+
+@converter("Xor")
+def xor(n: Node):
+    if n.dtype(0) != "bool" or n.dtype(1) != "bool":
+        raise n.fail(f"Xor needs bool inputs, got {n.dtype(0)} and {n.dtype(1)}")
+    return n.call("not_equal", n.x(0), n.x(1))
 
 
 @converter("Reciprocal")
@@ -202,6 +211,13 @@ def mish(n: Node):
 def softsign(n: Node):
     return _in_float(n, "Softsign", lambda x, c: n.call(
         "divide", x, n.call("add", n.call("abs", x), c(1))))
+
+
+@converter("Swish")
+def swish(n: Node):
+    alpha = float(n.attr("alpha", 1.0))
+    return _in_float(n, "Swish", lambda x, c: n.call(
+        "multiply", x, n.call("sigmoid", n.call("multiply", x, c(alpha)))))
 
 
 @converter("ThresholdedRelu")
