@@ -1,5 +1,6 @@
 """The ONNX ops of issue 19's second part -- activations, trigonometric functions, Mod, Xor,
-Tile, OneHot, NonZero, Trilu, CumSum, CumProd, TopK, Einsum, Unique -- imported and run on the C build (fusion on) against
+Tile, OneHot, NonZero, Trilu, CumSum, CumProd, TopK, Einsum, Unique, window functions,
+SpaceToDepth, DepthToSpace, CenterCropPad, Hardmax, EyeLike, Compress, LpPool -- imported and run on the C build (fusion on) against
 ONNX Runtime, with static dims and with every input dim symbolic; bad input is a relvm error."""
 
 from __future__ import annotations
@@ -396,3 +397,69 @@ def test_data_dependent_results_survive_save_and_load(tmp_path):
     np.testing.assert_array_equal(v, [3, 3])
     np.testing.assert_array_equal(i, [0, 2])
     np.testing.assert_array_equal(nz, [[0, 2, 3, 5]])
+
+
+# --- window functions, SpaceToDepth, DepthToSpace, CenterCropPad, Hardmax, EyeLike, Compress,
+# --- LpPool ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("op", ["HannWindow", "HammingWindow", "BlackmanWindow"])
+@pytest.mark.parametrize("periodic", [0, 1])
+@pytest.mark.parametrize("dtype", [1, 11])  # float32, float64
+def test_windows_match_ort(op, periodic, dtype):
+    compare(op, [np.array(10, np.int64)], {"periodic": periodic, "output_datatype": dtype},
+            constants=(0,), opset=17, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("mode", ["DCR", "CRD"])
+@pytest.mark.parametrize("b", [1, 2, 3])
+def test_space_to_depth_and_back_match_ort(mode, b):
+    x = randn(2, 3, 2 * b, 3 * b)
+    compare("DepthToSpace", [randn(2, 2 * b * b, 3, 4)], {"blocksize": b, "mode": mode})
+    compare("SpaceToDepth", [x], {"blocksize": b}, opset=13)
+
+
+@pytest.mark.parametrize("shape, target, axes", [((5, 6), [3, 8], None), ((5, 6), [7, 2], None),
+                                                 ((2, 5, 6), [4], [-1]),
+                                                 ((4, 5, 6), [6, 3], [0, 2])], ids=str)
+def test_center_crop_pad_matches_ort(shape, target, axes):
+    attrs = {} if axes is None else {"axes": axes}
+    x = randn(*shape)
+    m = model("CenterCropPad", [x, np.array(target, np.int64)], attrs, constants=(1,))
+    want = ReferenceEvaluator(m).run(None, {"i0": x})[0]  # ONNX Runtime has no CenterCropPad
+    np.testing.assert_array_equal(run_relvm(m, [x])[0], want)
+
+
+def test_center_crop_pad_of_a_symbolic_dim_is_an_import_error():
+    x = randn(4, 5)
+    m = model("CenterCropPad", [x, np.array([3, 3], np.int64)], constants=(1,), symbolic=True)
+    with pytest.raises(RelvmError, match="symbolic size .* needs it static"):
+        run_relvm(m, [x])
+
+
+@pytest.mark.parametrize("axis", [-1, 0, 1, 2])
+def test_hardmax_matches_ort(axis):
+    x = RNG.integers(0, 3, (3, 4, 5)).astype(np.float32)  # ties: the first maximum wins
+    compare("Hardmax", [x], {"axis": axis})
+
+
+@pytest.mark.parametrize("shape", [(3, 3), (2, 5), (5, 2)])
+@pytest.mark.parametrize("k", [-1, 0, 2])
+def test_eye_like_matches_ort(shape, k):
+    compare("EyeLike", [randn(*shape)], {"k": k})
+    compare("EyeLike", [randn(*shape)], {"k": k, "dtype": 7})
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1, -1])
+def test_compress_matches_ort(axis):
+    x = randn(3, 4)
+    length = 12 if axis is None else x.shape[axis] - 1  # a shorter condition is allowed
+    cond = RNG.random(length) < 0.5
+    compare("Compress", [x, cond], {} if axis is None else {"axis": axis})
+
+
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [2, 2]}, {"kernel_shape": [3, 3], "p": 3, "strides": [2, 2]},
+    {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, {"kernel_shape": [2, 2], "p": 1},
+    {"kernel_shape": [3, 3], "auto_pad": "SAME_UPPER"}], ids=str)
+def test_lp_pool_matches_ort(attrs):
+    compare("LpPool", [randn(2, 3, 7, 8)], attrs, rtol=1e-4, atol=1e-5, opset=18)

@@ -90,5 +90,5 @@ def flatten2d(n: Node, x: Expr, axis: int) -> Expr:
     return n.call("reshape", x, newshape=[0, -1])
 
 
-from . import (ops_array, ops_control, ops_einsum, ops_index, ops_math,  # noqa: E402,F401
-               ops_nn, ops_shape)  # (registration)
+from . import (ops_array, ops_control, ops_einsum, ops_index, ops_layout,  # noqa: E402,F401
+               ops_math, ops_nn, ops_shape, ops_signal)  # (registration)

@@ -179,3 +179,46 @@ def unique(n: Node):
     x, back = _computed_in(n, n.x(0), dtype)
     out = n.call("unique", x, axis=axis, sorted=bool(n.attr("sorted", 1)))
     return [back(n.field(out, 0))] + [n.field(out, i) for i in (1, 2, 3)]
+
+
+@converter("EyeLike")
+def eye_like(n: Node):
+    shape = n.shape(0)
+    if len(shape) != 2:
+        raise n.fail(f"input must be 2-d, got {D.shape_str(shape)}")
+    dtype = n.dtype(0) if n.attr("dtype") is None else _onnx_dtype(n, int(n.attr("dtype")))
+    k = int(n.attr("k", 0))
+    if all(isinstance(d, int) for d in shape):
+        return n.constant(np.eye(shape[0], shape[1], k, dtype=dtype))
+    # Symbolic dims: ones in the input's shape, everything off diagonal k zeroed.
+    ones = n.call("ones_like", n.x(0))
+    ones = ones if n.dtype(0) == dtype else n.call("cast", ones, dtype=dtype)
+    diagonal = scalar(n, k, "int64")
+    return n.call("trilu", n.call("trilu", ones, diagonal, upper=True), diagonal, upper=False)
+
+
+def _onnx_dtype(n: Node, elem_type: int) -> str:
+    from .importer import ONNX_DTYPES, onnx_type_name
+
+    dtype = ONNX_DTYPES.get(elem_type)
+    if dtype is None:
+        raise n.fail(f"dtype {onnx_type_name(elem_type)} is not one relvm has")
+    return dtype
+
+
+@converter("Compress")
+def compress(n: Node):
+    """The entries (or slices along axis) where condition is true: argwhere's rows, taken."""
+    if n.dtype(1) != "bool" or n.rank(1) != 1:
+        raise n.fail(f"condition must be a 1-d bool tensor, got {n.dtype(1)} "
+                     f"{D.shape_str(n.shape(1))}")
+    x, axis = n.x(0), n.attr("axis")
+    if axis is None:
+        x, axis = n.call("reshape", x, newshape=[-1]), 0
+    else:
+        axis = norm_axis(n, int(axis), n.rank(0))
+    length, dim = n.shape(1)[0], x.checked_type.shape[axis]
+    if isinstance(length, int) and isinstance(dim, int) and length > dim:
+        raise n.fail(f"condition has {length} entries, more than axis {axis}'s {dim}")
+    rows = n.call("reshape", n.call("argwhere", n.x(1)), newshape=[-1])
+    return n.call("take", x, rows, axis=axis)

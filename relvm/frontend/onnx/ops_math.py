@@ -450,3 +450,25 @@ def softmax(n: Node):
         return n.call(op, x, axis=axis)
     y = n.call(op, flatten2d(n, x, axis), axis=1)
     return n.call("reshape_like", y, x)
+
+
+@converter("Hardmax")
+def hardmax(n: Node):
+    """1 at the first maximum along axis, 0 elsewhere: argmax compared with each position."""
+    rank, dtype = n.rank(0), n.dtype(0)
+    x = n.x(0)
+    if n.opset >= 13:
+        axis = norm_axis(n, int(n.attr("axis", -1)), rank)
+    else:  # seen as 2-D, (prod(shape[:axis]), prod(shape[axis:])), as Softmax before 13
+        x, axis = flatten2d(n, x, norm_axis(n, int(n.attr("axis", 1)), rank)), 1
+    shape = x.checked_type.shape
+    top = n.call("argmax", x, axis=[axis], keepdims=True)
+    if isinstance(shape[axis], int):
+        positions = n.constant(np.arange(shape[axis], dtype=np.int32).reshape(
+            (-1,) + (1,) * (len(shape) - 1 - axis)))
+    else:  # 0, 1, 2... along the axis, in the input's shape
+        ones = n.call("ones_like", n.call("cast", x, dtype="int32"))
+        positions = n.call("subtract", n.call("cumsum", ones, axis=axis),
+                           scalar(n, 1, "int32"))
+    y = n.call("cast", n.call("equal", positions, top), dtype=dtype)
+    return y if n.opset >= 13 else n.call("reshape_like", y, n.x(0))

@@ -1,0 +1,87 @@
+"""Ops that move entries between axes or to a new extent: SpaceToDepth, DepthToSpace (a
+reshape, a transpose and a reshape: exact over symbolic dims, since the reshapes only split a
+dim by the block size and merge dims) and CenterCropPad (a slice and a pad, which need the
+cropped or padded dims static: whether an axis is cropped or padded depends on its size).
+"""
+
+from __future__ import annotations
+
+from ...ir import dims as D
+from .converters import converter, norm_axes, scalar
+from .importer import Node
+
+
+def _blocksize(n: Node) -> int:
+    if n.rank(0) != 4:
+        raise n.fail(f"input must be 4-d (N, C, H, W), got {D.shape_str(n.shape(0))}")
+    b = int(n.required("blocksize"))
+    if b < 1:
+        raise n.fail(f"blocksize must be positive, got {b}")
+    return b
+
+
+def _mode(n: Node) -> str:
+    mode = n.attr("mode", "DCR")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode not in ("DCR", "CRD"):
+        raise n.fail(f"mode must be DCR or CRD, got {mode!r}")
+    return mode
+
+
+@converter("SpaceToDepth")
+def space_to_depth(n: Node):
+    """DCR (the default): the output channels are (b, b, C); CRD: (C, b, b)."""
+    b = _blocksize(n)
+    x = n.call("reshape", n.x(0), newshape=[0, 0, -4, -1, b, -4, -1, b])  # N C H/b b W/b b
+    dcr = _mode(n) == "DCR"
+    x = n.call("transpose", x, axes=[0, 3, 5, 1, 2, 4] if dcr else [0, 1, 3, 5, 2, 4])
+    x = n.call("reshape", x, newshape=[0, -3, -2])
+    return n.call("reshape", x, newshape=[0, -3, -2])
+
+
+@converter("DepthToSpace")
+def depth_to_space(n: Node):
+    b = _blocksize(n)
+    x = n.x(0)
+    if _mode(n) == "DCR":  # C = (b, b, C/b^2)
+        x = n.call("reshape", x, newshape=[0, -4, b, -1, -2])
+        x = n.call("reshape", x, newshape=[0, 0, -4, b, -1, -2])
+        x = n.call("transpose", x, axes=[0, 3, 4, 1, 5, 2])
+    else:  # C = (C/b^2, b, b)
+        x = n.call("reshape", x, newshape=[0, -4, -1, b * b, -2])
+        x = n.call("reshape", x, newshape=[0, 0, -4, b, b, -2])
+        x = n.call("transpose", x, axes=[0, 1, 4, 2, 5, 3])
+    return n.call("reshape", x, newshape=[0, 0, -3, -3])  # N C/b^2 H*b W*b
+
+
+@converter("CenterCropPad")
+def center_crop_pad(n: Node):
+    rank, shape = n.rank(0), n.shape(0)
+    target = n.ints(1, "shape")
+    axes = list(range(rank)) if n.attr("axes") is None else \
+        norm_axes(n, list(n.attr("axes")), rank)
+    if len(target) != len(axes):
+        raise n.fail(f"shape {target} must have one entry per axis {axes}")
+    x = n.x(0)
+    crop: list[tuple[int, int, int]] = []
+    widths = [[0, 0] for _ in range(rank)]
+    for a, t in zip(axes, target):
+        d = shape[a]
+        if t < 0:
+            raise n.fail(f"shape {target} holds a negative size")
+        if not isinstance(d, int):
+            raise n.fail(f"axis {a} has the symbolic size {D.dim_str(d)}: whether it is "
+                         f"cropped or padded to {t} depends on it, so relvm needs it static")
+        if t < d:
+            begin = (d - t) // 2
+            crop.append((a, begin, begin + t))
+        elif t > d:
+            before = (t - d) // 2
+            widths[a] = [before, t - d - before]
+    if crop:
+        x = n.call("strided_slice", x, begin=[c[1] for c in crop], end=[c[2] for c in crop],
+                   axes=[c[0] for c in crop])
+    if any(max(w) for w in widths):
+        fill = False if n.dtype(0) == "bool" else 0
+        x = n.call("nn.pad", x, scalar(n, fill, n.dtype(0)), pad_width=widths)
+    return x
