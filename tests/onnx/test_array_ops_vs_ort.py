@@ -463,3 +463,23 @@ def test_compress_matches_ort(axis):
     {"kernel_shape": [3, 3], "auto_pad": "SAME_UPPER"}], ids=str)
 def test_lp_pool_matches_ort(attrs):
     compare("LpPool", [randn(2, 3, 7, 8)], attrs, rtol=1e-4, atol=1e-5, opset=18)
+
+
+@pytest.mark.parametrize("size", [[2, 3, 4, 5], [2, 1, 3, 4, 2], [1, 1, 2, 3]], ids=str)
+@pytest.mark.parametrize("align_corners", [0, 1])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_affine_grid_matches_ort(size, align_corners, dtype):
+    k = len(size) - 2
+    theta = randn(size[0], k, k + 1, dtype=dtype, scale=1.0)
+    compare("AffineGrid", [theta, np.array(size, np.int64)], {"align_corners": align_corners},
+            constants=(1,), opset=20, rtol=1e-5, atol=1e-6)
+
+
+def test_affine_grid_of_one_row_with_align_corners_is_onnx_references():
+    """A spatial dim of 1 with align_corners: onnx's reference puts its one coordinate at -1
+    (linspace(-1, 1, 1)); ONNX Runtime 1.2x at +1. relvm follows the reference."""
+    theta = np.array([[[1, 0, 0], [0, 1, 0]]], np.float32)
+    m = model("AffineGrid", [theta, np.array([1, 1, 1, 3], np.int64)], {"align_corners": 1},
+              constants=(1,), opset=20)
+    got = run_relvm(m, [theta])[0]
+    np.testing.assert_allclose(got.reshape(-1, 2), [[-1, -1], [0, -1], [1, -1]], atol=1e-7)

@@ -1,10 +1,13 @@
 """Ops that move entries between axes or to a new extent: SpaceToDepth, DepthToSpace (a
 reshape, a transpose and a reshape: exact over symbolic dims, since the reshapes only split a
-dim by the block size and merge dims) and CenterCropPad (a slice and a pad, which need the
-cropped or padded dims static: whether an axis is cropped or padded depends on its size).
+dim by the block size and merge dims), CenterCropPad (a slice and a pad, which need the
+cropped or padded dims static: whether an axis is cropped or padded depends on its size) and
+AffineGrid (a constant grid of coordinates times each theta).
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from ...ir import dims as D
 from .converters import converter, norm_axes, scalar
@@ -85,3 +88,34 @@ def center_crop_pad(n: Node):
         fill = False if n.dtype(0) == "bool" else 0
         x = n.call("nn.pad", x, scalar(n, fill, n.dtype(0)), pad_width=widths)
     return x
+
+
+@converter("AffineGrid")
+def affine_grid(n: Node):
+    """theta (N, k, k+1) applied to the homogeneous coordinates of every output position,
+    [x, y, (z,) 1], each in [-1, 1] (a constant grid of the size input): one batch_matmul."""
+    size = n.ints(1, "size")
+    spatial = len(size) - 2
+    if spatial not in (2, 3) or any(s < 1 for s in size):
+        raise n.fail(f"size {size} must be (N, C, H, W) or (N, C, D, H, W) of positive sizes")
+    theta_shape, dtype = n.shape(0), n.dtype(0)
+    if len(theta_shape) != 3 or any(isinstance(d, int) and d != want for d, want in
+                                    zip(theta_shape[1:], (spatial, spatial + 1))):
+        raise n.fail(f"theta must be (N, {spatial}, {spatial + 1}) for size {size}, got "
+                     f"{D.shape_str(theta_shape)}")
+    if dtype not in ("float32", "float64"):
+        raise n.fail(f"theta must be float32 or float64, got {dtype}")
+    align = bool(n.attr("align_corners", 0))
+
+    def coordinates(count: int) -> np.ndarray:
+        i = np.arange(count, dtype=np.float64)
+        if align:
+            return -1 + 2 * i / (count - 1) if count > 1 else np.full(1, -1.0)
+        return (2 * i + 1) / count - 1
+
+    dims = size[2:]
+    axes = np.meshgrid(*[coordinates(d) for d in dims], indexing="ij")  # (z,) y, x
+    columns = [a.reshape(-1) for a in reversed(axes)] + [np.ones(int(np.prod(dims)))]
+    base = n.constant(np.stack(columns, axis=1)[None].astype(dtype))  # (1, S, k + 1)
+    grid = n.call("nn.batch_matmul", base, n.x(0), transpose_b=True)  # (N, S, k)
+    return n.call("reshape", grid, newshape=[0, *dims, spatial])
