@@ -101,6 +101,24 @@ BINARY(divide_u8, u8, u8, y == 0 ? 0 : x / y)
 INT_REMAINDERS(i64, i64)
 INT_REMAINDERS(i32, i32)
 INT_REMAINDERS(i8, i8)
+#define BITWISE(S, T)                                                                         \
+    BINARY(bitwise_and_##S, T, T, x & y)                                                      \
+    BINARY(bitwise_or_##S, T, T, x | y)                                                       \
+    BINARY(bitwise_xor_##S, T, T, x ^ y)
+BITWISE(i64, i64)
+BITWISE(i32, i32)
+BITWISE(i8, i8)
+BITWISE(u8, u8)
+/* Shifts (ONNX BitShift): left in the unsigned type (wraps); right arithmetic for signed x;
+ * a count outside [0, bits) shifts every bit out: 0, or -1 for a negative x shifted right. */
+#define SHIFTS(S, T, UT, BITS)                                                                \
+    BINARY(left_shift_##S, T, T, (y < 0 || y >= BITS) ? 0 : (T)((UT)x << y))                  \
+    BINARY(right_shift_##S, T, T, (y < 0 || y >= BITS) ? (x < 0 ? -1 : 0) : x >> y)
+SHIFTS(i64, i64, uint64_t, 64)
+SHIFTS(i32, i32, uint32_t, 32)
+SHIFTS(i8, i8, uint8_t, 8)
+BINARY(left_shift_u8, u8, u8, y >= 8 ? 0 : (u8)(x << y))
+BINARY(right_shift_u8, u8, u8, y >= 8 ? 0 : x >> y)
 BINARY(mod_u8, u8, u8, y == 0 ? 0 : x % y)
 BINARY(floor_mod_u8, u8, u8, y == 0 ? 0 : x % y)
 COMPARISONS(b8, u8)
@@ -112,6 +130,9 @@ BINARY(logical_or_b8, u8, u8, x || y)
 #define NUMBERS_OF(OP)                                                                        \
     {[RELVM_FLOAT32] = OP##_f32, [RELVM_FLOAT64] = OP##_f64, [RELVM_INT64] = OP##_i64,        \
      [RELVM_INT32] = OP##_i32, [RELVM_INT8] = OP##_i8, [RELVM_UINT8] = OP##_u8}
+#define INTS_OF(OP)                                                                           \
+    {[RELVM_INT64] = OP##_i64, [RELVM_INT32] = OP##_i32, [RELVM_INT8] = OP##_i8,              \
+     [RELVM_UINT8] = OP##_u8}
 #define ALL_OF(OP)                                                                            \
     {[RELVM_FLOAT32] = OP##_f32, [RELVM_FLOAT64] = OP##_f64, [RELVM_FLOAT16] = OP##_f16,      \
      [RELVM_INT64] = OP##_i64, [RELVM_INT32] = OP##_i32, [RELVM_INT8] = OP##_i8,              \
@@ -127,6 +148,11 @@ static const binary_fn binary_table[RELVM_NUM_BINARY][RELVM_NUM_DTYPES] = {
     [RELVM_MINIMUM] = NUMBERS_OF(minimum),
     [RELVM_MOD] = NUMBERS_OF(mod),
     [RELVM_FLOOR_MOD] = NUMBERS_OF(floor_mod),
+    [RELVM_BITWISE_AND] = INTS_OF(bitwise_and),
+    [RELVM_BITWISE_OR] = INTS_OF(bitwise_or),
+    [RELVM_BITWISE_XOR] = INTS_OF(bitwise_xor),
+    [RELVM_LEFT_SHIFT] = INTS_OF(left_shift),
+    [RELVM_RIGHT_SHIFT] = INTS_OF(right_shift),
     [RELVM_EQUAL] = ALL_OF(equal),
     [RELVM_NOT_EQUAL] = ALL_OF(not_equal),
     [RELVM_LESS] = ALL_OF(less),

@@ -74,6 +74,10 @@ UNARY(negative_u8, u8, u8, 0 - x)
 UNARY(abs_u8, u8, u8, x)
 UNARY(sign_u8, u8, u8, x > 0)
 UNARY(logical_not_b8, u8, u8, !x)
+UNARY(bitwise_not_i64, i64, i64, ~x)
+UNARY(bitwise_not_i32, i32, i32, ~x)
+UNARY(bitwise_not_i8, i8, i8, ~x)
+UNARY(bitwise_not_u8, u8, u8, ~x)
 /* float16 |x|: its sign bit cleared (IsInf is |x| == inf). */
 UNARY(abs_f16, uint16_t, uint16_t, x & 0x7fff)
 
@@ -100,6 +104,8 @@ static const unary_fn unary_table[RELVM_NUM_UNARY][RELVM_NUM_DTYPES] = {
     [RELVM_SINH] = FLOATS_OF(sinh),        [RELVM_COSH] = FLOATS_OF(cosh),
     [RELVM_ASINH] = FLOATS_OF(asinh),      [RELVM_ACOSH] = FLOATS_OF(acosh),
     [RELVM_ATANH] = FLOATS_OF(atanh),
+    [RELVM_BITWISE_NOT] = {[RELVM_INT64] = bitwise_not_i64, [RELVM_INT32] = bitwise_not_i32,
+                           [RELVM_INT8] = bitwise_not_i8, [RELVM_UINT8] = bitwise_not_u8},
 };
 
 /* Transcendental ops earn a thread sooner than a copy-like op does. */

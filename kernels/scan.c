@@ -1,4 +1,4 @@
-/* cumsum and cumprod, topk, unique, trilu: see scan.h and relvm/ops/scan.py for what they compute. */
+/* cumsum and cumprod, topk, unique, trilu: scan.h and relvm/ops/scan.py say what they compute. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

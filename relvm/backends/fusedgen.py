@@ -65,6 +65,8 @@ def _unary(op: str, attrs: dict, x: str, dtype: str, out_dtype: str) -> str:
         return f"({x} != {x} ? {x} : ({x} > 0) - ({x} < 0))"
     if op == "logical_not":
         return f"(!{x})"
+    if op == "bitwise_not":
+        return f"(({CTYPES[dtype]})~{x})"
     simple = {"sigmoid": f"(1 / (1 + exp{f}(-{x})))", "tanh": f"tanh{f}({x})",
               "exp": f"exp{f}({x})", "log": f"log{f}({x})", "sqrt": f"sqrt{f}({x})",
               "rsqrt": f"(1 / sqrt{f}({x}))", "erf": f"erf{f}({x})", "floor": f"floor{f}({x})",
@@ -177,6 +179,11 @@ def _binary(op: str, a: str, b: str, dtype: str) -> str:
         return f"pow{_float_suffix(dtype)}({a}, {b})"
     if op in ("mod", "floor_mod"):
         return _remainder(op, a, b, dtype)
+    bitwise = {"bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}
+    if op in bitwise:
+        return f"(({CTYPES[dtype]})({a} {bitwise[op]} {b}))"
+    if op in ("left_shift", "right_shift"):
+        return _shift(op, a, b, dtype)
     if op in ("maximum", "minimum"):
         cmp = ">" if op == "maximum" else "<"
         if is_float:
@@ -206,6 +213,20 @@ def _remainder(op: str, a: str, b: str, dtype: str) -> str:
     if op == "floor_mod" and dtype != "uint8":
         r = f"(({r} != 0 && ({r} < 0) != ({b} < 0)) ? {r} + {b} : {r})"
     return r if zero == "0" else f"({zero} ? 0 : {r})"
+
+
+def _shift(op: str, a: str, b: str, dtype: str) -> str:
+    """As kernels/binary.c: left in the unsigned type; a count outside [0, bits) shifts every
+    bit out (0, or -1 for a negative a shifted right). uint8 is never negative (GCC refuses a
+    test its type decides under -Werror)."""
+    bits, ctype = np.dtype(dtype).itemsize * 8, CTYPES[dtype]
+    signed = dtype != "uint8"
+    outside = f"({b} < 0 || {b} >= {bits})" if signed else f"({b} >= {bits})"
+    if op == "left_shift":
+        unsigned = UNSIGNED.get(dtype, "uint8_t")
+        return f"({outside} ? 0 : ({ctype})(({unsigned}){a} << {b}))"
+    gone = f"({a} < 0 ? -1 : 0)" if signed else "0"
+    return f"({outside} ? {gone} : ({ctype})({a} >> {b}))"
 
 
 def _step_dtype(step: dict, arg_types: list[str]) -> str:

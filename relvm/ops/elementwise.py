@@ -12,8 +12,8 @@ import math
 import numpy as np
 
 from ..ir.types import TensorType
-from .common import (ALL_DTYPES, FLOATS, NUMERIC, broadcast_shapes, check_dtype, np_dtype,
-                     same_dtype, tensor_arg)
+from .common import (ALL_DTYPES, FLOATS, INTEGERS, NUMERIC, broadcast_shapes, check_dtype,
+                     np_dtype, same_dtype, tensor_arg)
 from .registry import BROADCAST, DTYPE, ELEMWISE, FLOAT, OpTypeError, attr, register
 
 # --- unary --------------------------------------------------------------------------------------
@@ -69,6 +69,9 @@ for _name in TRIGONOMETRIC:
     _doc = (f"inverse of {_name[1:]} (NaN outside its domain)" if _name.startswith("a")
             else f"{_name}(x), radians" if len(_name) == 3 else f"hyperbolic {_name[:-1]}")
     _unary(_name, lambda x, fn=_fn: _quiet(fn, x), *_F, _doc)
+
+
+_unary("bitwise_not", np.invert, INTEGERS, "an integer dtype", "~x, every bit flipped")
 
 
 def _logical_not_type(attrs, x):
@@ -212,6 +215,35 @@ for _name, _fn, _doc in [("equal", np.equal, "a == b"), ("not_equal", np.not_equ
                          ("greater", np.greater, "a > b"),
                          ("greater_equal", np.greater_equal, "a >= b")]:
     _binary(_name, _fn, ALL_DTYPES, "a dtype", "bool", _doc)
+_binary("bitwise_and", np.bitwise_and, INTEGERS, "an integer dtype", None, "a & b")
+_binary("bitwise_or", np.bitwise_or, INTEGERS, "an integer dtype", None, "a | b")
+_binary("bitwise_xor", np.bitwise_xor, INTEGERS, "an integer dtype", None, "a ^ b")
+
+
+def _left_shift(a, b):
+    """a << b, wrapping (in the unsigned type); 0 for a count outside [0, bits) (C leaves
+    those undefined), as ONNX's BitShift."""
+    bits = a.dtype.itemsize * 8
+    a, b = np.broadcast_arrays(a, b)
+    unsigned = np.dtype(f"u{a.dtype.itemsize}")
+    count = np.clip(b, 0, bits - 1).astype(unsigned)
+    shifted = np.left_shift(a.astype(unsigned), count).astype(a.dtype)
+    return np.where((b < 0) | (b >= bits), 0, shifted)
+
+
+def _right_shift(a, b):
+    """a >> b, arithmetic for signed a; for a count outside [0, bits) every bit is shifted out:
+    -1 for a negative a, else 0."""
+    bits = a.dtype.itemsize * 8
+    a, b = np.broadcast_arrays(a, b)
+    shifted = np.right_shift(a, np.clip(b, 0, bits - 1).astype(a.dtype))
+    return np.where((b < 0) | (b >= bits), np.where(a < 0, -1, 0), shifted)
+
+
+_binary("left_shift", _left_shift, INTEGERS, "an integer dtype", None,
+        "a << b, wrapping; 0 for b < 0 or b >= the bit width")
+_binary("right_shift", _right_shift, INTEGERS, "an integer dtype", None,
+        "a >> b (arithmetic for signed a); for b < 0 or b >= the bit width, -1 or 0")
 _binary("logical_and", np.logical_and, ("bool",), "dtype bool", "bool", "a and b (bool)")
 _binary("logical_or", np.logical_or, ("bool",), "dtype bool", "bool", "a or b (bool)")
 

@@ -50,7 +50,8 @@ def _cumulative(ufunc, identity: int):
         y = np.flip(x, axis) if attrs.reverse else x
         with np.errstate(over="ignore", invalid="ignore"):
             out = ufunc.accumulate(y, axis=axis, dtype=x.dtype)
-            if attrs.exclusive and x.shape[axis]:  # shift by one: the identity first, the last total dropped
+            # exclusive: shifted by one, the identity first and the last total dropped
+            if attrs.exclusive and x.shape[axis]:
                 head = np.full_like(np.take(out, [0], axis=axis), identity)
                 out = np.concatenate([head, np.delete(out, -1, axis=axis)], axis=axis)
         return np.ascontiguousarray(np.flip(out, axis) if attrs.reverse else out)

@@ -226,3 +226,17 @@ def test_bias_add_checks_the_bias_length(c_kernel, rand):
     kernel = c_kernel("nn.bias_add", {}, ["float32", "float32"], ["float32"])
     with pytest.raises(ValueError, match="bias length"):
         kernel(rand((2, 3)), rand((4,)), np.empty((2, 3), np.float32))
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES)
+def test_shifts_by_any_count(check, dtype):
+    """Left shifts wrap; a count below 0 or past the width shifts every bit out."""
+    info = np.iinfo(dtype)
+    bits = info.bits
+    a = np.array([1, info.max, info.min, 3, info.min, 5, info.max, 1], dtype)
+    counts = [0, 1, bits - 1, bits, bits + 3, 2, 1, 0]
+    if info.min < 0:
+        counts[-1] = -1
+    b = np.array(counts, dtype)
+    for op in ("left_shift", "right_shift"):
+        check(op, {}, [a, b])

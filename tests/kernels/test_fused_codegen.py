@@ -212,3 +212,18 @@ def test_integer_clip_with_bounds_at_the_type_limits_compiles(dtype, lo, hi) -> 
     info = np.iinfo(dtype)
     clipped = np.clip(x.astype(np.int64), max(lo, info.min), min(hi, info.max))
     np.testing.assert_array_equal(vm.invoke("main", x), (clipped + x).astype(dtype))
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "int8", "uint8"])
+def test_bitwise_ops_and_shifts(dtype) -> None:
+    rng = np.random.default_rng(8)
+    info = np.iinfo(dtype)
+    a = rng.integers(info.min, info.max, (4, 6), endpoint=True).astype(dtype)
+    b = rng.integers(info.min, info.max, (4, 6), endpoint=True).astype(dtype)
+    for op in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+        run_case([step(op, [("in", 0), ("in", 1)])], [a, b])
+    run_case([step("bitwise_not", [("in", 0)])], [a])
+    bits = info.bits
+    counts = (np.arange(24).reshape(4, 6) % (bits + 4) - (2 if info.min < 0 else 0))
+    for op in ("left_shift", "right_shift"):  # counts past the width, and negative ones
+        run_case([step(op, [("in", 0), ("in", 1)])], [a, counts.astype(dtype)])

@@ -1,7 +1,8 @@
 """The ONNX ops of issue 19's second part -- activations, trigonometric functions, Mod, Xor,
 Tile, OneHot, NonZero, Trilu, CumSum, CumProd, TopK, Einsum, Unique, window functions,
-SpaceToDepth, DepthToSpace, CenterCropPad, Hardmax, EyeLike, Compress, LpPool -- imported and run on the C build (fusion on) against
-ONNX Runtime, with static dims and with every input dim symbolic; bad input is a relvm error."""
+SpaceToDepth, DepthToSpace, CenterCropPad, Hardmax, EyeLike, Compress, LpPool, AffineGrid,
+bitwise ops -- imported and run on the C build (fusion on) against ONNX Runtime, with static
+dims and with every input dim symbolic; bad input is a relvm error."""
 
 from __future__ import annotations
 
@@ -483,3 +484,29 @@ def test_affine_grid_of_one_row_with_align_corners_is_onnx_references():
               constants=(1,), opset=20)
     got = run_relvm(m, [theta])[0]
     np.testing.assert_allclose(got.reshape(-1, 2), [[-1, -1], [0, -1], [1, -1]], atol=1e-7)
+
+
+# --- bitwise ops -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("op", ["BitwiseAnd", "BitwiseOr", "BitwiseXor"])
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.int8, np.uint8])
+def test_bitwise_matches_ort(op, dtype):
+    info = np.iinfo(dtype)
+    a = RNG.integers(info.min, info.max, (3, 4), endpoint=True).astype(dtype)
+    b = RNG.integers(info.min, info.max, (4,), endpoint=True).astype(dtype)
+    compare(op, [a, b], opset=18)
+    compare("BitwiseNot", [a], opset=18)
+
+
+@pytest.mark.parametrize("direction", ["LEFT", "RIGHT"])
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int32, np.int64])
+def test_bit_shift_matches_onnx(direction, dtype):
+    """Against ONNX Runtime for uint8 (it has no signed BitShift), else onnx's reference."""
+    info = np.iinfo(dtype)
+    a = RNG.integers(info.min, info.max, (3, 4), endpoint=True).astype(dtype)
+    b = RNG.integers(0 if info.min == 0 else -2, info.bits + 3, (4,)).astype(dtype)
+    compare("BitShift", [a, b], {"direction": direction}, opset=11 if dtype == np.uint8 else 26)
+
+
+def test_bitwise_of_floats_is_a_relvm_error():
+    fails("BitwiseAnd", [randn(3), randn(3)], opset=18, match="integer dtype")

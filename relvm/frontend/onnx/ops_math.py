@@ -14,11 +14,13 @@ _UNARY = {"Relu": "nn.relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp",
           "Sqrt": "sqrt", "Neg": "negative", "Abs": "abs", "Erf": "erf", "Ceil": "ceil",
           "Floor": "floor", "Not": "logical_not", "Sign": "sign", "Round": "round",
           "Sin": "sin", "Cos": "cos", "Tan": "tan", "Asin": "asin", "Acos": "acos", "Atan": "atan",
-          "Sinh": "sinh", "Cosh": "cosh", "Asinh": "asinh", "Acosh": "acosh", "Atanh": "atanh"}
+          "Sinh": "sinh", "Cosh": "cosh", "Asinh": "asinh", "Acosh": "acosh", "Atanh": "atanh",
+          "BitwiseNot": "bitwise_not"}
 
 _BINARY = {"Add": "add", "Sub": "subtract", "Mul": "multiply", "Div": "divide", "Equal": "equal",
            "Less": "less", "Greater": "greater", "LessOrEqual": "less_equal",
-           "GreaterOrEqual": "greater_equal", "And": "logical_and", "Or": "logical_or"}
+           "GreaterOrEqual": "greater_equal", "And": "logical_and", "Or": "logical_or",
+           "BitwiseAnd": "bitwise_and", "BitwiseOr": "bitwise_or", "BitwiseXor": "bitwise_xor"}
 
 
 @converter(*_UNARY)
@@ -36,6 +38,15 @@ def xor(n: Node):
     if n.dtype(0) != "bool" or n.dtype(1) != "bool":
         raise n.fail(f"Xor needs bool inputs, got {n.dtype(0)} and {n.dtype(1)}")
     return n.call("not_equal", n.x(0), n.x(1))
+
+
+@converter("BitShift")
+def bit_shift(n: Node):
+    direction = n.required("direction")
+    direction = direction.decode() if isinstance(direction, bytes) else direction
+    if direction not in ("LEFT", "RIGHT"):
+        raise n.fail(f"direction must be LEFT or RIGHT, got {direction!r}")
+    return n.call("left_shift" if direction == "LEFT" else "right_shift", n.x(0), n.x(1))
 
 
 @converter("Reciprocal")
