@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ops import scan as ops
 from ...ops.common import normalize_axis
 from ...ops.transform import at_run_time
 from . import kernel
