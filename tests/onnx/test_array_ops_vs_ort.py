@@ -510,3 +510,13 @@ def test_bit_shift_matches_onnx(direction, dtype):
 
 def test_bitwise_of_floats_is_a_relvm_error():
     fails("BitwiseAnd", [randn(3), randn(3)], opset=18, match="integer dtype")
+
+
+def test_sizes_read_from_the_model_are_bounded_at_import():
+    """A window, a grid or OneHot's depth of 2**40 is an import error, not an allocation."""
+    big = np.array(2**40, np.int64)
+    fails("HannWindow", [big], constants=(0,), opset=17, match="builds at most")
+    fails("AffineGrid", [randn(1, 2, 3), np.array([1, 1, 2**20, 2**20], np.int64)],
+          constants=(1,), opset=20, match="builds at most")
+    fails("OneHot", [np.array([1]), big, np.array([0.0, 1.0], np.float32)], constants=(1,),
+          match="builds at most")

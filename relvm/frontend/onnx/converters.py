@@ -69,6 +69,18 @@ def prod(dims) -> D.Dim:
     return out
 
 
+#: The most elements a converter builds into a constant of its own (a window, a grid of
+#: coordinates, OneHot's positions): past it, a size read from the model is refused rather
+#: than allocated at import.
+MAX_MADE_CONSTANT = 2**26
+
+
+def check_made_size(n: Node, count: int, what: str) -> None:
+    if count > MAX_MADE_CONSTANT:
+        raise n.fail(f"{what} would have {count} elements; relvm builds at most "
+                     f"{MAX_MADE_CONSTANT} into a constant at import")
+
+
 def scalar(n: Node, value, dtype: str) -> Expr:
     return n.constant(np.asarray(value).astype(dtype))
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import dims as D
-from .converters import converter, norm_axis, scalar
+from .converters import MAX_MADE_CONSTANT, check_made_size, converter, norm_axis, scalar
 from .importer import Node
 
 
@@ -67,6 +67,7 @@ def one_hot(n: Node):
     depth = int(depth_values[0])
     if depth < 1:
         raise n.fail(f"depth must be positive, got {depth}")
+    check_made_size(n, depth, "depth's positions")
     values_shape = n.shape(2)
     # A symbolic length is checked when the program runs (the reshape of each half to a scalar).
     if len(values_shape) != 1 or isinstance(values_shape[0], int) and values_shape[0] != 2:
@@ -188,9 +189,9 @@ def eye_like(n: Node):
         raise n.fail(f"input must be 2-d, got {D.shape_str(shape)}")
     dtype = n.dtype(0) if n.attr("dtype") is None else _onnx_dtype(n, int(n.attr("dtype")))
     k = int(n.attr("k", 0))
-    if all(isinstance(d, int) for d in shape):
+    if all(isinstance(d, int) for d in shape) and shape[0] * shape[1] <= MAX_MADE_CONSTANT:
         return n.constant(np.eye(shape[0], shape[1], k, dtype=dtype))
-    # Symbolic dims: ones in the input's shape, everything off diagonal k zeroed.
+    # Symbolic (or large) dims: ones in the input's shape, everything off diagonal k zeroed.
     ones = n.call("ones_like", n.x(0))
     ones = ones if n.dtype(0) == dtype else n.call("cast", ones, dtype=dtype)
     diagonal = scalar(n, k, "int64")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import dims as D
-from .converters import converter, norm_axes, scalar
+from .converters import check_made_size, converter, norm_axes, scalar
 from .importer import Node
 
 
@@ -114,6 +114,7 @@ def affine_grid(n: Node):
         return (2 * i + 1) / count - 1
 
     dims = size[2:]
+    check_made_size(n, int(np.prod(dims, dtype=object)) * (spatial + 1), "the grid")
     axes = np.meshgrid(*[coordinates(d) for d in dims], indexing="ij")  # (z,) y, x
     columns = [a.reshape(-1) for a in reversed(axes)] + [np.ones(int(np.prod(dims)))]
     base = n.constant(np.stack(columns, axis=1)[None].astype(dtype))  # (1, S, k + 1)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .converters import converter
+from .converters import check_made_size, converter
 from .importer import ONNX_DTYPES, Node
 
 #: w[n] = a0 - a1 cos(2 pi n / N) + a2 cos(4 pi n / N), N the length (periodic) or length - 1.
@@ -20,6 +20,7 @@ def window(n: Node):
     if size.size != 1 or int(size[0]) < 0:
         raise n.fail(f"size must be one non-negative integer, got {size.tolist()}")
     length = int(size[0])
+    check_made_size(n, length, "the window")
     dtype = ONNX_DTYPES.get(int(n.attr("output_datatype", 1)))
     if dtype is None or dtype == "bool":
         raise n.fail(f"output_datatype {n.attr('output_datatype')} is not a dtype relvm has")
