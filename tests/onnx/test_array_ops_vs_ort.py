@@ -1,8 +1,8 @@
 """The ONNX ops of issue 19's second part -- activations, trigonometric functions, Mod, Xor,
 Tile, OneHot, NonZero, Trilu, CumSum, CumProd, TopK, Einsum, Unique, window functions,
 SpaceToDepth, DepthToSpace, CenterCropPad, Hardmax, EyeLike, Compress, LpPool, AffineGrid,
-bitwise ops -- imported and run on the C build (fusion on) against ONNX Runtime, with static
-dims and with every input dim symbolic; bad input is a relvm error."""
+bitwise ops, ReverseSequence -- imported and run on the C build (fusion on) against ONNX
+Runtime, with static dims and with every input dim symbolic; bad input is a relvm error."""
 
 from __future__ import annotations
 
@@ -520,3 +520,17 @@ def test_sizes_read_from_the_model_are_bounded_at_import():
           constants=(1,), opset=20, match="builds at most")
     fails("OneHot", [np.array([1]), big, np.array([0.0, 1.0], np.float32)], constants=(1,),
           match="builds at most")
+
+
+@pytest.mark.parametrize("time_axis, batch_axis", [(0, 1), (1, 0)])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_reverse_sequence_matches_ort(time_axis, batch_axis, dtype):
+    shape = [5, 4, 3] if time_axis == 0 else [4, 5, 3]
+    x = randn(*shape).astype(dtype)
+    lengths = np.array([5, 1, 3, 4], np.int64)
+    compare("ReverseSequence", [x, lengths], {"time_axis": time_axis, "batch_axis": batch_axis})
+
+
+def test_reverse_sequence_longer_than_the_time_axis_is_a_run_time_error():
+    x, lengths = randn(3, 2), np.array([4, 1], np.int64)
+    fails("ReverseSequence", [x, lengths], match="out of range")

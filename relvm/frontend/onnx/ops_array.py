@@ -1,5 +1,5 @@
 """Ops that rearrange, count or rank a tensor's entries: Tile, OneHot, NonZero, Trilu, CumSum,
-CumProd, TopK, Unique.
+CumProd, TopK, Unique, EyeLike, Compress, ReverseSequence.
 
 Tile and OneHot are broadcasts of existing ops (fused into one generated loop); NonZero is
 ``argwhere``, whose row count the VM learns when the program runs; Trilu, CumSum, CumProd,
@@ -223,3 +223,32 @@ def compress(n: Node):
         raise n.fail(f"condition has {length} entries, more than axis {axis}'s {dim}")
     rows = n.call("reshape", n.call("argwhere", n.x(1)), newshape=[-1])
     return n.call("take", x, rows, axis=axis)
+
+
+@converter("ReverseSequence")
+def reverse_sequence(n: Node):
+    """Each batch entry's first sequence_lens[b] steps reversed: a gather along the time axis
+    with index len - 1 - t for t < len, t past it. A length past the time axis makes an index
+    out of range: a run-time error naming it."""
+    rank = n.rank(0)
+    if rank < 2:
+        raise n.fail(f"input must have rank 2 or more, got {D.shape_str(n.shape(0))}")
+    time = norm_axis(n, int(n.attr("time_axis", 0)), rank, "time_axis")
+    batch = norm_axis(n, int(n.attr("batch_axis", 1)), rank, "batch_axis")
+    if {time, batch} != {0, 1}:
+        raise n.fail(f"time_axis {time} and batch_axis {batch} must be 0 and 1")
+    x, steps = n.x(0), n.shape(0)[time]
+    lengths = n.x(1) if n.dtype(1) == "int64" else n.call("cast", n.x(1), dtype="int64")
+    zeros = n.call("zeros_like", n.call("cast", x, dtype="int64"))  # x's shape, int64
+    if isinstance(steps, int):
+        t = n.constant(np.arange(steps, dtype=np.int64).reshape(
+            (steps,) + (1,) * (rank - 1 - time)))
+    else:  # 0, 1, 2... along the time axis
+        ones = n.call("ones_like", zeros)
+        t = n.call("subtract", n.call("cumsum", ones, axis=time), scalar(n, 1, "int64"))
+    # lengths along the batch axis, broadcast against x
+    length = n.call("reshape", lengths, newshape=[-1] + [1] * (rank - 1 - batch))
+    t = n.call("add", t, zeros)
+    reversed_ = n.call("subtract", n.call("subtract", length, scalar(n, 1, "int64")), t)
+    index = n.call("where", n.call("less", t, length), reversed_, t)
+    return n.call("gather", x, index, axis=time)
