@@ -1,6 +1,7 @@
 /* Binary kernels. Semantics follow relvm/ops/elementwise.py: integers wrap (computed in the
  * unsigned type); integer divide truncates toward zero and gives 0 for a zero divisor (never a
- * SIGFPE, INT_MIN / -1 wraps); maximum/minimum propagate NaN and pick as NumPy does. */
+ * SIGFPE, INT_MIN / -1 wraps); mod and floor_mod of an integer by 0 (or by -1) give 0;
+ * maximum/minimum propagate NaN and pick as NumPy does. */
 #include <math.h>
 #include "relvm_config.h"
 #include "binary.h"
@@ -51,7 +52,7 @@ typedef void (*binary_fn)(const void *a, int64_t sa, const void *b, int64_t sb, 
     BINARY(greater_equal_##S, T, u8, x >= y)
 
 /* NumPy's picks: (x >= y || isnan(x)) ? x : y, so NaN in either input wins. */
-#define FLOAT_BINARY(S, T, POW)                                                               \
+#define FLOAT_BINARY(S, T, POW, FMOD)                                                         \
     BINARY(add_##S, T, T, x + y)                                                              \
     BINARY(subtract_##S, T, T, x - y)                                                         \
     BINARY(multiply_##S, T, T, x * y)                                                         \
@@ -59,6 +60,11 @@ typedef void (*binary_fn)(const void *a, int64_t sa, const void *b, int64_t sb, 
     BINARY(pow_any_##S, T, T, POW(x, y))                                                      \
     BINARY(maximum_##S, T, T, (x >= y || x != x) ? x : y)                                     \
     BINARY(minimum_##S, T, T, (x <= y || x != x) ? x : y)                                     \
+    BINARY(mod_##S, T, T, FMOD(x, y))                                                         \
+    /* floored: the truncated remainder moved into the divisor's sign (r and y differ in      \
+     * sign, so r + y cannot overflow); NaN for y == 0, as NumPy. */                          \
+    BINARY(floor_mod_##S, T, T,                                                               \
+           (FMOD(x, y) != 0 && (FMOD(x, y) < 0) != (y < 0)) ? FMOD(x, y) + y : FMOD(x, y))    \
     COMPARISONS(S, T)                                                                         \
     /* x ** 2 is common (variance); x * x is the correctly rounded square, as pow's is. */    \
     static void power_##S(const void *a, int64_t sa, const void *b, int64_t sb, void *o,      \
@@ -67,8 +73,8 @@ typedef void (*binary_fn)(const void *a, int64_t sa, const void *b, int64_t sb, 
         else pow_any_##S(a, sa, b, sb, o, n);                                                 \
     }
 
-FLOAT_BINARY(f32, f32, powf)
-FLOAT_BINARY(f64, f64, pow)
+FLOAT_BINARY(f32, f32, powf, fmodf)
+FLOAT_BINARY(f64, f64, pow, fmod)
 
 #define WRAPPING(S, T, UT)                                                                    \
     BINARY(add_##S, T, T, (UT)x + (UT)y)                                                      \
@@ -86,6 +92,35 @@ BINARY(divide_i64, i64, i64, y == 0 ? 0 : (y == -1 ? (i64)(0 - (uint64_t)x) : x 
 BINARY(divide_i32, i32, i32, y == 0 ? 0 : (y == -1 ? (i32)(0 - (uint32_t)x) : x / y))
 BINARY(divide_i8, i8, i8, y == 0 ? 0 : x / y) /* promoted to int: -128 / -1 cannot trap */
 BINARY(divide_u8, u8, u8, y == 0 ? 0 : x / y)
+/* The remainder of x / y, 0 for y of 0 or -1 (INT_MIN % -1 traps); floored: moved into y's
+ * sign. Narrow types are promoted to int. */
+#define INT_REMAINDERS(S, T)                                                                  \
+    BINARY(mod_##S, T, T, (y == 0 || y == -1) ? 0 : x % y)                                    \
+    BINARY(floor_mod_##S, T, T,                                                               \
+           (y == 0 || y == -1) ? 0 : (x % y != 0 && (x % y < 0) != (y < 0)) ? x % y + y : x % y)
+INT_REMAINDERS(i64, i64)
+INT_REMAINDERS(i32, i32)
+INT_REMAINDERS(i8, i8)
+#define BITWISE(S, T)                                                                         \
+    BINARY(bitwise_and_##S, T, T, x & y)                                                      \
+    BINARY(bitwise_or_##S, T, T, x | y)                                                       \
+    BINARY(bitwise_xor_##S, T, T, x ^ y)
+BITWISE(i64, i64)
+BITWISE(i32, i32)
+BITWISE(i8, i8)
+BITWISE(u8, u8)
+/* Shifts (ONNX BitShift): left in the unsigned type (wraps); right arithmetic for signed x;
+ * a count outside [0, bits) shifts every bit out: 0, or -1 for a negative x shifted right. */
+#define SHIFTS(S, T, UT, BITS)                                                                \
+    BINARY(left_shift_##S, T, T, (y < 0 || y >= BITS) ? 0 : (T)((UT)x << y))                  \
+    BINARY(right_shift_##S, T, T, (y < 0 || y >= BITS) ? (x < 0 ? -1 : 0) : x >> y)
+SHIFTS(i64, i64, uint64_t, 64)
+SHIFTS(i32, i32, uint32_t, 32)
+SHIFTS(i8, i8, uint8_t, 8)
+BINARY(left_shift_u8, u8, u8, y >= 8 ? 0 : (u8)(x << y))
+BINARY(right_shift_u8, u8, u8, y >= 8 ? 0 : x >> y)
+BINARY(mod_u8, u8, u8, y == 0 ? 0 : x % y)
+BINARY(floor_mod_u8, u8, u8, y == 0 ? 0 : x % y)
 COMPARISONS(b8, u8)
 COMPARISONS(f16, f16) /* _Float16 compares exactly, as float (IsNaN is x != x) */
 BINARY(logical_and_b8, u8, u8, x && y)
@@ -95,6 +130,9 @@ BINARY(logical_or_b8, u8, u8, x || y)
 #define NUMBERS_OF(OP)                                                                        \
     {[RELVM_FLOAT32] = OP##_f32, [RELVM_FLOAT64] = OP##_f64, [RELVM_INT64] = OP##_i64,        \
      [RELVM_INT32] = OP##_i32, [RELVM_INT8] = OP##_i8, [RELVM_UINT8] = OP##_u8}
+#define INTS_OF(OP)                                                                           \
+    {[RELVM_INT64] = OP##_i64, [RELVM_INT32] = OP##_i32, [RELVM_INT8] = OP##_i8,              \
+     [RELVM_UINT8] = OP##_u8}
 #define ALL_OF(OP)                                                                            \
     {[RELVM_FLOAT32] = OP##_f32, [RELVM_FLOAT64] = OP##_f64, [RELVM_FLOAT16] = OP##_f16,      \
      [RELVM_INT64] = OP##_i64, [RELVM_INT32] = OP##_i32, [RELVM_INT8] = OP##_i8,              \
@@ -108,6 +146,13 @@ static const binary_fn binary_table[RELVM_NUM_BINARY][RELVM_NUM_DTYPES] = {
     [RELVM_POWER] = FLOATS_OF(power),
     [RELVM_MAXIMUM] = NUMBERS_OF(maximum),
     [RELVM_MINIMUM] = NUMBERS_OF(minimum),
+    [RELVM_MOD] = NUMBERS_OF(mod),
+    [RELVM_FLOOR_MOD] = NUMBERS_OF(floor_mod),
+    [RELVM_BITWISE_AND] = INTS_OF(bitwise_and),
+    [RELVM_BITWISE_OR] = INTS_OF(bitwise_or),
+    [RELVM_BITWISE_XOR] = INTS_OF(bitwise_xor),
+    [RELVM_LEFT_SHIFT] = INTS_OF(left_shift),
+    [RELVM_RIGHT_SHIFT] = INTS_OF(right_shift),
     [RELVM_EQUAL] = ALL_OF(equal),
     [RELVM_NOT_EQUAL] = ALL_OF(not_equal),
     [RELVM_LESS] = ALL_OF(less),

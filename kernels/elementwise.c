@@ -42,6 +42,24 @@ typedef void (*unary_fn)(const void *x, void *out, int64_t n);
 FLOAT_UNARY(f32, f32, vm_expf, vm_tanhf, vm_erff, logf, sqrtf, floorf, ceilf, rintf, fabsf)
 FLOAT_UNARY(f64, f64, exp, tanh, erf, log, sqrt, floor, ceil, rint, fabs)
 
+/* Trigonometric and hyperbolic functions: libm's, as the references are NumPy's (both within
+ * an ulp or two of the exact value). */
+#define TRIG_UNARY(S, T, F)                                                                   \
+    UNARY(sin_##S, T, T, sin##F(x))                                                           \
+    UNARY(cos_##S, T, T, cos##F(x))                                                           \
+    UNARY(tan_##S, T, T, tan##F(x))                                                           \
+    UNARY(asin_##S, T, T, asin##F(x))                                                         \
+    UNARY(acos_##S, T, T, acos##F(x))                                                         \
+    UNARY(atan_##S, T, T, atan##F(x))                                                         \
+    UNARY(sinh_##S, T, T, sinh##F(x))                                                         \
+    UNARY(cosh_##S, T, T, cosh##F(x))                                                         \
+    UNARY(asinh_##S, T, T, asinh##F(x))                                                       \
+    UNARY(acosh_##S, T, T, acosh##F(x))                                                       \
+    UNARY(atanh_##S, T, T, atanh##F(x))
+
+TRIG_UNARY(f32, f32, f)
+TRIG_UNARY(f64, f64, )
+
 #define SIGNED_UNARY(S, T, UT)                                                                \
     UNARY(relu_##S, T, T, x < 0 ? (T)0 : x)                                                   \
     UNARY(negative_##S, T, T, (T)(0 - (UT)x))                                                 \
@@ -56,6 +74,10 @@ UNARY(negative_u8, u8, u8, 0 - x)
 UNARY(abs_u8, u8, u8, x)
 UNARY(sign_u8, u8, u8, x > 0)
 UNARY(logical_not_b8, u8, u8, !x)
+UNARY(bitwise_not_i64, i64, i64, ~x)
+UNARY(bitwise_not_i32, i32, i32, ~x)
+UNARY(bitwise_not_i8, i8, i8, ~x)
+UNARY(bitwise_not_u8, u8, u8, ~x)
 /* float16 |x|: its sign bit cleared (IsInf is |x| == inf). */
 UNARY(abs_f16, uint16_t, uint16_t, x & 0x7fff)
 
@@ -76,12 +98,23 @@ static const unary_fn unary_table[RELVM_NUM_UNARY][RELVM_NUM_DTYPES] = {
                    [RELVM_INT8] = abs_i8, [RELVM_UINT8] = abs_u8},
     [RELVM_SIGN] = NUMBERS_OF(sign),
     [RELVM_LOGICAL_NOT] = {[RELVM_BOOL] = logical_not_b8},
+    [RELVM_SIN] = FLOATS_OF(sin),          [RELVM_COS] = FLOATS_OF(cos),
+    [RELVM_TAN] = FLOATS_OF(tan),          [RELVM_ASIN] = FLOATS_OF(asin),
+    [RELVM_ACOS] = FLOATS_OF(acos),        [RELVM_ATAN] = FLOATS_OF(atan),
+    [RELVM_SINH] = FLOATS_OF(sinh),        [RELVM_COSH] = FLOATS_OF(cosh),
+    [RELVM_ASINH] = FLOATS_OF(asinh),      [RELVM_ACOSH] = FLOATS_OF(acosh),
+    [RELVM_ATANH] = FLOATS_OF(atanh),
+    [RELVM_BITWISE_NOT] = {[RELVM_INT64] = bitwise_not_i64, [RELVM_INT32] = bitwise_not_i32,
+                           [RELVM_INT8] = bitwise_not_i8, [RELVM_UINT8] = bitwise_not_u8},
 };
 
 /* Transcendental ops earn a thread sooner than a copy-like op does. */
 static int64_t unary_grain(int op) {
     switch (op) {
     case RELVM_SIGMOID: case RELVM_TANH: case RELVM_EXP: case RELVM_LOG: case RELVM_ERF:
+    case RELVM_SIN: case RELVM_COS: case RELVM_TAN: case RELVM_ASIN: case RELVM_ACOS:
+    case RELVM_ATAN: case RELVM_SINH: case RELVM_COSH: case RELVM_ASINH: case RELVM_ACOSH:
+    case RELVM_ATANH:
         return RELVM_GRAIN_HEAVY;
     default:
         return RELVM_GRAIN;

@@ -24,7 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..ops.elementwise import clip_bounds
+from ..ops.elementwise import TRIGONOMETRIC, clip_bounds
 from .fused import FUSED_CDEF, MAX_OPERANDS, MAX_ROW_DIMS, signature
 
 CTYPES = {"float32": "float", "float64": "double", "float16": "_Float16", "int64": "int64_t",
@@ -65,10 +65,13 @@ def _unary(op: str, attrs: dict, x: str, dtype: str, out_dtype: str) -> str:
         return f"({x} != {x} ? {x} : ({x} > 0) - ({x} < 0))"
     if op == "logical_not":
         return f"(!{x})"
+    if op == "bitwise_not":
+        return f"(({CTYPES[dtype]})~{x})"
     simple = {"sigmoid": f"(1 / (1 + exp{f}(-{x})))", "tanh": f"tanh{f}({x})",
               "exp": f"exp{f}({x})", "log": f"log{f}({x})", "sqrt": f"sqrt{f}({x})",
               "rsqrt": f"(1 / sqrt{f}({x}))", "erf": f"erf{f}({x})", "floor": f"floor{f}({x})",
-              "ceil": f"ceil{f}({x})", "round": f"rint{f}({x})"}
+              "ceil": f"ceil{f}({x})", "round": f"rint{f}({x})",
+              **{op: f"{op}{f}({x})" for op in TRIGONOMETRIC}}
     if _ctype(dtype) == "float":  # the vectorizable float32 forms (relvm_vmath.h): libm's
         simple.update(sigmoid=f"vm_sigmoidf({x})", tanh=f"vm_tanhf({x})",  # stop the loop
                       exp=f"vm_expf({x})", erf=f"vm_erff({x})")          # vectorizing
@@ -174,6 +177,13 @@ def _binary(op: str, a: str, b: str, dtype: str) -> str:
         return f"({b} == 0 ? 0 : ({CTYPES[dtype]})((int64_t){a} / {b}))"
     if op == "power":
         return f"pow{_float_suffix(dtype)}({a}, {b})"
+    if op in ("mod", "floor_mod"):
+        return _remainder(op, a, b, dtype)
+    bitwise = {"bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}
+    if op in bitwise:
+        return f"(({CTYPES[dtype]})({a} {bitwise[op]} {b}))"
+    if op in ("left_shift", "right_shift"):
+        return _shift(op, a, b, dtype)
     if op in ("maximum", "minimum"):
         cmp = ">" if op == "maximum" else "<"
         if is_float:
@@ -188,6 +198,35 @@ def _binary(op: str, a: str, b: str, dtype: str) -> str:
     if op == "logical_or":
         return f"({a} || {b})"
     raise CannotGenerate(f"no C for {op}")
+
+
+def _remainder(op: str, a: str, b: str, dtype: str) -> str:
+    """mod (the sign of a) or floor_mod (the sign of b), as kernels/binary.c computes them: an
+    integer remainder by 0 or -1 is 0 (INT_MIN % -1 traps); a float one by 0 is NaN."""
+    if dtype.startswith("float"):
+        r = f"fmod{_float_suffix(dtype)}({a}, {b})"
+        zero = "0"
+    else:
+        r = f"({a} % {b})"
+        # uint8 is never -1 (and GCC refuses a comparison its type decides under -Werror).
+        zero = f"{b} == 0" if dtype == "uint8" else f"({b} == 0 || {b} == -1)"
+    if op == "floor_mod" and dtype != "uint8":
+        r = f"(({r} != 0 && ({r} < 0) != ({b} < 0)) ? {r} + {b} : {r})"
+    return r if zero == "0" else f"({zero} ? 0 : {r})"
+
+
+def _shift(op: str, a: str, b: str, dtype: str) -> str:
+    """As kernels/binary.c: left in the unsigned type; a count outside [0, bits) shifts every
+    bit out (0, or -1 for a negative a shifted right). uint8 is never negative (GCC refuses a
+    test its type decides under -Werror)."""
+    bits, ctype = np.dtype(dtype).itemsize * 8, CTYPES[dtype]
+    signed = dtype != "uint8"
+    outside = f"({b} < 0 || {b} >= {bits})" if signed else f"({b} >= {bits})"
+    if op == "left_shift":
+        unsigned = UNSIGNED.get(dtype, "uint8_t")
+        return f"({outside} ? 0 : ({ctype})(({unsigned}){a} << {b}))"
+    gone = f"({a} < 0 ? -1 : 0)" if signed else "0"
+    return f"({outside} ? {gone} : ({ctype})({a} >> {b}))"
 
 
 def _step_dtype(step: dict, arg_types: list[str]) -> str:

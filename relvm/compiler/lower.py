@@ -574,10 +574,27 @@ class FunctionLowering:
     def compute_data_dims(self, call: Call, op: Op, in_regs: list[int]) -> None:
         """Before allocating a data-dependent op's output, compute its fresh dims from values."""
         out = call.checked_type
-        fresh = [d for d in out.shape if not isinstance(d, int) and self.dims.slot_of(d) is None]
+        fresh = [d for t in tensor_types(out) for d in t.shape
+                 if not isinstance(d, int) and self.dims.slot_of(d) is None]
         if not fresh:
             return
-        if op.name == "argwhere":
+        if op.name == "dyn.topk":
+            values = out.fields[0]
+            axis = call.attrs["axis"] % values.ndim
+            k = self.dims.new_slot(values.shape[axis])
+            within = f"topk: k {{a}} is past {{b}}, the length of axis {axis}"
+            statements = [("set", k, ("value", 1)),
+                          ("check", ("max", ("slot", k), ("const", 0)), ("slot", k),
+                           "topk: k {b} must not be negative"),
+                          ("check", ("max", ("slot", k), ("shape", 0, axis)), ("shape", 0, axis),
+                           within)]
+            args = (in_regs[0], in_regs[1])
+        elif op.name == "unique":
+            axis, rank = call.attrs["axis"], call.args[0].checked_type.ndim
+            u = self.dims.new_slot(out.fields[1].shape[0])
+            statements = [("set", u, ("unique", 0, -1 if axis is None else axis % rank))]
+            args = (in_regs[0],)
+        elif op.name == "argwhere":
             statements = [("set", self.dims.new_slot(out.shape[0]), ("nonzero", 0))]
             args = (in_regs[0],)
         elif op.name == "arange":

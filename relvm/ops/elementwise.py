@@ -12,13 +12,20 @@ import math
 import numpy as np
 
 from ..ir.types import TensorType
-from .common import (ALL_DTYPES, FLOATS, NUMERIC, broadcast_shapes, check_dtype, np_dtype,
-                     same_dtype, tensor_arg)
+from .common import (ALL_DTYPES, FLOATS, INTEGERS, NUMERIC, broadcast_shapes, check_dtype,
+                     np_dtype, same_dtype, tensor_arg)
 from .registry import BROADCAST, DTYPE, ELEMWISE, FLOAT, OpTypeError, attr, register
 
 # --- unary --------------------------------------------------------------------------------------
 
 _erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def _quiet(fn, x):
+    """``fn(x)`` without NumPy's warnings: outside a function's domain the result is NaN (or
+    an infinity), as C's."""
+    with np.errstate(all="ignore"):
+        return fn(x)
 
 
 def _unary_type(allowed: tuple[str, ...], what: str):
@@ -53,6 +60,18 @@ _unary("round", np.round, *_F, "round half to even")
 _unary("negative", np.negative, *_N, "-x")
 _unary("abs", np.abs, *_N, "|x|")
 _unary("sign", np.sign, *_N, "-1, 0 or 1 (NaN stays NaN)")
+
+#: Trigonometric and hyperbolic functions and their inverses (C's libm names).
+TRIGONOMETRIC = ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
+                 "atanh")
+for _name in TRIGONOMETRIC:
+    _fn = getattr(np, "arc" + _name[1:] if _name.startswith("a") else _name)
+    _doc = (f"inverse of {_name[1:]} (NaN outside its domain)" if _name.startswith("a")
+            else f"{_name}(x), radians" if len(_name) == 3 else f"hyperbolic {_name[:-1]}")
+    _unary(_name, lambda x, fn=_fn: _quiet(fn, x), *_F, _doc)
+
+
+_unary("bitwise_not", np.invert, INTEGERS, "an integer dtype", "~x, every bit flipped")
 
 
 def _logical_not_type(attrs, x):
@@ -168,11 +187,27 @@ def _divide(a, b):
     return a / b
 
 
+def _integer_safe(fn):
+    """``fn`` (a remainder) with 0 where an integer divisor is 0, as C's kernels give."""
+    def remainder(a, b):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = fn(a, b)
+        if a.dtype.kind in "iu":
+            out = np.where(b == 0, 0, out)
+        return out
+    return remainder
+
+
 _binary("add", np.add, *_N, None, "a + b")
 _binary("subtract", np.subtract, *_N, None, "a - b")
 _binary("multiply", np.multiply, *_N, None, "a * b")
 _binary("divide", _divide, *_N, None, "a / b (integers: truncated, 0 for a zero divisor)")
 _binary("power", np.power, *_F, None, "a ** b")
+_binary("mod", _integer_safe(np.fmod), *_N, None,
+        "remainder of truncated division, the sign of a (C's fmod and %); 0 for an integer b "
+        "of 0")
+_binary("floor_mod", _integer_safe(np.mod), *_N, None,
+        "remainder of floored division, the sign of b (Python's %); 0 for an integer b of 0")
 _binary("maximum", np.maximum, *_N, None, "elementwise max (NaN propagates)")
 _binary("minimum", np.minimum, *_N, None, "elementwise min (NaN propagates)")
 for _name, _fn, _doc in [("equal", np.equal, "a == b"), ("not_equal", np.not_equal, "a != b"),
@@ -180,6 +215,35 @@ for _name, _fn, _doc in [("equal", np.equal, "a == b"), ("not_equal", np.not_equ
                          ("greater", np.greater, "a > b"),
                          ("greater_equal", np.greater_equal, "a >= b")]:
     _binary(_name, _fn, ALL_DTYPES, "a dtype", "bool", _doc)
+_binary("bitwise_and", np.bitwise_and, INTEGERS, "an integer dtype", None, "a & b")
+_binary("bitwise_or", np.bitwise_or, INTEGERS, "an integer dtype", None, "a | b")
+_binary("bitwise_xor", np.bitwise_xor, INTEGERS, "an integer dtype", None, "a ^ b")
+
+
+def _left_shift(a, b):
+    """a << b, wrapping (in the unsigned type); 0 for a count outside [0, bits) (C leaves
+    those undefined), as ONNX's BitShift."""
+    bits = a.dtype.itemsize * 8
+    a, b = np.broadcast_arrays(a, b)
+    unsigned = np.dtype(f"u{a.dtype.itemsize}")
+    count = np.clip(b, 0, bits - 1).astype(unsigned)
+    shifted = np.left_shift(a.astype(unsigned), count).astype(a.dtype)
+    return np.where((b < 0) | (b >= bits), 0, shifted)
+
+
+def _right_shift(a, b):
+    """a >> b, arithmetic for signed a; for a count outside [0, bits) every bit is shifted out:
+    -1 for a negative a, else 0."""
+    bits = a.dtype.itemsize * 8
+    a, b = np.broadcast_arrays(a, b)
+    shifted = np.right_shift(a, np.clip(b, 0, bits - 1).astype(a.dtype))
+    return np.where((b < 0) | (b >= bits), np.where(a < 0, -1, 0), shifted)
+
+
+_binary("left_shift", _left_shift, INTEGERS, "an integer dtype", None,
+        "a << b, wrapping; 0 for b < 0 or b >= the bit width")
+_binary("right_shift", _right_shift, INTEGERS, "an integer dtype", None,
+        "a >> b (arithmetic for signed a); for b < 0 or b >= the bit width, -1 or 0")
 _binary("logical_and", np.logical_and, ("bool",), "dtype bool", "bool", "a and b (bool)")
 _binary("logical_or", np.logical_or, ("bool",), "dtype bool", "bool", "a or b (bool)")
 

@@ -16,6 +16,10 @@ def _domain(op: str, rand, shape, dtype):
     """Inputs inside the op's domain (log and sqrt of positives), else around zero."""
     if op in ("log", "sqrt", "rsqrt"):
         return rand(shape, dtype, 0.01, 50)
+    if op in ("asin", "acos", "atanh"):
+        return rand(shape, dtype, -1, 1)
+    if op == "acosh":
+        return rand(shape, dtype, 1, 50)
     if op in ("exp", "sigmoid", "tanh", "erf"):
         return rand(shape, dtype, -20, 20)
     return rand(shape, dtype, -100, 100)
@@ -154,6 +158,28 @@ def test_integer_divide_truncates_and_never_traps(check, dtype):
     check("divide", {}, [a, b])
 
 
+REMAINDER_CASES = {
+    "signed": ([7, -7, 7, -7, 0, 6, -6, "min", "min", "max", 5, -5, 3],
+               [2, 2, -2, -2, 3, 3, -3, -1, 0, -1, 0, 7, -7]),
+    "uint8": ([7, 7, 0, 255, 255, 5], [2, 3, 0, 1, 0, 3]),
+    "float": ([7.5, -7.5, 7.5, -7.5, 0.0, -0.0, -3, 3, -1, 1, np.inf, -np.inf, 1, np.nan, 1],
+              [2, 2, -2, -2, -2, 2, np.inf, np.inf, -np.inf, -np.inf, 2, 2, 0, 2, np.nan]),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"] + INT_DTYPES)
+@pytest.mark.parametrize("op", ["mod", "floor_mod"])
+def test_remainders_edge_cases(check, op, dtype):
+    """mod has a's sign, floor_mod b's (-3 floor_mod inf is inf, as NumPy's); an integer
+    remainder by 0 is 0 and INT_MIN by -1 never traps."""
+    kind = "float" if dtype.startswith("float") else "uint8" if dtype == "uint8" else "signed"
+    a, b = REMAINDER_CASES[kind]
+    if kind == "signed":
+        info = np.iinfo(dtype)
+        a = [info.min if v == "min" else info.max if v == "max" else v for v in a]
+    check(op, {}, [np.array(a, dtype), np.array(b, dtype)])
+
+
 def test_max_min_and_comparisons_with_nan(check):
     a = np.array([np.nan, 1, 2, np.nan, -0.0, 0.0, np.inf], np.float32)
     b = np.array([0, np.nan, 1, np.nan, 0.0, -0.0, np.nan], np.float32)
@@ -200,3 +226,17 @@ def test_bias_add_checks_the_bias_length(c_kernel, rand):
     kernel = c_kernel("nn.bias_add", {}, ["float32", "float32"], ["float32"])
     with pytest.raises(ValueError, match="bias length"):
         kernel(rand((2, 3)), rand((4,)), np.empty((2, 3), np.float32))
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES)
+def test_shifts_by_any_count(check, dtype):
+    """Left shifts wrap; a count below 0 or past the width shifts every bit out."""
+    info = np.iinfo(dtype)
+    bits = info.bits
+    a = np.array([1, info.max, info.min, 3, info.min, 5, info.max, 1], dtype)
+    counts = [0, 1, bits - 1, bits, bits + 3, 2, 1, 0]
+    if info.min < 0:
+        counts[-1] = -1
+    b = np.array(counts, dtype)
+    for op in ("left_shift", "right_shift"):
+        check(op, {}, [a, b])

@@ -25,8 +25,10 @@ pytestmark = pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")),
 
 N = Sym("n")
 UNARY = ["nn.relu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "erf", "floor", "ceil",
-         "round", "negative", "abs", "sign"]
-BINARY = ["add", "subtract", "multiply", "divide", "maximum", "minimum", "power"]
+         "round", "negative", "abs", "sign", "sin", "cos", "tan", "asin", "acos", "atan", "sinh",
+         "cosh", "asinh", "acosh", "atanh"]
+BINARY = ["add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "mod",
+          "floor_mod"]
 COMPARE = ["equal", "not_equal", "less", "less_equal", "greater", "greater_equal"]
 
 
@@ -72,6 +74,10 @@ def test_unary_then_add(op) -> None:
     x = rand(5, 7)
     if op in ("log", "sqrt", "rsqrt"):
         x = np.abs(x) + np.float32(0.1)
+    if op in ("asin", "acos", "atanh"):
+        x = np.tanh(x)
+    if op == "acosh":
+        x = np.abs(x) + np.float32(1)
     x[0, 0] = np.nan
     steps = [step(op, [("in", 0)]), step("add", [("step", 0), ("in", 1)])]
     run_case(steps, [x, rand(7, seed=1)], [(N, 7), (7,)])
@@ -97,6 +103,21 @@ def test_integer_divide_by_zero_and_negative_truncation() -> None:
     run_case([step("divide", [("in", 0), ("in", 1)])], [a, b])
     run_case([step("divide", [("in", 0), ("in", 1)])], [a.astype(np.int32) // 1 + 0,
                                                          b.astype(np.int32)])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", ["mod", "floor_mod"])
+def test_remainders_by_zero_minus_one_and_infinity(op, dtype) -> None:
+    if dtype.startswith("float"):
+        a = np.array([[7.5, -7.5, -3, 3, -1, 1, np.inf, 1, np.nan, 0.0]], dtype)
+        b = np.array([[-2, 2, np.inf, np.inf, -np.inf, -np.inf, 2, 0, 2, -2]], dtype)
+    elif dtype == "uint8":
+        a, b = np.array([[7, 0, 255, 9]], dtype), np.array([[0, 3, 1, 4]], dtype)
+    else:
+        lo = np.iinfo(dtype).min
+        a = np.array([[7, -7, 7, -7, lo, lo, 5, -6]], dtype)
+        b = np.array([[2, 2, -2, 0, -1, 0, -5, 3]], dtype)
+    run_case([step(op, [("in", 0), ("in", 1)])], [a, b])
 
 
 @pytest.mark.parametrize("dtype", ["int64", "int32", "int8"])
@@ -192,3 +213,18 @@ def test_integer_clip_with_bounds_at_the_type_limits_compiles(dtype, lo, hi) -> 
     info = np.iinfo(dtype)
     clipped = np.clip(x.astype(np.int64), max(lo, info.min), min(hi, info.max))
     np.testing.assert_array_equal(vm.invoke("main", x), (clipped + x).astype(dtype))
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "int8", "uint8"])
+def test_bitwise_ops_and_shifts(dtype) -> None:
+    rng = np.random.default_rng(8)
+    info = np.iinfo(dtype)
+    a = rng.integers(info.min, info.max, (4, 6), endpoint=True).astype(dtype)
+    b = rng.integers(info.min, info.max, (4, 6), endpoint=True).astype(dtype)
+    for op in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+        run_case([step(op, [("in", 0), ("in", 1)])], [a, b])
+    run_case([step("bitwise_not", [("in", 0)])], [a])
+    bits = info.bits
+    counts = (np.arange(24).reshape(4, 6) % (bits + 4) - (2 if info.min < 0 else 0))
+    for op in ("left_shift", "right_shift"):  # counts past the width, and negative ones
+        run_case([step(op, [("in", 0), ("in", 1)])], [a, counts.astype(dtype)])

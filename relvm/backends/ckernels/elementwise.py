@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 
 from ...ops.common import normalize_axis
-from ...ops.elementwise import clip_bounds
+from ...ops.elementwise import TRIGONOMETRIC, clip_bounds
 from ...ops.transform import at_run_time
 from . import kernel
-from .common import (ALL, CODE, attrs_of, FLOATS, ITEMSIZE, NUMBERS, broadcast_strides, check_rank,
+from .common import (ALL, CODE, attrs_of, FLOATS, INTEGERS, ITEMSIZE, NUMBERS,
+                     broadcast_strides, check_rank,
                      contiguous_strides, int64s, library, merge_dims, np_dtype, remember,
                      shape_error)
 
@@ -22,6 +23,8 @@ UNARY = {
     "ceil": ("RELVM_CEIL", FLOATS), "round": ("RELVM_ROUND", FLOATS),
     "negative": ("RELVM_NEGATIVE", NUMBERS), "abs": ("RELVM_ABS", NUMBERS + ("float16",)),
     "sign": ("RELVM_SIGN", NUMBERS), "logical_not": ("RELVM_LOGICAL_NOT", ("bool",)),
+    **{op: (f"RELVM_{op.upper()}", FLOATS) for op in TRIGONOMETRIC},
+    "bitwise_not": ("RELVM_BITWISE_NOT", INTEGERS),
 }
 
 _COMPARED = NUMBERS + ("float16", "bool")
@@ -29,7 +32,11 @@ BINARY = {
     "add": ("RELVM_ADD", NUMBERS), "subtract": ("RELVM_SUBTRACT", NUMBERS),
     "multiply": ("RELVM_MULTIPLY", NUMBERS), "divide": ("RELVM_DIVIDE", NUMBERS),
     "power": ("RELVM_POWER", FLOATS), "maximum": ("RELVM_MAXIMUM", NUMBERS),
-    "minimum": ("RELVM_MINIMUM", NUMBERS), "equal": ("RELVM_EQUAL", _COMPARED),
+    "minimum": ("RELVM_MINIMUM", NUMBERS), "mod": ("RELVM_MOD", NUMBERS),
+    "floor_mod": ("RELVM_FLOOR_MOD", NUMBERS), "bitwise_and": ("RELVM_BITWISE_AND", INTEGERS),
+    "bitwise_or": ("RELVM_BITWISE_OR", INTEGERS), "bitwise_xor": ("RELVM_BITWISE_XOR", INTEGERS),
+    "left_shift": ("RELVM_LEFT_SHIFT", INTEGERS),
+    "right_shift": ("RELVM_RIGHT_SHIFT", INTEGERS), "equal": ("RELVM_EQUAL", _COMPARED),
     "not_equal": ("RELVM_NOT_EQUAL", _COMPARED), "less": ("RELVM_LESS", _COMPARED),
     "less_equal": ("RELVM_LESS_EQUAL", _COMPARED), "greater": ("RELVM_GREATER", _COMPARED),
     "greater_equal": ("RELVM_GREATER_EQUAL", _COMPARED),

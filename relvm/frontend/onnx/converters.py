@@ -76,6 +76,18 @@ def prod(dims) -> D.Dim:
     return out
 
 
+#: The most elements a converter builds into a constant of its own (a window, a grid of
+#: coordinates, OneHot's positions): past it, a size read from the model is refused rather
+#: than allocated at import.
+MAX_MADE_CONSTANT = 2**26
+
+
+def check_made_size(n: Node, count: int, what: str) -> None:
+    if count > MAX_MADE_CONSTANT:
+        raise n.fail(f"{what} would have {count} elements; relvm builds at most "
+                     f"{MAX_MADE_CONSTANT} into a constant at import")
+
+
 def scalar(n: Node, value, dtype: str) -> Expr:
     return n.constant(np.asarray(value).astype(dtype))
 
@@ -97,5 +109,5 @@ def flatten2d(n: Node, x: Expr, axis: int) -> Expr:
     return n.call("reshape", x, newshape=[0, -1])
 
 
-from . import (ops_attention, ops_control, ops_index, ops_math, ops_nn, ops_norm,  # noqa: E402,F401
-               ops_shape)  # (registration)
+from . import (ops_array, ops_attention, ops_control, ops_einsum, ops_index,  # noqa: E402,F401
+               ops_layout, ops_math, ops_nn, ops_norm, ops_shape, ops_signal)  # (registration)

@@ -12,11 +12,15 @@ from .importer import ONNX_DTYPES, Node, onnx_type_name
 
 _UNARY = {"Relu": "nn.relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log",
           "Sqrt": "sqrt", "Neg": "negative", "Abs": "abs", "Erf": "erf", "Ceil": "ceil",
-          "Floor": "floor", "Not": "logical_not", "Sign": "sign", "Round": "round"}
+          "Floor": "floor", "Not": "logical_not", "Sign": "sign", "Round": "round",
+          "Sin": "sin", "Cos": "cos", "Tan": "tan", "Asin": "asin", "Acos": "acos", "Atan": "atan",
+          "Sinh": "sinh", "Cosh": "cosh", "Asinh": "asinh", "Acosh": "acosh", "Atanh": "atanh",
+          "BitwiseNot": "bitwise_not"}
 
 _BINARY = {"Add": "add", "Sub": "subtract", "Mul": "multiply", "Div": "divide", "Equal": "equal",
            "Less": "less", "Greater": "greater", "LessOrEqual": "less_equal",
-           "GreaterOrEqual": "greater_equal", "And": "logical_and", "Or": "logical_or"}
+           "GreaterOrEqual": "greater_equal", "And": "logical_and", "Or": "logical_or",
+           "BitwiseAnd": "bitwise_and", "BitwiseOr": "bitwise_or", "BitwiseXor": "bitwise_xor"}
 
 
 @converter(*_UNARY)
@@ -27,6 +31,22 @@ def unary(n: Node):
 @converter(*_BINARY)
 def binary(n: Node):
     return n.call(_BINARY[n.op_type], n.x(0), n.x(1))
+
+
+@converter("Xor")
+def xor(n: Node):
+    if n.dtype(0) != "bool" or n.dtype(1) != "bool":
+        raise n.fail(f"Xor needs bool inputs, got {n.dtype(0)} and {n.dtype(1)}")
+    return n.call("not_equal", n.x(0), n.x(1))
+
+
+@converter("BitShift")
+def bit_shift(n: Node):
+    direction = n.required("direction")
+    direction = direction.decode() if isinstance(direction, bytes) else direction
+    if direction not in ("LEFT", "RIGHT"):
+        raise n.fail(f"direction must be LEFT or RIGHT, got {direction!r}")
+    return n.call("left_shift" if direction == "LEFT" else "right_shift", n.x(0), n.x(1))
 
 
 @converter("Reciprocal")
@@ -130,6 +150,130 @@ def gelu(n: Node):
     else:
         core = n.call("erf", n.call("multiply", x, _float_scalar(n, 1 / math.sqrt(2))))
     return n.call("multiply", half_x, n.call("add", core, _float_scalar(n, 1)))
+
+
+# The activations below are chains of elementwise ops, which the fusion pass makes one
+# generated loop (exp and tanh in their vectorizable forms). float16 is computed in float32.
+
+def _in_float(n: Node, what: str, body) -> object:
+    """``body(x, c)`` on input 0, with ``c(value)`` a constant of the compute dtype; float16 is
+    computed in float32 and cast back."""
+    dtype = n.dtype(0)
+    if dtype not in ("float32", "float64", "float16"):
+        raise n.fail(f"{what} needs a float input, got {dtype}")
+    inner = "float32" if dtype == "float16" else dtype
+    x = n.x(0) if inner == dtype else n.call("cast", n.x(0), dtype=inner)
+    y = body(x, lambda v: scalar(n, v, inner))
+    return y if inner == dtype else n.call("cast", y, dtype=dtype)
+
+
+def _expm1_scaled(n: Node, x, c, alpha: float):
+    """alpha * (exp(x) - 1)."""
+    return n.call("multiply", n.call("subtract", n.call("exp", x), c(1)), c(alpha))
+
+
+def _elu(n: Node, x, c, alpha: float):
+    return n.call("where", n.call("greater", x, c(0)), x, _expm1_scaled(n, x, c, alpha))
+
+
+@converter("Elu")
+def elu(n: Node):
+    return _in_float(n, "Elu", lambda x, c: _elu(n, x, c, float(n.attr("alpha", 1.0))))
+
+
+@converter("Selu")
+def selu(n: Node):
+    alpha = float(n.attr("alpha", 1.67326319217681884765625))
+    gamma = float(n.attr("gamma", 1.05070102214813232421875))
+    return _in_float(n, "Selu",
+                     lambda x, c: n.call("multiply", _elu(n, x, c, alpha), c(gamma)))
+
+
+@converter("Celu")
+def celu(n: Node):
+    alpha = float(n.attr("alpha", 1.0))
+    if alpha == 0:
+        raise n.fail("alpha must not be 0 (Celu divides by it)")
+
+    def body(x, c):
+        negative = _expm1_scaled(n, n.call("multiply", x, c(1 / alpha)), c, alpha)
+        return n.call("add", n.call("maximum", x, c(0)), n.call("minimum", negative, c(0)))
+    return _in_float(n, "Celu", body)
+
+
+def _softplus(n: Node, x, c):
+    """log(1 + exp(x)) as max(x, 0) + log(1 + exp(-|x|)): no overflow for large x."""
+    tail = n.call("log", n.call("add", n.call("exp", n.call("negative", n.call("abs", x))), c(1)))
+    return n.call("add", n.call("maximum", x, c(0)), tail)
+
+
+@converter("Softplus")
+def softplus(n: Node):
+    return _in_float(n, "Softplus", lambda x, c: _softplus(n, x, c))
+
+
+@converter("Mish")
+def mish(n: Node):
+    return _in_float(n, "Mish",
+                     lambda x, c: n.call("multiply", x, n.call("tanh", _softplus(n, x, c))))
+
+
+@converter("Softsign")
+def softsign(n: Node):
+    return _in_float(n, "Softsign", lambda x, c: n.call(
+        "divide", x, n.call("add", n.call("abs", x), c(1))))
+
+
+@converter("Swish")
+def swish(n: Node):
+    alpha = float(n.attr("alpha", 1.0))
+    return _in_float(n, "Swish", lambda x, c: n.call(
+        "multiply", x, n.call("sigmoid", n.call("multiply", x, c(alpha)))))
+
+
+@converter("ThresholdedRelu")
+def thresholded_relu(n: Node):
+    alpha = float(n.attr("alpha", 1.0))
+    return _in_float(n, "ThresholdedRelu", lambda x, c: n.call(
+        "where", n.call("greater", x, c(alpha)), x, c(0)))
+
+
+@converter("Shrink")
+def shrink(n: Node):
+    """x + bias below -lambd, x - bias above lambd, else 0. Integer inputs are computed in
+    float64 and truncated back, as ONNX's reference does."""
+    lambd, bias = float(n.attr("lambd", 0.5)), float(n.attr("bias", 0.0))
+    dtype = n.dtype(0)
+    if dtype == "bool":
+        raise n.fail("Shrink needs a numeric input, got bool")
+    inner = "float32" if dtype == "float16" else dtype if dtype.startswith("float") else "float64"
+    x = n.x(0) if inner == dtype else n.call("cast", n.x(0), dtype=inner)
+
+    def c(v):
+        return scalar(n, v, inner)
+    zero = c(0)
+    above = n.call("where", n.call("greater", x, c(lambd)), n.call("subtract", x, c(bias)), zero)
+    y = n.call("where", n.call("less", x, c(-lambd)), n.call("add", x, c(bias)), above)
+    return y if inner == dtype else n.call("cast", y, dtype=dtype)
+
+
+@converter("Mod")
+def mod(n: Node):
+    """fmod=1: the sign of the dividend (C's fmod); fmod=0: the divisor's (Python's %, NumPy's
+    mod: -3 mod inf is inf). float16 is computed in float32."""
+    dtype = n.dtype(0)
+    if n.dtype(1) != dtype:
+        raise n.fail(f"inputs differ in dtype: {dtype} and {n.dtype(1)}")
+    fmod = int(n.attr("fmod", 0))
+    if fmod not in (0, 1):
+        raise n.fail(f"fmod must be 0 or 1, got {fmod}")
+    if dtype == "bool":
+        raise n.fail("Mod needs numeric inputs, got bool")
+    a, b = n.x(0), n.x(1)
+    if dtype == "float16":
+        a, b = n.call("cast", a, dtype="float32"), n.call("cast", b, dtype="float32")
+    y = n.call("mod" if fmod else "floor_mod", a, b)
+    return n.call("cast", y, dtype=dtype) if dtype == "float16" else y
 
 
 @converter("Clip")
@@ -317,3 +461,25 @@ def softmax(n: Node):
         return n.call(op, x, axis=axis)
     y = n.call(op, flatten2d(n, x, axis), axis=1)
     return n.call("reshape_like", y, x)
+
+
+@converter("Hardmax")
+def hardmax(n: Node):
+    """1 at the first maximum along axis, 0 elsewhere: argmax compared with each position."""
+    rank, dtype = n.rank(0), n.dtype(0)
+    x = n.x(0)
+    if n.opset >= 13:
+        axis = norm_axis(n, int(n.attr("axis", -1)), rank)
+    else:  # seen as 2-D, (prod(shape[:axis]), prod(shape[axis:])), as Softmax before 13
+        x, axis = flatten2d(n, x, norm_axis(n, int(n.attr("axis", 1)), rank)), 1
+    shape = x.checked_type.shape
+    top = n.call("argmax", x, axis=[axis], keepdims=True)
+    if isinstance(shape[axis], int):
+        positions = n.constant(np.arange(shape[axis], dtype=np.int32).reshape(
+            (-1,) + (1,) * (len(shape) - 1 - axis)))
+    else:  # 0, 1, 2... along the axis, in the input's shape
+        ones = n.call("ones_like", n.call("cast", x, dtype="int32"))
+        positions = n.call("subtract", n.call("cumsum", ones, axis=axis),
+                           scalar(n, 1, "int32"))
+    y = n.call("cast", n.call("equal", positions, top), dtype=dtype)
+    return y if n.opset >= 13 else n.call("reshape_like", y, n.x(0))

@@ -144,6 +144,26 @@ def pool(n: Node):
     return pool_nd(n, op, x, spatial, kernel, strides, dilations, pads, extra)
 
 
+@converter("LpPool")
+def lp_pool(n: Node):
+    """(sum of |x|^p over each window)^(1/p): an average pool counting the padding, times the
+    window's size (as onnx's reference and PyTorch compute it)."""
+    dtype = n.dtype(0)
+    if dtype not in ("float32", "float64"):
+        raise n.fail(f"LpPool needs a float32 or float64 input, got {dtype}")
+    spatial = _spatial(n, (1, 2, 3))
+    kernel = [int(k) for k in n.required("kernel_shape")]
+    strides, dilations, pads = _windows(n, kernel)
+    p = float(n.attr("p", 2))
+    if p <= 0:
+        raise n.fail(f"p must be positive, got {p}")
+    powered = n.call("power", n.call("abs", n.x(0)), scalar(n, p, dtype))
+    mean = pool_nd(n, "nn.avg_pool2d", powered, spatial, kernel, strides, dilations, pads,
+                   {"count_include_pad": True})
+    total = n.call("multiply", mean, scalar(n, float(np.prod(kernel)), dtype))
+    return n.call("power", total, scalar(n, 1 / p, dtype))
+
+
 def pool_nd(n: Node, op: str, x, spatial: int, kernel, strides, dilations, pads, extra):
     """A 1-, 2- or 3-d pool through relvm's 2-d pools."""
     if spatial == 2:

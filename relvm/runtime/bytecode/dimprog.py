@@ -16,6 +16,7 @@ Expressions::
     ("value", arg)          # an int scalar tensor's value
     (op, a, b)              # op in add sub mul floordiv mod max min bcast
     ("nonzero", arg)        # number of non-zero elements (argwhere's row count)
+    ("unique", arg, axis)   # number of distinct entries (axis -1) or slices along axis
     ("arange_len", start, stop, step)   # args holding scalar tensors
 
 Statements::
@@ -81,7 +82,7 @@ BINARY = {
 #: compiles.
 EXPRESSIONS: dict[str, tuple[str, ...]] = {
     "const": ("int",), "slot": ("slot",), "shape": ("arg", "int"), "value": ("arg",),
-    "nonzero": ("arg",), "arange_len": ("arg", "arg", "arg"),
+    "nonzero": ("arg",), "unique": ("arg", "int"), "arange_len": ("arg", "arg", "arg"),
     **{op: ("e", "e") for op in BINARY},
 }
 STATEMENTS: dict[str, tuple[str, ...]] = {
@@ -91,7 +92,8 @@ STATEMENTS: dict[str, tuple[str, ...]] = {
     "reshape_allowzero": ("arg", "arg", "slot"),
 }
 #: Tags that read tensor values, not only shapes: a program using one depends on data.
-READS_VALUES = frozenset({"value", "nonzero", "arange_len", "reshape", "reshape_allowzero"})
+READS_VALUES = frozenset({"value", "nonzero", "unique", "arange_len", "reshape",
+                          "reshape_allowzero"})
 
 
 def written_slots(program: Sequence[Any]) -> list[int]:
@@ -118,6 +120,22 @@ def _arange_len(start: Any, stop: Any, step: Any) -> int:
     return max(int(n), 0)
 
 
+def unique_count(x: Any, axis: int) -> int:
+    """How many distinct entries (``axis`` -1) or slices along ``axis`` ``x`` holds, as the
+    ``unique`` op counts them: by value, every NaN equal to every other, -0.0 equal to 0.0."""
+    x = np.asarray(x)
+    if axis >= x.ndim or axis < -1:
+        raise DimError(f"unique: axis {axis} is out of range for rank {x.ndim}")
+    if x.size == 0:  # no entries; or slices that are all empty, so all one
+        return 0 if axis == -1 or x.shape[axis] == 0 else 1
+    rows = x.reshape(-1, 1) if axis == -1 else np.moveaxis(x, axis, 0).reshape(x.shape[axis], -1)
+    if rows.dtype.kind == "f":  # one bit pattern per value: +0.0 for both zeros, one NaN
+        rows = np.where(rows == 0, rows.dtype.type(0), rows)
+        rows = np.where(np.isnan(rows), rows.dtype.type(np.nan), rows)
+    rows = np.ascontiguousarray(rows)
+    return len(np.unique(rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1])))))
+
+
 def compile_expr(e: tuple) -> Callable[[list, Sequence[Any]], int]:
     """A closure ``f(dims, args) -> int`` evaluating expression ``e``."""
     tag = e[0]
@@ -136,6 +154,9 @@ def compile_expr(e: tuple) -> Callable[[list, Sequence[Any]], int]:
     if tag == "nonzero":
         i = int(e[1])
         return lambda dims, args: int(np.count_nonzero(args[i]))
+    if tag == "unique":
+        i, axis = int(e[1]), int(e[2])
+        return lambda dims, args: unique_count(args[i], axis)
     if tag == "arange_len":
         a, b, c = (int(x) for x in e[1:4])
         return lambda dims, args: _arange_len(args[a], args[b], args[c])
