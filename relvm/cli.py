@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .errors import RelvmError
+from .errors import RelvmError, unknown_dims_message
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 
@@ -243,10 +243,7 @@ def check_dim_names(fn, dims: dict[str, int], option: str = "--dims") -> None:
     known = dim_names(fn)
     for name in dims:
         if name not in known:
-            near = difflib.get_close_matches(name, known, n=1)
-            hint = f"; did you mean {near[0]}?" if near else ""
-            raise CliError(f"{option}: @{fn.name} has no dim {name!r} (its dims: "
-                           f"{', '.join(known) or 'none'}){hint}")
+            raise CliError(unknown_dims_message(option, fn.name, name, known))
 
 
 def _format_bytes(n: float) -> str:

@@ -76,3 +76,14 @@ class RelvmRuntimeError(RelvmError, RuntimeError):
 class RelvmTrustError(RelvmError, PermissionError):
     """A problem with signing keys or the trust store: an unreadable key file, a config or
     cache directory that others can write."""
+
+
+def unknown_dims_message(where: str, fn_name: str, name: str, known: list[str]) -> str:
+    """``where: @fn has no dim 'k' (its dims: n, m); did you mean n?`` -- a misspelled dim name
+    given to the CLI (``--dims``, ``--upper-bound``) or to ``relvm.build(upper_bounds=...)``."""
+    import difflib
+
+    near = difflib.get_close_matches(name, known, n=1)
+    hint = f"; did you mean {near[0]}?" if near else ""
+    return (f"{where}: @{fn_name} has no dim {name!r} (its dims: {', '.join(known) or 'none'})"
+            f"{hint}")

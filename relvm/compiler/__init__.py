@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import difflib
 import logging
 import time
 import warnings
@@ -14,7 +13,7 @@ import numpy as np
 
 from .. import dtypes
 from .._stack import run_with_deep_stack
-from ..errors import RelvmCompileError
+from ..errors import RelvmCompileError, unknown_dims_message
 from ..ir import dims as D
 from ..ir.limits import MAX_DEPTH, MAX_TENSOR_BYTES, deepest_node
 from ..ir.nodes import Module
@@ -138,10 +137,7 @@ def _check_bound_names(module: Module, bounds: dict[str, int]) -> None:
     known = input_dim_names(module)
     for name in bounds:
         if name not in known:
-            near = difflib.get_close_matches(name, known, n=1)
-            hint = f"; did you mean {near[0]}?" if near else ""
-            raise RelvmCompileError(f"upper_bounds: @main has no dim {name!r} (its dims: "
-                                    f"{', '.join(known) or 'none'}){hint}")
+            raise RelvmCompileError(unknown_dims_message("upper_bounds", "main", name, known))
 
 
 def _bind_params(module: Module, params: dict[str, Any]) -> dict[int, np.ndarray]:
