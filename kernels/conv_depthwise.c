@@ -155,13 +155,14 @@ static void depthwise_planes(void *ctx, int64_t begin, int64_t end) {
     const int64_t mult = s->oc / s->groups, plane = j->g.rows * j->g.row;
     const int64_t row = s->oh * j->g.vectors * DW_VW;
     /* The padded plane, the output plane in whole vectors, then the tap offsets (int64s, two
-     * floats each). */
-    float *buf = relvm_conv_scratch_floats((size_t)(plane + row + 2 * s->kw));
+     * floats each, from a 64-byte boundary: plane + row may be odd). */
+    const int64_t off_at = (plane + row + 15) / 16 * 16;
+    float *buf = relvm_conv_scratch_floats((size_t)(off_at + 2 * s->kw));
     if (!buf) {
         j->failed = 1;
         return;
     }
-    int64_t *off = (int64_t *)(void *)(buf + plane + row);
+    int64_t *off = (int64_t *)(void *)(buf + off_at);
     tap_offsets(s, j->g, off);
     for (int64_t q = begin; q < end; ++q) {
         const int64_t n = q / s->c, g = q % s->c;

@@ -98,6 +98,10 @@ CONVS = [
     ((2, 8, 10, 10), (8, 1, 3, 3), {"groups": 8, "padding": [1, 1]}),  # depthwise
     ((1, 8, 10, 10), (16, 1, 3, 3), {"groups": 8, "padding": [1, 1], "strides": [2, 2]}),
     ((1, 5, 11, 11), (5, 1, 5, 5), {"groups": 5, "padding": [2, 2], "dilation": [2, 1]}),
+    # depthwise whose padded plane is an odd number of floats (2x2 taps over 5x5: 5 rows of
+    # 9): the tap offsets after it in scratch were misaligned int64s (UBSan in CI)
+    ((1, 4, 5, 5), (4, 1, 2, 2), {"groups": 4}),
+    ((2, 3, 7, 9), (6, 1, 2, 3), {"groups": 3, "strides": [3, 3], "padding": [1, 0]}),
     ((3, 16, 7, 7), (32, 16, 1, 1), {}),  # pointwise: read in place, no padded copy
     ((2, 16, 7, 7), (32, 8, 1, 1), {"groups": 2}),
     ((1, 3, 5, 5), (2, 3, 1, 1), {"padding": [1, 1]}),  # 1x1 with padding: not pointwise
