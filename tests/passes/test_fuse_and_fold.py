@@ -14,6 +14,11 @@ def kernels_of(exe, func="main") -> list[str]:
     return [exe.kernels[i[1]].name for i in fn.instructions if i[0] == Opcode.InvokePacked]
 
 
+def exe_fused_steps(exe) -> list[dict]:
+    """Every step of every fused kernel the executable has."""
+    return [step for k in exe.kernels if "steps" in k.attrs for step in k.attrs["steps"]]
+
+
 def build(text, **kw):
     return relvm.build(relvm.parse(text), **kw)
 
@@ -390,3 +395,77 @@ def test_a_long_elementwise_chain_is_cut_into_groups_of_at_most_max_group_ops() 
     assert all(len(exe.kernels[ins[1]].attrs["steps"]) <= MAX_GROUP_OPS for ins in calls)
     out = relvm.VirtualMachine(exe).invoke("main", np.zeros((2, 4), np.float32))
     np.testing.assert_array_equal(out, np.full((2, 4), n, np.float32))
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("power, products", [(1.0, 0), (2.0, 1), (3.0, 2), (4.0, 2)])
+def test_a_small_integer_power_becomes_products_that_fuse(power, products) -> None:
+    # GELU's tanh form cubes its input: the fused loop multiplies instead of calling pow.
+    exe = build(f"""def @main(%x: Tensor[(n, 5), float32]) {{
+      %0 = power(%x, {power}f);
+      %1 = multiply(%0, 0.5f);
+      add(%1, %x)
+    }}""")
+    steps = [s["op"] for s in exe_fused_steps(exe)]
+    assert "power" not in steps and steps.count("multiply") == products + 1
+    x = np.float32([[-2.5, -0.0, 0.0, 1.5, 3.0], [np.inf, -np.inf, np.nan, 1e-20, 7.0]])
+    with np.errstate(all="ignore"):
+        want = np.power(x, np.float32(power)) * np.float32(0.5) + x
+    np.testing.assert_allclose(relvm.VirtualMachine(exe).invoke("main", x), want, rtol=1e-6)
+
+
+@pytest.mark.e2e
+def test_every_power_of_a_chain_is_simplified() -> None:
+    # A power after another one reads a call the pass rebuilt: its type must still be known.
+    exe = build("""def @main(%x: Tensor[(n, 4), float32]) {
+      %0 = power(%x, 3f);
+      %1 = tanh(%0);
+      %2 = power(%1, 2f);
+      power(%2, 3f)
+    }""")
+    assert "power" not in [s["op"] for s in exe_fused_steps(exe)] + kernels_of(exe)
+    x = rand(3, 4)
+    want = np.power(np.power(np.tanh(np.power(x, 3)), 2), 3)
+    np.testing.assert_allclose(relvm.VirtualMachine(exe).invoke("main", x), want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("text", [
+    "power(%x, 2.5f)",                          # not a small integer: pow it stays
+    "power(%x, meta[relay.Constant][0])",       # a constant of more dims broadcasts x
+    "power(%x, %x)",                            # not a constant
+])
+def test_other_powers_stay_power(text) -> None:
+    mod = relvm.parse(f"def @main(%x: Tensor[(3), float32]) {{ {text} }}",
+                      constants=[np.full((1, 1), 2.0, np.float32)])
+    exe = relvm.build(mod, backend="numpy")
+    assert "power" in [s["op"] for s in exe_fused_steps(exe)] + kernels_of(exe)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("transpose_b", [False, True])
+def test_a_matmul_by_a_constant_becomes_a_dense_layer(transpose_b) -> None:
+    # A constant right operand is a weight: nn.dense packs it once per VM (C backend), and the
+    # bias add fuses into its epilogue.
+    w, b = rand(6, 5, seed=1), rand(5, seed=2)
+    shape = "(5, 6)" if transpose_b else "(6, 5)"
+    mod = relvm.parse(f"""def @main(%x: Tensor[(n, 6), float32], %w: Tensor[{shape}, float32],
+                                    %b: Tensor[(5), float32]) {{
+      %0 = nn.matmul(%x, %w, transpose_b={transpose_b});
+      add(%0, %b)
+    }}""")
+    wp = np.ascontiguousarray(w.T) if transpose_b else w
+    exe = relvm.build(mod, params={"w": wp, "b": b})
+    assert kernels_of(exe) == ["fused_dense_add"]
+    x = rand(3, 6, seed=3)
+    np.testing.assert_allclose(relvm.VirtualMachine(exe).invoke("main", x), x @ w + b,
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_a_matmul_by_an_input_or_of_a_transposed_a_stays_matmul() -> None:
+    for text in ["nn.matmul(%x, %y)", "nn.matmul(%x, %y, transpose_a=True)"]:
+        mod = relvm.parse(f"""def @main(%x: Tensor[(4, 4), float32], %y: Tensor[(4, 4), float32]) {{
+          {text}
+        }}""")
+        params = {"y": rand(4, 4)} if "transpose_a" in text else {}  # then y is a weight
+        exe = relvm.build(mod, params=params, backend="numpy")
+        assert kernels_of(exe) == ["nn.matmul"]
