@@ -12,6 +12,7 @@
 #define PG_NAME(x) PG_CAT(x, PG_SUFFIX)
 #define PG_TW (2 * PG_VW) /* tile width in columns */
 
+
 typedef float PG_NAME(vec) __attribute__((vector_size(PG_VW * 4)));
 typedef float PG_NAME(uvec) __attribute__((vector_size(PG_VW * 4), aligned(4)));
 typedef int32_t PG_NAME(mask) __attribute__((vector_size(PG_VW * 4)));
@@ -65,6 +66,10 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
 #pragma GCC unroll 16
     for (int r = 0; r < rows; ++r) acc[r][0] = acc[r][1] = (vec){0};
     const float *b = panel + col;
+    /* The same row of the next panel (panels of packed weights lie one after another): it is
+     * fetched while this one computes, so weights that come from memory on every call (a
+     * model larger than the caches) stream behind the arithmetic instead of before it. */
+    const int64_t next = k * PG_PANEL;
     int64_t p = 0;
     if (rows <= 2) {
         /* One or two rows (batch-1 dense layers) give only 2 or 4 chains of dependent FMAs,
@@ -74,6 +79,10 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
         for (int u = 0; u < 3; ++u)
             for (int r = 0; r < rows; ++r) part[u][r][0] = part[u][r][1] = (vec){0};
         for (; p + 4 <= k; p += 4, b += 4 * PG_PANEL) {
+            if (!indirect) {
+#pragma GCC unroll 8
+                for (int l = 0; l < 8; ++l) __builtin_prefetch(b + next + l * 16);
+            }
 #pragma GCC unroll 4
             for (int u = 0; u < 4; ++u) {
                 const float *bu = b + u * PG_PANEL;
@@ -96,6 +105,10 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
         }
     }
     for (; p < k; ++p, b += PG_PANEL) {
+        if (!indirect) {
+            __builtin_prefetch(b + next);
+            __builtin_prefetch(b + next + 16);
+        }
         const vec b0 = indirect ? *(const uvec *)(base0 + off[p]) : *(const vec *)b;
         const vec b1 = indirect ? *(const uvec *)(base1 + off[p]) : *(const vec *)(b + PG_VW);
 #pragma GCC unroll 16
