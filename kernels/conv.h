@@ -15,7 +15,8 @@ struct relvm_conv2d_shape {
  * with relu, max(., 0). Depthwise convs (one input channel per group) run a direct loop; the
  * rest run relvm's GEMM (pgemm.h) on the unrolled input without building it: the GEMM reads a
  * zero-bordered copy of each image in place, or 32-pixel panels packed from it, with the bias
- * and relu applied in registers. `wpacked` is w as
+ * and relu applied in registers; or, for small output planes, the unrolled image (pixels x k)
+ * times the weights packed as a dense layer's, stored transposed. `wpacked` is w as
  * relvm_conv2d_pack_weights packs it for s (a constant weight, packed once), or NULL: w is
  * packed on each call where the GEMM needs it. With `post` (else NULL), post(post_ctx, ...)
  * runs over each finished block of y after the bias and relu (pgemm.h's relvm_block_fn;
@@ -23,6 +24,12 @@ struct relvm_conv2d_shape {
 int relvm_conv2d(int dtype, const struct relvm_conv2d_shape *s, const void *x, const void *w,
                  void *y, const void *bias, int relu, const void *wpacked, relvm_block_fn *post,
                  void *post_ctx);
+
+/* How s's conv reads its weights: 0 as they are (pass NULL for wpacked), 1 packed by row
+ * blocks of the GEMM's tile (output planes of whole vectors), 2 packed as a dense layer's
+ * panels (small output planes: the GEMM then runs transposed, pixels x channels). Weights
+ * packed for one form serve every conv of the same weights and form. */
+int relvm_conv2d_weights_form(const struct relvm_conv2d_shape *s);
 
 /* Floats relvm_conv2d_pack_weights writes for s: the weights laid out as the GEMM path reads
  * them on this CPU; 0 when s's conv reads w as it is (then pass NULL for wpacked). */

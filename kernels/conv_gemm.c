@@ -44,6 +44,35 @@ static int is_pointwise(const struct relvm_conv2d_shape *s) {
            s->oh == s->h && s->ow == s->w;
 }
 
+/* A conv with one input channel per group takes the depthwise loop, unless it is one plain
+ * conv of a single input channel whose window is large (an STFT front end's 1 x 256 taps):
+ * that is a GEMM of k = its taps, which the depthwise loop would run tap by tap. */
+static int is_depthwise(const struct relvm_conv2d_shape *s) {
+    return s->c == s->groups && (s->groups > 1 || s->kh * s->kw <= 49);
+}
+
+/* The transposed form: each image's unrolled input (pixels x k) times the weights packed as a
+ * dense layer's (k x 32-channel panels), the output stored transposed into y. It pays where
+ * the output planes are small: the usual form's 32-pixel panels run mostly empty on 1 x 3
+ * pixels (a VAD's encoder) or a quarter empty on a pointwise conv over 7 x 7 (a CNN's last
+ * stage), while the transposed form's panels are 32 output channels, which layers have in
+ * multiples of 32 or more. Chosen when it does a sixteenth fewer multiply-adds, the unrolled
+ * image fits CONV_UNROLLED_BYTES, and unrolling is cheap: a pointwise conv's is a transpose of
+ * its input, any other conv's a gather of k taps per pixel, which costs more than the usual
+ * form's row copies once there are a panel's worth of pixels (a 3 x 3 conv over 14 x 14 ran
+ * 1.3x slower transposed). */
+#define CONV_UNROLLED_BYTES (4 << 20)
+
+static int is_transposed(const struct relvm_conv2d_shape *s) {
+    const int64_t plane = s->oh * s->ow, ocg = s->oc / s->groups;
+    const int64_t k = s->c / s->groups * s->kh * s->kw;
+    if (plane == 0 || ocg == 0 || k == 0 || is_depthwise(s)) return 0;
+    const int64_t usual = ocg * ((plane + PG_PANEL - 1) / PG_PANEL * PG_PANEL);
+    const int64_t transposed = plane * ((ocg + PG_PANEL - 1) / PG_PANEL * PG_PANEL);
+    return transposed * 16 < usual * 15 && plane * k * 4 <= CONV_UNROLLED_BYTES &&
+           (is_pointwise(s) || plane < PG_PANEL);
+}
+
 static struct padded_image padded_geometry(const struct relvm_conv2d_shape *s) {
     struct padded_image p;
     p.data = NULL;
@@ -425,12 +454,130 @@ static void conv_run(struct conv_pgemm *j) {
                        conv_pgemm_tasks, j);
 }
 
+/* --- the transposed form (is_transposed) ---------------------------------------------------- */
+
+/* Floats of a group's weights packed as dense-layer panels: k x 32 output channels each. */
+static int64_t panels_size(const struct relvm_conv2d_shape *s) {
+    const int64_t ocg = s->oc / s->groups, k = s->c / s->groups * s->kh * s->kw;
+    return (ocg + PG_PANEL - 1) / PG_PANEL * PG_PANEL * k;
+}
+
+static void pack_panels(const struct relvm_conv2d_shape *s, const float *w, float *packed) {
+    const int64_t ocg = s->oc / s->groups, k = s->c / s->groups * s->kh * s->kw;
+    for (int64_t g = 0; g < s->groups; ++g)
+        relvm_pgemm_pack(1, k, ocg, w + g * ocg * k, packed + g * panels_size(s));
+}
+
+/* Which image this thread's scratch holds unrolled (pixels x k). */
+static _Thread_local struct {
+    uint64_t call;
+    int64_t image;
+    float *scratch;
+} unrolled_for;
+
+struct conv_transposed {
+    struct conv_pgemm j; /* the geometry, offsets and padded images of the usual form */
+    const float *panels; /* each group's weights, pack_panels */
+    const float *bias;
+    int mean;
+};
+
+/* Image `image`'s unrolled input: row px holds what output pixel px's taps read. */
+static void unroll(const struct conv_pgemm *j, const float *in, float *u) {
+    const struct relvm_conv2d_shape *s = j->s;
+    for (int64_t oy = 0, px = 0; oy < s->oh; ++oy)
+        for (int64_t ox = 0; ox < s->ow; ++ox, ++px) {
+            const float *base = j->pointwise ? in + px : in + oy * s->sh * j->padded.rs + ox;
+            float *row = u + px * j->k;
+            for (int64_t p = 0; p < j->k; ++p) row[p] = base[j->off[p]];
+        }
+}
+
+/* Task t: image t / panels (n * groups + g), 32 output channels t % panels. */
+static void conv_transposed_tasks(void *ctx, int64_t begin, int64_t end) {
+    struct conv_transposed *tj = ctx;
+    struct conv_pgemm *j = &tj->j;
+    const struct relvm_conv2d_shape *s = j->s;
+    const int64_t plane = s->oh * s->ow, ocg = s->oc / s->groups;
+    const int64_t panels = (ocg + PG_PANEL - 1) / PG_PANEL;
+    const int64_t unrolled = (plane * j->k + 15) / 16 * 16, stage = plane * PG_PANEL;
+    float *scratch =
+        relvm_scratch_floats((size_t)(unrolled + stage + padded_scratch(j)));
+    if (!scratch) {
+        j->failed = 1;
+        return;
+    }
+    float *u = scratch, *c = scratch + unrolled, *padded = c + stage;
+    for (int64_t t = begin; t < end; ++t) {
+        const int64_t image = t / panels, q = t % panels;
+        const int64_t g = image % s->groups, n = image / s->groups;
+        if (unrolled_for.call != j->call || unrolled_for.image != image ||
+            unrolled_for.scratch != u) {
+            unroll(j, padded_input(j, image, padded), u);
+            unrolled_for.call = j->call;
+            unrolled_for.image = image;
+            unrolled_for.scratch = u;
+        }
+        const int64_t col0 = q * PG_PANEL, cols = relvm_min64(PG_PANEL, ocg - col0);
+        const struct pg_epilogue e = {NULL, tj->bias ? tj->bias + g * ocg : NULL, j->e.relu,
+                                      NULL};
+        j->fn(plane, j->k, u, j->k, tj->panels + g * panels_size(s) + q * j->k * PG_PANEL, c,
+              PG_PANEL, cols, &e, 0, col0);
+        const int64_t ch0 = n * s->oc + g * ocg + col0; /* y's first plane (or mean) here */
+        if (tj->mean) {
+            for (int64_t ch = 0; ch < cols; ++ch) {
+                float total = 0.0f;
+                for (int64_t px = 0; px < plane; ++px) total += c[px * PG_PANEL + ch];
+                j->y[ch0 + ch] = total / (float)plane;
+            }
+            continue;
+        }
+        for (int64_t ch = 0; ch < cols; ++ch) { /* C (pixels x channels) into y's planes */
+            float *yp = j->y + (ch0 + ch) * plane;
+            for (int64_t px = 0; px < plane; ++px) yp[px] = c[px * PG_PANEL + ch];
+        }
+        if (j->post) j->post(j->post_ctx, ch0 * plane, cols, plane, plane);
+    }
+}
+
+static int conv_transposed(const struct relvm_conv2d_shape *s, const float *x, const float *w,
+                           const float *wpanels, float *y, const float *bias, int relu,
+                           int mean, relvm_block_fn *post, void *post_ctx) {
+    struct conv_transposed tj = {conv_job(s, x, w, NULL, y, NULL, relu), wpanels, bias, mean};
+    struct conv_pgemm *j = &tj.j;
+    j->ifn = NULL; /* the offsets only: no weights packed for the usual form */
+    j->post = post;
+    j->post_ctx = post_ctx;
+    float *owned = NULL;
+    if (!wpanels) {
+        /* 64-byte aligned: the GEMM loads whole vectors of a packed panel. */
+        const size_t bytes = (size_t)relvm_max64(1, s->groups * panels_size(s)) * sizeof(float);
+        owned = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        if (!owned) return RELVM_NO_MEMORY;
+        pack_panels(s, w, owned);
+        tj.panels = owned;
+    }
+    if (conv_prepare(j, 0) != RELVM_OK) {
+        free(owned);
+        return RELVM_NO_MEMORY;
+    }
+    const int64_t panels = (s->oc / s->groups + PG_PANEL - 1) / PG_PANEL;
+    const int64_t fmas = relvm_max64(1, s->oh * s->ow * PG_PANEL * relvm_max64(1, j->k));
+    relvm_parallel_for(s->n * s->groups * panels, relvm_max64(1, PG_GRAIN_FMAS / fmas),
+                       conv_transposed_tasks, &tj);
+    conv_release(j);
+    free(owned);
+    return j->failed ? RELVM_NO_MEMORY : RELVM_OK;
+}
+
 /* y = epilogue(conv(x, w)), or with `mean`, y (n x oc) = the mean of that over each output
  * plane: each task sums its panel's pixels per channel (nothing else is stored), then the
  * partial sums are added up here. */
 static int conv_pgemm(const struct relvm_conv2d_shape *s, const float *x, const float *w,
                       const float *wpacked, float *y, const float *bias, int relu, int mean,
                       relvm_block_fn *post, void *post_ctx) {
+    if (is_transposed(s))
+        return conv_transposed(s, x, w, wpacked, y, bias, relu, mean, post, post_ctx);
     struct conv_pgemm j = conv_job(s, x, w, wpacked, y, bias, relu);
     j.post = post;
     j.post_ctx = post_ctx;
@@ -484,7 +631,7 @@ RELVM_EXPORT int relvm_conv2d(int dtype, const struct relvm_conv2d_shape *s, con
         if (post) post(post_ctx, 0, 1, total, total);
         return RELVM_OK;
     }
-    if (s->c == s->groups) return depthwise_conv(s, x, w, y, bias, relu, post, post_ctx);
+    if (is_depthwise(s)) return depthwise_conv(s, x, w, y, bias, relu, post, post_ctx);
     return conv_pgemm(s, x, w, wpacked, y, bias, relu, 0, post, post_ctx);
 }
 
@@ -492,7 +639,7 @@ RELVM_EXPORT int relvm_conv2d_mean(int dtype, const struct relvm_conv2d_shape *s
                                    const void *w, void *y, const void *bias, int relu,
                                    const void *wpacked) {
     /* The GEMM path only: depthwise convs and convs of no input channels are the caller's. */
-    if (dtype != RELVM_FLOAT32 || !valid_shape(s) || s->c == 0 || s->c == s->groups)
+    if (dtype != RELVM_FLOAT32 || !valid_shape(s) || s->c == 0 || is_depthwise(s))
         return RELVM_UNSUPPORTED;
     if (s->n * s->oc == 0) return RELVM_OK;
     if (s->oh * s->ow == 0) { /* the mean of nothing */
@@ -502,15 +649,27 @@ RELVM_EXPORT int relvm_conv2d_mean(int dtype, const struct relvm_conv2d_shape *s
     return conv_pgemm(s, x, w, wpacked, y, bias, relu, 1, NULL, NULL);
 }
 
-RELVM_EXPORT int64_t relvm_conv2d_packed_size(const struct relvm_conv2d_shape *s) {
-    if (!valid_shape(s) || s->c == 0 || s->c == s->groups) return 0;
+RELVM_EXPORT int relvm_conv2d_weights_form(const struct relvm_conv2d_shape *s) {
+    if (!valid_shape(s) || s->c == 0 || is_depthwise(s)) return 0;
+    if (is_transposed(s)) return 2;
     int width;
     relvm_pgemm_ipanel_kernel(&width);
-    return s->ow % width == 0 ? s->oc * (s->c / s->groups) * s->kh * s->kw : 0;
+    return s->ow % width == 0 ? 1 : 0;
+}
+
+RELVM_EXPORT int64_t relvm_conv2d_packed_size(const struct relvm_conv2d_shape *s) {
+    switch (relvm_conv2d_weights_form(s)) {
+    case 1: return s->oc * (s->c / s->groups) * s->kh * s->kw;
+    case 2: return s->groups * panels_size(s);
+    default: return 0;
+    }
 }
 
 RELVM_EXPORT void relvm_conv2d_pack_weights(const struct relvm_conv2d_shape *s, const void *w,
                                             void *packed) {
-    if (relvm_conv2d_packed_size(s) > 0)
-        pack_weights(s, s->c / s->groups * s->kh * s->kw, w, packed);
+    switch (relvm_conv2d_weights_form(s)) {
+    case 1: pack_weights(s, s->c / s->groups * s->kh * s->kw, w, packed); break;
+    case 2: pack_panels(s, w, packed); break;
+    default: break;
+    }
 }

@@ -121,6 +121,10 @@ static int conv_pair(const struct relvm_conv2d_shape *sa, const struct relvm_con
                      const float *x, const float *wa, const float *bias_a, int relu_a,
                      const float *wb, float *y, const float *bias_b, int relu_b, int mean,
                      const float *wpacked_a, const float *wpacked_b) {
+    /* A pair runs each conv in the usual form: weights packed for the transposed one (a
+     * small plane's, relvm_conv2d_weights_form 2) are not what it reads. */
+    if (relvm_conv2d_weights_form(sa) == 2) wpacked_a = NULL;
+    if (relvm_conv2d_weights_form(sb) == 2) wpacked_b = NULL;
     struct conv_pgemm a = conv_job(sa, x, wa, wpacked_a, NULL, bias_a, relu_a);
     struct conv_pgemm b = conv_job(sb, NULL, wb, wpacked_b, y, bias_b, relu_b);
     a.next = sb;

@@ -91,6 +91,9 @@ CONV = """def @main(%x: Tensor[(n, {c}, {h}, {w}), float32], %wt: Tensor[({oc}, 
     (8, 8, 12, 12, 3, 2, 1, 2),      # grouped, strided
     (12, 12, 9, 11, 3, 1, 1, 12),    # depthwise: each plane finished in cache
     (6, 12, 8, 8, 5, 2, 2, 6),       # depthwise with a channel multiplier, 5x5
+    (16, 48, 3, 4, 3, 1, 1, 1),      # a small plane: the transposed form, a ragged panel
+    (64, 80, 7, 7, 1, 1, 0, 1),      # pointwise over 7 x 7: transposed
+    (8, 64, 4, 4, 3, 2, 1, 2),       # grouped, strided, small: transposed
 ])
 @pytest.mark.parametrize("n", [1, 3])
 @pytest.mark.parametrize("residual", ["full", "channels", "scalar", "batch_one"])
@@ -104,6 +107,28 @@ def test_conv_chains_run_inside_the_product(c, oc, h, w, k, s, p, g, n, residual
     r_shape = {"full": (n, oc, oh, ow), "channels": (oc, 1, 1), "scalar": (),
                "batch_one": (1, oc, oh, ow)}[residual]
     _check(text, params, [_f32(n, c, h, w), _f32(*r_shape)])
+
+
+SMALL_PLANES = """def @main(%x: Tensor[(n, 24, h, w), float32]) {
+  %0 = nn.bias_add(nn.conv2d(%x, meta[relay.Constant][0], padding=[1, 1]),
+                   meta[relay.Constant][1]);
+  %1 = nn.relu(%0);
+  (%1, nn.global_avg_pool2d(nn.relu(nn.conv2d(%x, meta[relay.Constant][2], padding=[1, 1]))))
+}"""
+
+
+def test_one_weight_at_plane_sizes_of_both_forms_in_one_vm():
+    """A conv's constant weights are packed per form (dense-layer panels for a small plane's
+    transposed GEMM, row blocks for the usual one): one VM, planes of both kinds in turn, and a
+    conv ending in a mean on each."""
+    consts = [_f32(40, 24, 3, 3, scale=0.3), _f32(40), _f32(64, 24, 3, 3, scale=0.3)]
+    mod = relvm.parse(SMALL_PLANES, constants=consts)
+    vm = relvm.VirtualMachine(relvm.build(mod))
+    for n, h, w in [(1, 2, 3), (2, 16, 16), (1, 5, 5), (3, 2, 3), (1, 16, 16)]:
+        x = _f32(n, 24, h, w)
+        got, want = vm.invoke("main", x), evaluate(mod, x)
+        for g, e in zip(got, want):
+            np.testing.assert_allclose(g, e, rtol=2e-4, atol=2e-4)
 
 
 def test_a_conv_without_input_channels_still_runs_its_chain():

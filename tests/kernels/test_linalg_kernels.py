@@ -117,6 +117,15 @@ CONVS = [
     ((1, 3, 5, 5), (2, 3, 3, 3), {"strides": [2**62, 2**63 - 1]}),
     ((2, 3, 6, 7), (2, 3, 3, 2), {"strides": [4, 2**40], "padding": [1, 1]}),
     ((1, 3, 5, 5), (2, 3, 1, 3), {"dilation": [2**62, 1], "strides": [2, 1]}),
+    # One input channel and a large window (an STFT front end): a GEMM of k = 256 taps, not
+    # the depthwise loop, and (3 output pixels) in the transposed form.
+    ((1, 1, 1, 576), (20, 1, 1, 256), {"strides": [1, 128]}),
+    ((2, 1, 9, 9), (4, 1, 8, 8), {}),  # 64 taps of one channel: the GEMM too
+    # Small output planes: the transposed form (pixels x k times channel panels).
+    ((1, 129, 1, 3), (40, 129, 1, 3), {"padding": [0, 1]}),
+    ((2, 64, 7, 7), (80, 64, 1, 1), {}),  # pointwise over 7 x 7
+    ((2, 8, 4, 4), (64, 4, 3, 3), {"groups": 2, "padding": [1, 1], "strides": [2, 2]}),
+    ((3, 5, 2, 3), (33, 5, 2, 2), {"dilation": [1, 2], "padding": [1, 1]}),
 ]
 
 
@@ -176,3 +185,25 @@ TRANSPOSED = [
 @pytest.mark.parametrize("data,weight,attrs", TRANSPOSED, ids=str)
 def test_conv2d_transpose(check, rand, data, weight, attrs):
     check("nn.conv2d_transpose", attrs, [rand(data), rand(weight)], **GEMM_TOL)
+
+
+@pytest.mark.parametrize("data,weight,attrs,form", [
+    ((1, 129, 1, 3), (128, 129, 1, 3), {"padding": [0, 1]}, 2),   # 3 pixels: transposed
+    ((1, 1, 1, 576), (258, 1, 1, 256), {"strides": [1, 128]}, 2),  # one channel, 256 taps
+    ((1, 2048, 7, 7), (512, 2048, 1, 1), {}, 2),                   # pointwise, 7 x 7
+    ((1, 64, 56, 56), (64, 64, 3, 3), {"padding": [1, 1]}, 0),      # ragged rows: packed panels
+    ((1, 256, 14, 14), (256, 256, 3, 3), {"padding": [1, 1]}, 0),   # a gather would cost more
+    ((1, 8, 3, 3), (8, 1, 3, 3), {"groups": 8, "padding": [1, 1]}, 0),  # depthwise loop
+])
+def test_the_conv_form_follows_the_plane(data, weight, attrs, form):
+    """Which GEMM form a conv takes (relvm_conv2d_weights_form; the numbers are the other
+    tests'): the transposed one where 32-pixel panels would run mostly empty."""
+    from relvm.backends.ckernels.common import library
+    from relvm.backends.ckernels.linalg import _conv_plan
+    from relvm.ops import OPS
+
+    ffi, lib = library()
+    full = OPS["nn.conv2d"].make_attrs(attrs)
+    out = OPS["nn.conv2d"].reference(full, np.zeros(data, np.float32),
+                                     np.zeros(weight, np.float32)).shape
+    assert lib.relvm_conv2d_weights_form(_conv_plan(ffi, full, data, weight, out)) == form

@@ -227,10 +227,13 @@ def _planned_conv(entry, c_function: str, make_plan, *extra):
     return run
 
 
-@kernel("nn.conv2d", dtypes=("float32",), accepts=_conv_dtypes_ok)
-def make_conv2d(entry):
-    null = library()[0].NULL  # no bias, no relu, weights packed by each call, no post
-    return _planned_conv(entry, "relvm_conv2d", _conv_plan, null, 0, null, null, null)
+@kernel("nn.conv2d", dtypes=("float32",), accepts=_conv_dtypes_ok, with_constants=True)
+def make_conv2d(entry, constants):
+    # packed.py's conv with no epilogue: constant weights packed once per VM, as a fused
+    # conv's are (an unfused conv, e.g. one with no bias, packed them on every call).
+    from .packed import make_conv2d as make_packed
+
+    return make_packed(entry, constants)
 
 
 # --- conv2d_transpose -----------------------------------------------------------------------------

@@ -178,11 +178,13 @@ def dense_weights(constants) -> PackedWeights:
 
 def conv_weights(constants) -> PackedWeights:
     """A conv's constant weights as its GEMM path reads them: ``get(w, shape_plan)`` (the
-    packing reads the plan's channels, groups and kernel size)."""
+    packing reads the plan's channels, groups and kernel size, and the form its GEMM takes,
+    which the output plane's size decides: ``relvm_conv2d_weights_form``)."""
     lib = library()[1]
     return PackedWeights(constants, "conv", lib.relvm_conv2d_packed_size,
                          lib.relvm_conv2d_pack_weights,
-                         lambda s: (s.oc, s.c, s.groups, s.kh, s.kw))
+                         lambda s: (s.oc, s.c, s.groups, s.kh, s.kw,
+                                    lib.relvm_conv2d_weights_form(s)))
 
 
 def bind_call(c_function: Callable, c_args: Sequence[Any], at: dict[int, int],
