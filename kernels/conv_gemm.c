@@ -233,6 +233,25 @@ static _Thread_local struct {
 
 static _Atomic uint64_t conv_calls;
 
+/* A chunk of a group's output channels: at most CONV_CHUNK_ROWS of them (so a thread writes
+ * that many output rows at a time, sequential streams the caches keep up with; 96 channels of
+ * a pointwise conv's 32-pixel panels were 96 streams), whose weights (rows x k floats) stay
+ * within CONV_CHUNK_BYTES, a share of L2. */
+#define CONV_CHUNK_ROWS 48
+#define CONV_CHUNK_BYTES (256 << 10)
+
+/* Output channels per chunk: balanced chunks of whole register tiles (all channels when they
+ * are few). Depends on ocg, k and the instruction set only, so weights packed once
+ * (pack_weights, chunk by chunk) serve every call. */
+static int64_t conv_chunk_rows(int64_t ocg, int64_t k) {
+    const int64_t tile = relvm_pgemm_tile_rows(), row_bytes = relvm_max64(1, k) * 4;
+    const int64_t cap = relvm_max64(tile, relvm_min64(CONV_CHUNK_ROWS,
+                                                      CONV_CHUNK_BYTES / row_bytes) / tile * tile);
+    if (ocg <= cap) return relvm_max64(1, ocg);
+    const int64_t chunks = (ocg + cap - 1) / cap, even = (ocg + chunks - 1) / chunks;
+    return (even + tile - 1) / tile * tile;
+}
+
 struct conv_pgemm conv_job(const struct relvm_conv2d_shape *s, const float *x,
                            const float *w, const float *wpacked, float *y,
                            const float *bias, int relu) {
@@ -253,6 +272,11 @@ struct conv_pgemm conv_job(const struct relvm_conv2d_shape *s, const float *x,
     j.padded = padded_geometry(s);
     j.panels = (plane + PG_PANEL - 1) / PG_PANEL;
     j.k = s->c / s->groups * s->kh * s->kw;
+    /* Chunks where the panels are read in place: a packed panel is packed into cache for all
+     * the channels at once (packing each panel ahead for the chunks to share ran slower). */
+    j.chunk_rows = j.ifn ? conv_chunk_rows(s->oc / s->groups, j.k) : s->oc / s->groups;
+    j.chunk_rows = relvm_max64(1, j.chunk_rows);
+    j.chunks = (s->oc / s->groups + j.chunk_rows - 1) / j.chunk_rows;
     j.pointwise = is_pointwise(s);
     j.call = atomic_fetch_add(&conv_calls, 1) + 1;
     return j;
@@ -328,16 +352,16 @@ static RELVM_VECTORIZE void store_onward(const struct relvm_conv2d_shape *next,
     }
 }
 
-/* Panel q of image `image` (n * groups + g) from its padded input `in`: into y, or into
- * `sums` (the mean's partial sums for this panel), or through `stage` into the next conv's
- * padded input `onward` (image n's first channel). `scratch` is panel_scratch(j) floats. */
-void conv_panel(const struct conv_pgemm *j, int64_t image, int64_t q, const float *in,
-                float *scratch, float *sums, float *onward) {
+/* Panel q of image `image` (n * groups + g) from its padded input `in`, through the output
+ * channels of chunks [c0, c1): into y, or into `sums` (the mean's partial sums for this panel,
+ * every channel of the group), or (every chunk) through `stage` into the next conv's padded
+ * input `onward` (image n's first channel). `scratch` is panel_scratch(j) floats. */
+void conv_panel_rows(const struct conv_pgemm *j, int64_t image, int64_t q, int64_t c0,
+                     int64_t c1, const float *in, float *scratch, float *sums, float *onward) {
     const struct relvm_conv2d_shape *s = j->s;
     const int64_t ocg = s->oc / s->groups, plane = s->oh * s->ow;
     const int64_t g = image % s->groups, n = image / s->groups;
     const int64_t p0 = q * PG_PANEL, npix = relvm_min64(PG_PANEL, plane - p0);
-    const float *wg = j->w + g * ocg * j->k;
     float *packed = scratch, *stage = scratch + (j->ifn ? 0 : j->k * PG_PANEL);
     float *yg = j->y + (n * s->oc + g * ocg) * plane + p0;
     int64_t ldc = plane;
@@ -345,7 +369,6 @@ void conv_panel(const struct conv_pgemm *j, int64_t image, int64_t q, const floa
     if (e.row_bias) e.row_bias += g * ocg;
     if (sums) {
         e.row_sums = sums;
-        memset(sums, 0, (size_t)ocg * sizeof(float));
         yg = NULL; /* nothing is stored */
     } else if (onward) {
         yg = stage;
@@ -353,31 +376,40 @@ void conv_panel(const struct conv_pgemm *j, int64_t image, int64_t q, const floa
     }
     struct pixel_runs runs;
     if (!j->ifn || onward) panel_runs(s, p0, npix, &runs);
+    const float *bases[PG_PANEL];
     if (j->ifn) { /* whole vectors along output rows: read the padded image in place */
-        const float *bases[PG_PANEL];
         const int64_t oy0 = p0 / s->ow, ox0 = p0 - oy0 * s->ow; /* one division a panel */
         for (int64_t v = 0; v * j->width < PG_PANEL; ++v) {
             int64_t oy = oy0, ox = ox0 + relvm_min64(v * j->width, npix - j->width);
             for (; ox >= s->ow; ox -= s->ow) ++oy;
             bases[v] = in + oy * s->sh * j->padded.rs + ox;
         }
-        j->ifn(ocg, j->k, j->wpacked + g * ocg * j->k, 0, bases, j->off, yg, ldc, npix, &e, 0,
-               0);
     } else {
         int64_t run_base[PG_PANEL];
         for (int64_t r = 0; r < runs.count; ++r)
             run_base[r] = runs.oy[r] * s->sh * j->padded.rs + runs.ox[r];
         pack_panel(in, j->k, j->off, run_base, &runs, packed);
-        j->fn(ocg, j->k, wg, j->k, packed, yg, ldc, npix, &e, 0, 0);
+    }
+    for (int64_t c = c0; c < c1; ++c) {
+        const int64_t r0 = c * j->chunk_rows, rows = relvm_min64(j->chunk_rows, ocg - r0);
+        float *yc = yg ? yg + r0 * ldc : NULL;
+        if (sums) memset(sums + r0, 0, (size_t)rows * sizeof(float));
+        if (j->ifn)
+            j->ifn(rows, j->k, j->wpacked + (g * ocg + r0) * j->k, 0, bases, j->off, yc, ldc,
+                   npix, &e, r0, 0);
+        else
+            j->fn(rows, j->k, j->w + (g * ocg + r0) * j->k, j->k, packed, yc, ldc, npix, &e,
+                  r0, 0);
+        if (j->post && !sums && !onward)
+            j->post(j->post_ctx, (n * s->oc + g * ocg + r0) * plane + p0, rows, npix, plane);
     }
     if (onward)
         store_onward(j->next, j->onward, &j->edges, stage, ocg, &runs,
                      onward + g * ocg * j->onward.plane);
-    else if (j->post && !sums)
-        j->post(j->post_ctx, (n * s->oc + g * ocg) * plane + p0, ocg, npix, plane);
 }
 
-/* Task t: image t / panels (n * groups + g), panel t % panels. */
+/* Task t: image t / (chunks * panels) (n * groups + g), then chunk, then panel, so a thread
+ * runs its chunk's weights over consecutive panels while they are in cache. */
 static void conv_pgemm_tasks(void *ctx, int64_t begin, int64_t end) {
     struct conv_pgemm *j = ctx;
     const struct relvm_conv2d_shape *s = j->s;
@@ -387,19 +419,25 @@ static void conv_pgemm_tasks(void *ctx, int64_t begin, int64_t end) {
         j->failed = 1;
         return;
     }
+    const int64_t per_image = j->chunks * j->panels;
     for (int64_t t = begin; t < end; ++t) {
-        const int64_t q = t % j->panels, image = t / j->panels;
+        const int64_t image = t / per_image, c = t % per_image / j->panels, q = t % j->panels;
         const float *in = padded_input(j, image, scratch + per_panel);
-        conv_panel(j, image, q, in, scratch, j->sums ? j->sums + t * ocg : NULL, NULL);
+        float *sums = j->sums ? j->sums + (image * j->panels + q) * ocg : NULL;
+        conv_panel_rows(j, image, q, c, c + 1, in, scratch, sums, NULL);
     }
 }
 
-/* Each group's weights (oc x k) as the indirect kernel reads them. */
+/* Each group's weights (oc x k) as the indirect kernel reads them, chunk by chunk (a chunk's
+ * rows packed as a matrix of their own, where conv_panel_rows finds them). */
 static void pack_weights(const struct relvm_conv2d_shape *s, int64_t k, const float *w,
                          float *packed) {
-    const int64_t ocg = s->oc / s->groups;
+    const int64_t ocg = s->oc / s->groups, chunk = conv_chunk_rows(ocg, k);
     for (int64_t g = 0; g < s->groups; ++g)
-        relvm_pgemm_pack_rows(ocg, k, w + g * ocg * k, k, packed + g * ocg * k);
+        for (int64_t r0 = 0; r0 < ocg; r0 += chunk) {
+            const int64_t at = (g * ocg + r0) * k;
+            relvm_pgemm_pack_rows(relvm_min64(chunk, ocg - r0), k, w + at, k, packed + at);
+        }
 }
 
 /* Sets up what j's tasks share: the unrolled offsets, the packed weights (for ifn, unless the
@@ -449,9 +487,9 @@ void conv_release(struct conv_pgemm *j) {
 
 static void conv_run(struct conv_pgemm *j) {
     const struct relvm_conv2d_shape *s = j->s;
-    const int64_t fmas = relvm_max64(1, s->oc / s->groups * PG_PANEL * relvm_max64(1, j->k));
-    relvm_parallel_for(s->n * s->groups * j->panels, relvm_max64(1, PG_GRAIN_FMAS / fmas),
-                       conv_pgemm_tasks, j);
+    const int64_t fmas = relvm_max64(1, j->chunk_rows * PG_PANEL * relvm_max64(1, j->k));
+    relvm_parallel_for(s->n * s->groups * j->chunks * j->panels,
+                       relvm_max64(1, PG_GRAIN_FMAS / fmas), conv_pgemm_tasks, j);
 }
 
 /* --- the transposed form (is_transposed) ---------------------------------------------------- */

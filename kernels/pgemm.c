@@ -103,6 +103,11 @@ pg_ipanel_fn *relvm_pgemm_ipanel_kernel(int *width) {
     return chosen_indirect;
 }
 
+int relvm_pgemm_tile_rows(void) {
+    relvm_pgemm_panel_kernel();
+    return chosen_rows;
+}
+
 void relvm_pgemm_pack_rows(int64_t m, int64_t k, const float *a, int64_t lda, float *out) {
     relvm_pgemm_panel_kernel();
     const int64_t blocks = (m + chosen_rows - 1) / chosen_rows;

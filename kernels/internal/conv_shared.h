@@ -45,6 +45,10 @@ struct conv_pgemm {
     float *wowned;
     struct padded_image padded; /* geometry only */
     int64_t panels, k;
+    /* Output channels (of a group) in chunks of chunk_rows (conv_chunk_rows, where panels are
+     * read in place; else one chunk): a thread runs a chunk over consecutive panels, so its
+     * weights stay in cache and its output rows are written as a few sequential streams. */
+    int64_t chunks, chunk_rows;
     int pointwise;  /* 1x1, stride 1, no padding: the input is read as it is */
     float *sums;    /* the mean's partial sums, ocg per task (image, group, panel); or NULL */
     /* Set when the output feeds a next conv (conv pairs): each panel is stored into that
@@ -78,8 +82,13 @@ int conv_prepare(struct conv_pgemm *j, int mean);
 int64_t panel_scratch(const struct conv_pgemm *j);
 int64_t padded_scratch(const struct conv_pgemm *j);
 const float *padded_input(const struct conv_pgemm *j, int64_t image, float *buf);
-void conv_panel(const struct conv_pgemm *j, int64_t image, int64_t q, const float *in,
-                float *scratch, float *sums, float *onward);
+void conv_panel_rows(const struct conv_pgemm *j, int64_t image, int64_t q, int64_t c0,
+                     int64_t c1, const float *in, float *scratch, float *sums, float *onward);
+/* Panel q of `image` through every output channel (chunks [0, j->chunks)). */
+static inline void conv_panel(const struct conv_pgemm *j, int64_t image, int64_t q,
+                              const float *in, float *scratch, float *sums, float *onward) {
+    conv_panel_rows(j, image, q, 0, j->chunks, in, scratch, sums, onward);
+}
 void conv_finish_mean(const struct conv_pgemm *j);
 void conv_release(struct conv_pgemm *j);
 

@@ -42,6 +42,8 @@ typedef void pg_ipanel_fn(int64_t m, int64_t k, const float *a, int64_t lda,
 
 /* The inner kernel for the best instruction set this CPU has. */
 pg_panel_fn *relvm_pgemm_panel_kernel(void);
+/* Rows per register tile of that kernel (relvm_pgemm_pack_rows blocks A by it). */
+int relvm_pgemm_tile_rows(void);
 /* Its indirect form, and (in *width) how many floats each of its vectors holds. */
 pg_ipanel_fn *relvm_pgemm_ipanel_kernel(int *width);
 /* A (m x k, row stride lda) as the indirect kernel reads it, into `out` (m * k floats): block
