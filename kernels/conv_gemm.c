@@ -44,6 +44,13 @@ static int is_pointwise(const struct relvm_conv2d_shape *s) {
            s->oh == s->h && s->ow == s->w;
 }
 
+/* Whether the GEMM reads the image in place (weights packed by row blocks, relvm_conv2d's
+ * form 1): when output rows are whole vectors, or for a pointwise conv, whose output pixels
+ * read consecutive floats across rows too (then only a last, partial panel is packed). */
+static int reads_in_place(const struct relvm_conv2d_shape *s, int width) {
+    return s->ow % width == 0 || is_pointwise(s);
+}
+
 /* A conv with one input channel per group takes the depthwise loop, unless it is one plain
  * conv of a single input channel whose window is large (an STFT front end's 1 x 256 taps):
  * that is a GEMM of k = its taps, which the depthwise loop would run tap by tap. */
@@ -202,23 +209,31 @@ static void unrolled_offsets(const struct relvm_conv2d_shape *s, struct padded_i
         for (int64_t t = 0; t < taps; ++t) off[ci * taps + t] = ci * p.plane + off[t];
 }
 
+typedef float pack_vec __attribute__((vector_size(64), aligned(4)));
+
 /* One panel of the unrolled input, packed: row k holds, for each of the panel's pixels, the
  * value its tap reads (runs of consecutive floats of the padded image), zeros past the last
- * pixel. For output rows too short or ragged for whole vectors (see conv_pgemm_tasks). */
-static RELVM_VECTORIZE void pack_panel(const float *image, int64_t k, const int64_t *off,
-                                       const int64_t *run_base, const struct pixel_runs *r,
-                                       float *panel) {
+ * pixel. For output rows too short or ragged for whole vectors (see conv_pgemm_tasks). A run
+ * is copied in whole vectors of 16 floats, reading and writing past its end: what it writes
+ * there the next run (or row, or the zeros) overwrites, up to 16 floats past the panel (its
+ * scratch has room), and it reads past the run only where `limit` (the end of the image's
+ * readable floats) allows, else element by element. */
+static RELVM_VECTORIZE void pack_panel(const float *image, const float *limit, int64_t k,
+                                       const int64_t *off, const int64_t *run_base,
+                                       const struct pixel_runs *r, float *panel) {
     const int64_t npix = r->at[r->count - 1] + r->len[r->count - 1];
     for (int64_t row = 0; row < k; ++row) {
         float *dst = panel + row * PG_PANEL;
         for (int64_t q = 0; q < r->count; ++q) {
             const float *src = image + run_base[q] + off[row];
             float *out = dst + r->at[q];
-            /* Whole and half panel rows (output rows of 32 or 16 pixels) are fixed-size
-             * copies: a vector or two. */
-            if (r->len[q] == PG_PANEL) memcpy(out, src, PG_PANEL * sizeof(float));
-            else if (r->len[q] == PG_PANEL / 2) memcpy(out, src, PG_PANEL / 2 * sizeof(float));
-            else for (int64_t t = 0; t < r->len[q]; ++t) out[t] = src[t];
+            const int64_t len = r->len[q], whole = (len + 15) / 16 * 16;
+            if (limit - src >= whole) {
+                for (int64_t t = 0; t < whole; t += 16)
+                    *(pack_vec *)(out + t) = *(const pack_vec *)(src + t);
+            } else {
+                for (int64_t t = 0; t < len; ++t) out[t] = src[t];
+            }
         }
         for (int64_t q = npix; q < PG_PANEL; ++q) dst[q] = 0.0f;
     }
@@ -267,13 +282,14 @@ struct conv_pgemm conv_job(const struct relvm_conv2d_shape *s, const float *x,
     j.e.row_bias = bias;
     j.e.relu = relu;
     j.fn = relvm_pgemm_panel_kernel();
-    j.ifn = s->ow % width == 0 ? ifn : NULL;
+    j.ifn = reads_in_place(s, width) ? ifn : NULL;
     j.width = width;
     j.padded = padded_geometry(s);
     j.panels = (plane + PG_PANEL - 1) / PG_PANEL;
     j.k = s->c / s->groups * s->kh * s->kw;
     /* Chunks where the panels are read in place: a packed panel is packed into cache for all
-     * the channels at once (packing each panel ahead for the chunks to share ran slower). */
+     * the channels at once (a chunk each, it ran 1.3x slower; packing every panel ahead for the
+     * chunks to share ran slower too). */
     j.chunk_rows = j.ifn ? conv_chunk_rows(s->oc / s->groups, j.k) : s->oc / s->groups;
     j.chunk_rows = relvm_max64(1, j.chunk_rows);
     j.chunks = (s->oc / s->groups + j.chunk_rows - 1) / j.chunk_rows;
@@ -284,8 +300,14 @@ struct conv_pgemm conv_job(const struct relvm_conv2d_shape *s, const float *x,
 
 /* Floats of scratch a thread needs for one panel of j: packing space and, when the panel goes
  * onward, a staging tile. Multiples of 16, so what follows stays 64-byte aligned. */
+/* Floats for packing a panel (16 past it: pack_panel's overrun), where any is packed: every
+ * panel not read in place, or a pointwise conv's last, partial one. */
+static int64_t packing_scratch(const struct conv_pgemm *j) {
+    return !j->ifn || j->s->ow % j->width != 0 ? j->k * PG_PANEL + 16 : 0;
+}
+
 int64_t panel_scratch(const struct conv_pgemm *j) {
-    const int64_t packing = j->ifn ? 0 : j->k * PG_PANEL;
+    const int64_t packing = packing_scratch(j);
     const int64_t staging = j->next ? j->s->oc / j->s->groups * PG_PANEL : 0;
     return packing + staging;
 }
@@ -362,7 +384,10 @@ void conv_panel_rows(const struct conv_pgemm *j, int64_t image, int64_t q, int64
     const int64_t ocg = s->oc / s->groups, plane = s->oh * s->ow;
     const int64_t g = image % s->groups, n = image / s->groups;
     const int64_t p0 = q * PG_PANEL, npix = relvm_min64(PG_PANEL, plane - p0);
-    float *packed = scratch, *stage = scratch + (j->ifn ? 0 : j->k * PG_PANEL);
+    float *packed = scratch, *stage = scratch + packing_scratch(j);
+    /* In place: the panel's pixels are whole vectors along output rows, or (a pointwise conv,
+     * its output rows ragged) along the image, the panel whole. */
+    const int in_place = j->ifn && (npix == PG_PANEL || s->ow % j->width == 0);
     float *yg = j->y + (n * s->oc + g * ocg) * plane + p0;
     int64_t ldc = plane;
     struct pg_epilogue e = j->e; /* the group's rows: bias and sums from its first row */
@@ -375,9 +400,9 @@ void conv_panel_rows(const struct conv_pgemm *j, int64_t image, int64_t q, int64
         ldc = PG_PANEL;
     }
     struct pixel_runs runs;
-    if (!j->ifn || onward) panel_runs(s, p0, npix, &runs);
+    if (!in_place || onward) panel_runs(s, p0, npix, &runs);
     const float *bases[PG_PANEL];
-    if (j->ifn) { /* whole vectors along output rows: read the padded image in place */
+    if (in_place) {
         const int64_t oy0 = p0 / s->ow, ox0 = p0 - oy0 * s->ow; /* one division a panel */
         for (int64_t v = 0; v * j->width < PG_PANEL; ++v) {
             int64_t oy = oy0, ox = ox0 + relvm_min64(v * j->width, npix - j->width);
@@ -388,13 +413,15 @@ void conv_panel_rows(const struct conv_pgemm *j, int64_t image, int64_t q, int64
         int64_t run_base[PG_PANEL];
         for (int64_t r = 0; r < runs.count; ++r)
             run_base[r] = runs.oy[r] * s->sh * j->padded.rs + runs.ox[r];
-        pack_panel(in, j->k, j->off, run_base, &runs, packed);
+        /* `in` holds the group's channels, padded (or a pointwise conv's input as it is). */
+        pack_panel(in, in + s->c / s->groups * j->padded.plane, j->k, j->off, run_base, &runs,
+                   packed);
     }
     for (int64_t c = c0; c < c1; ++c) {
         const int64_t r0 = c * j->chunk_rows, rows = relvm_min64(j->chunk_rows, ocg - r0);
         float *yc = yg ? yg + r0 * ldc : NULL;
         if (sums) memset(sums + r0, 0, (size_t)rows * sizeof(float));
-        if (j->ifn)
+        if (in_place)
             j->ifn(rows, j->k, j->wpacked + (g * ocg + r0) * j->k, 0, bases, j->off, yc, ldc,
                    npix, &e, r0, 0);
         else
@@ -558,7 +585,7 @@ static void conv_transposed_tasks(void *ctx, int64_t begin, int64_t end) {
         }
         const int64_t col0 = q * PG_PANEL, cols = relvm_min64(PG_PANEL, ocg - col0);
         const struct pg_epilogue e = {NULL, tj->bias ? tj->bias + g * ocg : NULL, j->e.relu,
-                                      NULL};
+                                      NULL, j->k * PG_PANEL};
         j->fn(plane, j->k, u, j->k, tj->panels + g * panels_size(s) + q * j->k * PG_PANEL, c,
               PG_PANEL, cols, &e, 0, col0);
         const int64_t ch0 = n * s->oc + g * ocg + col0; /* y's first plane (or mean) here */
@@ -692,7 +719,7 @@ RELVM_EXPORT int relvm_conv2d_weights_form(const struct relvm_conv2d_shape *s) {
     if (is_transposed(s)) return 2;
     int width;
     relvm_pgemm_ipanel_kernel(&width);
-    return s->ow % width == 0 ? 1 : 0;
+    return reads_in_place(s, width) ? 1 : 0;
 }
 
 RELVM_EXPORT int64_t relvm_conv2d_packed_size(const struct relvm_conv2d_shape *s) {

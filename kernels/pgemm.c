@@ -177,7 +177,8 @@ RELVM_EXPORT int relvm_pgemm(int64_t m, int64_t n, int64_t k, const void *a, int
     if (m < 0 || n < 0 || k < 0 || lda < 0 || ldc < 0) return RELVM_UNSUPPORTED;
     if (m == 0 || n == 0) return RELVM_OK;
     struct pg_job j = {relvm_pgemm_panel_kernel(), m, n, k, lda, ldc, 1, m, a, packed, c,
-                       {bias_per_row ? bias : NULL, bias_per_row ? NULL : bias, relu, NULL},
+                       {bias_per_row ? bias : NULL, bias_per_row ? NULL : bias, relu, NULL,
+                        k * PG_PANEL},
                        post, post_ctx};
     /* Panels are the natural tasks (each streams its slice of B once); with fewer panels than
      * two per thread, rows are split too, in chunks of at least one tile of the chosen kernel
@@ -233,7 +234,7 @@ static void pgb_tasks(void *ctx, int64_t begin, int64_t end) {
         return;
     }
     float *at = panel + k * PG_PANEL; /* 64-byte aligned: k * 128 bytes in */
-    const struct pg_epilogue none = {NULL, NULL, 0, NULL};
+    const struct pg_epilogue none = {NULL, NULL, 0, NULL, 0};
     int64_t packed_item = -1, packed_q = -1;
     for (int64_t t = begin; t < end; ++t) {
         const int64_t item = t / per_item, rest = t % per_item;

@@ -19,6 +19,9 @@ struct pg_epilogue {
      * columns is added to row_sums[row] (indexed by absolute row), for a mean taken over a
      * conv's output pixels. */
     float *row_sums;
+    /* Floats from the packed panel to the next one (panels of constant weights lie one after
+     * another), whose rows the inner kernel prefetches while this one computes; 0: none. */
+    int64_t next_panel;
 };
 
 /* C rows [0, m) x `cols` (<= PG_PANEL) columns = epilogue(A x panel), where the panel is k x

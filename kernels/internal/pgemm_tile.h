@@ -66,10 +66,10 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
 #pragma GCC unroll 16
     for (int r = 0; r < rows; ++r) acc[r][0] = acc[r][1] = (vec){0};
     const float *b = panel + col;
-    /* The same row of the next panel (panels of packed weights lie one after another): it is
-     * fetched while this one computes, so weights that come from memory on every call (a
-     * model larger than the caches) stream behind the arithmetic instead of before it. */
-    const int64_t next = k * PG_PANEL;
+    /* The same row of the next panel (e->next_panel floats on): it is fetched while this one
+     * computes, so weights that come from memory on every call (a model larger than the
+     * caches) stream behind the arithmetic instead of before it. */
+    const int64_t next = indirect ? 0 : e->next_panel;
     int64_t p = 0;
     if (rows <= 2) {
         /* One or two rows (batch-1 dense layers) give only 2 or 4 chains of dependent FMAs,
@@ -79,7 +79,7 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
         for (int u = 0; u < 3; ++u)
             for (int r = 0; r < rows; ++r) part[u][r][0] = part[u][r][1] = (vec){0};
         for (; p + 4 <= k; p += 4, b += 4 * PG_PANEL) {
-            if (!indirect) {
+            if (next) {
 #pragma GCC unroll 8
                 for (int l = 0; l < 8; ++l) __builtin_prefetch(b + next + l * 16);
             }
@@ -105,7 +105,7 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
         }
     }
     for (; p < k; ++p, b += PG_PANEL) {
-        if (!indirect) {
+        if (next) {
             __builtin_prefetch(b + next);
             __builtin_prefetch(b + next + 16);
         }

@@ -88,6 +88,7 @@ CONV = """def @main(%x: Tensor[(n, {c}, {h}, {w}), float32], %wt: Tensor[({oc}, 
     (8, 16, 16, 16, 3, 1, 1, 1),     # rows of whole vectors: the padded image read in place
     (8, 16, 7, 9, 3, 1, 1, 1),       # ragged rows: packed 32-pixel panels
     (16, 32, 10, 10, 1, 1, 0, 1),    # pointwise: the input read as it is
+    (8, 20, 10, 13, 1, 1, 0, 1),     # pointwise, ragged rows: in place, the last panel packed
     (8, 8, 12, 12, 3, 2, 1, 2),      # grouped, strided
     (12, 12, 9, 11, 3, 1, 1, 12),    # depthwise: each plane finished in cache
     (6, 12, 8, 8, 5, 2, 2, 6),       # depthwise with a channel multiplier, 5x5

@@ -103,6 +103,8 @@ CONVS = [
     ((1, 4, 5, 5), (4, 1, 2, 2), {"groups": 4}),
     ((2, 3, 7, 9), (6, 1, 2, 3), {"groups": 3, "strides": [3, 3], "padding": [1, 0]}),
     ((3, 16, 7, 7), (32, 16, 1, 1), {}),  # pointwise: read in place, no padded copy
+    # Pointwise over ragged rows: whole panels read in place across rows, the last one packed.
+    ((2, 8, 10, 13), (20, 8, 1, 1), {}),
     ((2, 16, 7, 7), (32, 8, 1, 1), {"groups": 2}),
     ((1, 3, 5, 5), (2, 3, 1, 1), {"padding": [1, 1]}),  # 1x1 with padding: not pointwise
     ((1, 3, 5, 5), (2, 3, 5, 5), {}),  # one output pixel
@@ -192,6 +194,7 @@ def test_conv2d_transpose(check, rand, data, weight, attrs):
     ((1, 1, 1, 576), (258, 1, 1, 256), {"strides": [1, 128]}, 2),  # one channel, 256 taps
     ((1, 2048, 7, 7), (512, 2048, 1, 1), {}, 2),                   # pointwise, 7 x 7
     ((1, 64, 56, 56), (64, 64, 3, 3), {"padding": [1, 1]}, 0),      # ragged rows: packed panels
+    ((1, 24, 56, 56), (144, 24, 1, 1), {}, 1),                       # pointwise: in place
     ((1, 256, 14, 14), (256, 256, 3, 3), {"padding": [1, 1]}, 0),   # a gather would cost more
     ((1, 8, 3, 3), (8, 1, 3, 3), {"groups": 8, "padding": [1, 1]}, 0),  # depthwise loop
 ])
