@@ -123,6 +123,9 @@ CASES = [
     ("b_wide_padding", (2, 5, 7), Conv(4, 3, 1, 1), Conv(3, 3, 1, (1, 34, 1, 34))),
     # b's first and last rows read only padding: a band of them needs no rows of a
     ("b_tall_padding", (2, 5, 7), Conv(4, 3, 1, 1), Conv(3, 3, 1, (9, 1, 9, 1))),
+    # Planes small enough for the transposed form (conv_gemm.c): the pair runs as two convs.
+    ("small_planes_transposed", (16, 4, 5), Conv(32, 3, 1, 1), Conv(64, 3, 2, 1)),
+    ("b_pointwise_7x7_transposed", (8, 7, 7), Conv(16, 3, 1, 1), Conv(80, 1)),
 ]
 CASE_IDS = [c[0] for c in CASES]
 
@@ -227,7 +230,8 @@ def test_pair_matches_two_conv_calls(restore_threads, case, nthreads, n):
 
 FLOAT64_CASES = [c for c in CASES if c[0] in (
     "convnet_w32", "ragged_w11_b_stride3_pad2", "a_5x5_stride2_w20_b_pointwise",
-    "both_groups2_w20_b_stride3", "asymmetric", "ragged_w13_b_dilation2")]
+    "both_groups2_w20_b_stride3", "asymmetric", "ragged_w13_b_dilation2",
+    "small_planes_transposed", "b_pointwise_7x7_transposed")]
 
 
 @pytest.mark.parametrize("mean", [False, True], ids=["full", "mean"])
