@@ -211,7 +211,15 @@ def axis_taps(attrs, axis: int, n_in: int, n_out: int):
         weights = np.where((index < 0) | (index >= n_in), 0.0, weights)
         total = weights.sum(axis=1, keepdims=True)
         weights = weights / np.where(total == 0, 1.0, total)
-    return np.clip(index, 0, max(n_in - 1, 0)), weights, outside
+    index = np.clip(index, 0, max(n_in - 1, 0))
+    if attrs.method == "nearest_neighbor":
+        # One tap, the selected input: the neighbour weighted 0 takes no part (0 * inf would
+        # make NaN), as ONNX's Resize selects; the C kernel then gathers.
+        pick = weights.argmax(axis=1)
+        rows = np.arange(n_out)
+        if np.all(weights[rows, pick] == 1.0) and np.all(weights.sum(axis=1) == 1.0):
+            return index[rows, pick][:, None], np.ones((n_out, 1)), outside
+    return index, weights, outside
 
 
 def _identity_axis(attrs, k: int, n_in: int, n_out: int) -> bool:

@@ -2,6 +2,8 @@
 
 import itertools
 
+import numpy as np
+
 import pytest
 
 from relvm.ops.image import METHODS, MODES, ROUNDING
@@ -46,3 +48,34 @@ def test_resize2d_identity_and_empty(check, rand):
     check("image.resize2d", {"size": [4, 6]}, [rand((1, 2, 4, 6))])
     check("image.resize2d", {"size": [0, 3]}, [rand((1, 2, 4, 6))])
     check("image.resize2d", {"size": [2, 3], "extrapolation_value": 2.5}, [rand((1, 2, 0, 6))])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int8", "uint8", "int64"])
+@pytest.mark.parametrize("size", [{"scale": [2.0, 2.0]}, {"size": [3, 11]}, {"size": [4, 6]}],
+                         ids=str)
+def test_resize2d_nearest_selects_every_dtype_exactly(check, rand, dtype, size):
+    """Nearest resampling only selects: a gather for dtypes float64 holds exactly (int64 still
+    goes through the float64 passes, as the reference), equal element for element."""
+    x = rand((2, 3, 4, 6), dtype, -100, 120)
+    check("image.resize2d", dict(size, method="nearest_neighbor"), [x], rtol=0, atol=0)
+
+
+def test_resize2d_nearest_with_extrapolation_fills(check, rand):
+    """tf_crop_and_resize's positions outside the image take the fill: not a pure gather."""
+    check("image.resize2d", {"size": [5, 7], "method": "nearest_neighbor",
+                             "coordinate_transformation_mode": "tf_crop_and_resize",
+                             "roi": [-0.5, -0.2, 1.3, 1.5], "extrapolation_value": -7.0},
+          [rand((1, 2, 4, 6))], rtol=0, atol=0)
+
+
+def test_resize2d_nearest_ignores_the_neighbour_it_does_not_select(check):
+    """An infinite input next to the selected one leaves the output alone (0 * inf is NaN in a
+    weighted sum): nearest selects, as ONNX's Resize does."""
+    x = np.float32([[[[1.0, np.inf, 3.0, -np.inf], [np.nan, 2.0, 5.0, 6.0]]]])
+    check("image.resize2d", {"scale": [2.0, 2.0], "method": "nearest_neighbor"}, [x],
+          rtol=0, atol=0)
+    from relvm.ops import OPS
+
+    ref = OPS["image.resize2d"]
+    got = ref.reference(ref.make_attrs({"scale": [2.0, 2.0], "method": "nearest_neighbor"}), x)
+    assert np.isfinite(got[0, 0, :2, 0]).all() and np.isnan(got[0, 0, 2:, 0]).all()
