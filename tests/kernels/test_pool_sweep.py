@@ -89,6 +89,18 @@ TINY = [
     ((1, 1, 2, 7), {"pool_size": [3, 3], "strides": [1, 4], "padding": [1, 2]}),  # sw 4
     ((1, 1, 8, 8), {"pool_size": [8, 8]}),  # 1x1 output, windows over POOL_TAPS taps
     ((1, 1, 9, 30), {"pool_size": [9, 11], "padding": [4, 5]}),
+    ((1, 1, 4, 9), {"pool_size": [2, 3], "strides": [7, 8], "padding": [1, 2, 3, 4],
+                    "ceil_mode": True}),  # strides past the image
+    ((1, 1, 5, 5), {"pool_size": [3, 3], "dilation": [4, 4], "padding": [4, 4]}),
+    ((1, 1, 3, 4), {"pool_size": [41, 43], "strides": [20, 21], "padding": [20, 21]}),
+    ((1, 1, 6, 6), {"pool_size": [2, 2], "strides": [99999999, 99999999]}),
+    # Taps reaching the input for some output column, with a gap between them no window
+    # bridges: the direct loop.
+    ((1, 2, 3, 2), {"pool_size": [2, 12], "strides": [1, 10], "padding": [0, 10]}),
+    ((1, 1, 4, 3), {"pool_size": [3, 20], "strides": [2, 9], "padding": [1, 18, 1, 19],
+                    "ceil_mode": True}),
+    ((1, 1, 4, 3), {"pool_size": [3, 20], "strides": [2, 9], "dilation": [1, 2],
+                    "padding": [1, 18, 1, 19], "ceil_mode": True}),  # separable again
 ]
 
 
@@ -121,6 +133,32 @@ def test_window_over_padding_only(check):
     for include_pad in (False, True):
         got = check("nn.avg_pool2d", dict(attrs, count_include_pad=include_pad), [x])[0]
         assert got[0, 0, 0, 0] == 0
+
+
+def test_windows_and_strides_far_larger_than_the_image(c_kernel):
+    """Taps that read padding for every window are left out, and only the input columns some
+    tap reads are kept: windows, strides and padding of 10^8 cost no more than the image (the
+    bordered row once spanned the padded width: seconds and gigabytes). The reference would
+    pad the input to 10^8 columns, so the expected values are worked out here."""
+    x = (np.arange(12, dtype=np.float32) - 5).reshape(1, 1, 3, 4)
+    big = 100_000_000
+    attrs = {"pool_size": [2 * big + 1] * 2, "strides": [big, big], "padding": [big, big]}
+    y = np.full((1, 1, 1, 1), np.nan, np.float32)
+    c_kernel("nn.max_pool2d", attrs, ["float32"], ["float32"])(x, y)
+    assert y[0, 0, 0, 0] == 6
+    c_kernel("nn.avg_pool2d", attrs, ["float32"], ["float32"])(x, y)
+    assert y[0, 0, 0, 0] == np.float32(0.5)
+    c_kernel("nn.avg_pool2d", dict(attrs, count_include_pad=True), ["float32"],
+             ["float32"])(x, y)
+    assert y[0, 0, 0, 0] == np.float32(6 / (2 * big + 1) ** 2)
+    # Two windows a row, 10^8 columns apart, each over all of the input's columns: the taps
+    # that reach the input span 10^8 (the direct loop).
+    attrs = {"pool_size": [1, big + 4], "strides": [1, big], "padding": [0, big]}
+    y = np.full((1, 1, 3, 2), np.nan, np.float32)
+    c_kernel("nn.max_pool2d", attrs, ["float32"], ["float32"])(x, y)
+    np.testing.assert_array_equal(y, np.repeat(x.max(axis=3, keepdims=True), 2, axis=3))
+    c_kernel("nn.avg_pool2d", attrs, ["float32"], ["float32"])(x, y)
+    np.testing.assert_array_equal(y, np.repeat(x.mean(axis=3, keepdims=True), 2, axis=3))
 
 
 @pytest.fixture
