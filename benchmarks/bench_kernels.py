@@ -9,6 +9,8 @@ Run: ``python benchmarks/bench_kernels.py [--threads K] [--quick]``. Prints medi
   gives it) against ``cblas_sgemm`` called directly (ctypes) on OpenBLAS.
 * conv2d: GFLOP/s against the sgemm of the equivalent GEMM (M = out channels, N = output
   pixels, K = in channels / groups x kernel area, per image and group), and against ORT's Conv.
+* pools: microseconds of max/avg pools of CNNs (ResNet's stem pool, YOLO's SPPF, an Inception
+  average) against ORT's MaxPool/AveragePool, the two taking turns.
 
 Benchmarks on a shared machine are noisy: run it on an idle one, each peer alone.
 """
@@ -23,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import median_us, optional  # noqa: E402
+from common import interleaved_us, median_us, optional  # noqa: E402
 
 from relvm.backends import c, native, numpy_ref  # noqa: E402
 from relvm.ops import OPS  # noqa: E402
@@ -183,6 +185,50 @@ def conv(threads_: int, cases) -> None:
         print(f"  {label:26s} {gf[0]:7.1f} | {gf[1]:7.1f} | {t_b / t_r:5.2f} | {gf[2]:7.1f}")
 
 
+# --- pooling ----------------------------------------------------------------------------------
+
+POOLS = [
+    ("resnet max 3x3/2 64x112x112", "nn.max_pool2d", (1, 64, 112, 112),
+     {"pool_size": [3, 3], "strides": [2, 2], "padding": [1, 1]}),
+    ("sppf max 5x5/1 128x20x20", "nn.max_pool2d", (1, 128, 20, 20),
+     {"pool_size": [5, 5], "padding": [2, 2]}),
+    ("sppf max 5x5/1 256x20x20", "nn.max_pool2d", (1, 256, 20, 20),
+     {"pool_size": [5, 5], "padding": [2, 2]}),
+    ("inception avg 3x3/1 192x28x28", "nn.avg_pool2d", (1, 192, 28, 28),
+     {"pool_size": [3, 3], "padding": [1, 1]}),
+]
+
+
+def ort_pool(op, x_shape, attrs, threads_):
+    def graph(h, tp):
+        pads = attrs.get("padding", [0, 0])
+        kw = {"kernel_shape": attrs["pool_size"], "strides": attrs.get("strides", [1, 1]),
+              "pads": [pads[0], pads[1], pads[0], pads[1]]}
+        if op == "nn.avg_pool2d":
+            kw["count_include_pad"] = int(attrs.get("count_include_pad", False))
+        node = h.make_node("MaxPool" if op == "nn.max_pool2d" else "AveragePool", ["x"], ["y"],
+                           **kw)
+        g = h.make_graph([node], "g", [h.make_tensor_value_info("x", tp.FLOAT, list(x_shape))],
+                         [h.make_tensor_value_info("y", tp.FLOAT, None)])
+        return h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=9)
+    return ort_session(graph, threads_)
+
+
+def pools(threads_: int) -> None:
+    print(f"pooling, us ({threads_} threads, taking turns): relvm | ORT")
+    for label, op, xs, attrs in POOLS:
+        x = np.random.randn(*xs).astype(np.float32)
+        want = OPS[op].reference(OPS[op].make_attrs(attrs), x)
+        y = np.empty(want.shape, np.float32)
+        kernel = c.make_kernel(entry(op, ["float32"], ["float32"], attrs))
+        fns = {"relvm": lambda: kernel(x, y)}
+        sess = ort_pool(op, xs, attrs, threads_)
+        if sess:
+            fns["ort"] = lambda: sess.run(None, {"x": x})
+        t = interleaved_us(fns)
+        print(f"  {label:30s} {t['relvm']:8.1f} | {t.get('ort', float('nan')):8.1f}")
+
+
 # --- large elementwise ------------------------------------------------------------------------
 
 def elementwise(threads_: int) -> None:
@@ -211,6 +257,7 @@ def main() -> None:
     shapes = [(1024, 1024, 1024), (256, 768, 768), (128, 3072, 768), (1, 4096, 4096)]
     dense(shapes[:2] if args.quick else shapes, args.threads)
     conv(args.threads, CONVS[:3] if args.quick else CONVS)
+    pools(args.threads)
     elementwise(args.threads)
 
 

@@ -37,13 +37,14 @@ def _make_pool(entry, c_name: str):
     attrs, dt = attrs_of(entry), CODE[entry.inputs[0]]
     include_pad = bool(attrs.get("count_include_pad", False))
     pool, ptr, plans = getattr(lib, c_name), ffi.from_buffer, {}
+    name = entry.name
 
     def run(x, out):
         key = (x.shape, out.shape)
         plan = plans.get(key)
         if plan is None:
             plan = remember(plans, key, _pool_plan(ffi, attrs, *key, include_pad))
-        pool(dt, plan, ptr(x), ptr(out))
+        check(pool(dt, plan, ptr(x), ptr(out)), name)
     return run
 
 
