@@ -187,7 +187,7 @@ def optimize(module: Module, bound: dict[int, np.ndarray], fuse: bool) -> Module
 
     with stage(f"bind {len(bound)} params"):
         module = infer_module(bind_params(module, bound))
-    with stage("simplify, fold batch norms and constants"):
+    with stage("fold constants and batch norms, simplify"):
         module = infer_module(fold.fold_constants(fold.fold_batch_norm(module)))
         # After folding, so that weights made by folding (a transposed constant) count too.
         module = infer_module(fold.simplify(module))
