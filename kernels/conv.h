@@ -27,8 +27,9 @@ int relvm_conv2d(int dtype, const struct relvm_conv2d_shape *s, const void *x, c
 
 /* How s's conv reads its weights: 0 as they are (pass NULL for wpacked), 1 packed by row
  * blocks of the GEMM's tile (output planes of whole vectors), 2 packed as a dense layer's
- * panels (small output planes: the GEMM then runs transposed, pixels x channels). Weights
- * packed for one form serve every conv of the same weights and form. */
+ * panels (small output planes: the GEMM then runs transposed, pixels x channels; read in place
+ * only from a 64-byte boundary, else copied by each call). Weights packed for one form serve
+ * every conv of the same weights and form. */
 int relvm_conv2d_weights_form(const struct relvm_conv2d_shape *s);
 
 /* Floats relvm_conv2d_pack_weights writes for s: the weights laid out as the GEMM path reads

@@ -6,6 +6,7 @@
  * summed instead of stored). The job and its steps are also what conv_pair.c drives. Depthwise
  * convs go to conv_depthwise.c. */
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "relvm_config.h"
@@ -614,7 +615,9 @@ static int conv_transposed(const struct relvm_conv2d_shape *s, const float *x, c
     j->post = post;
     j->post_ctx = post_ctx;
     float *owned = NULL;
-    if (!wpanels) {
+    /* The GEMM loads whole aligned vectors of a panel: weights packed elsewhere than on a
+     * 64-byte boundary (the VM's packings are) are packed again here. */
+    if (!wpanels || (uintptr_t)wpanels % 64 != 0) {
         /* 64-byte aligned: the GEMM loads whole vectors of a packed panel. */
         const size_t bytes = (size_t)relvm_max64(1, s->groups * panels_size(s)) * sizeof(float);
         owned = aligned_alloc(64, (bytes + 63) / 64 * 64);

@@ -210,3 +210,29 @@ def test_the_conv_form_follows_the_plane(data, weight, attrs, form):
     out = OPS["nn.conv2d"].reference(full, np.zeros(data, np.float32),
                                      np.zeros(weight, np.float32)).shape
     assert lib.relvm_conv2d_weights_form(_conv_plan(ffi, full, data, weight, out)) == form
+
+
+def test_transposed_form_weights_packed_off_a_64_byte_boundary(rand):
+    """Weights packed for the transposed form (dense panels, read as aligned vectors) at an
+    address that is not 64-byte aligned are copied by the call, not read in place (that
+    faulted): the same numbers either way."""
+    from relvm.backends.ckernels.common import library
+    from relvm.backends.ckernels.linalg import _conv_plan
+    from relvm.ops import OPS
+
+    ffi, lib = library()
+    x, w = rand((2, 129, 1, 3)), rand((40, 129, 1, 3))
+    full = OPS["nn.conv2d"].make_attrs({"padding": [0, 1]})
+    want = OPS["nn.conv2d"].reference(full, x, w)
+    plan = _conv_plan(ffi, full, x.shape, w.shape, want.shape)
+    assert lib.relvm_conv2d_weights_form(plan) == 2
+    size = lib.relvm_conv2d_packed_size(plan)
+    buf = np.empty(size + 32, np.float32)
+    start = (-buf.ctypes.data % 64) // 4 + 1  # one float past a 64-byte boundary
+    packed = buf[start:start + size]
+    lib.relvm_conv2d_pack_weights(plan, ffi.from_buffer(w), ffi.from_buffer(packed))
+    y = np.empty(want.shape, np.float32)
+    null = ffi.NULL
+    assert lib.relvm_conv2d(0, plan, ffi.from_buffer(x), ffi.from_buffer(w), ffi.from_buffer(y),
+                            null, 0, ffi.from_buffer(packed), null, null) == 0
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
