@@ -448,7 +448,24 @@ def broadcast(a: Dim | Sym, b: Dim | Sym) -> Dim:
         return a  # b must be 1 or a at run time; a is the answer either way
     if isinstance(b, int):
         return b
+    if _capped(b, a):
+        return a
+    if _capped(a, b):
+        return b
     return _atom_dim(BroadcastAtom(*sorted((a, b), key=dim_key)))
+
+
+def _capped(x: Dim, y: Dim) -> bool:
+    """True if ``x`` is ``min(y, k)`` for a number ``k >= 1`` (a slice of a table of ``k``
+    positions up to a length ``y``). Broadcasting ``y`` against it gives ``y`` whenever the
+    two broadcast at all: ``x`` is 1 (the result is ``y``), or ``y`` is 1 (so is ``x``), or
+    they are equal."""
+    t = _single_term(x)
+    if t is None or t[1] != 1 or len(t[0]) != 1 or not isinstance(t[0][0], MinAtom):
+        return False
+    p, q = t[0][0].children()
+    return any(isinstance(k, int) and k >= 1 and prove_equal(other, y)
+               for k, other in ((p, q), (q, p)))
 
 
 # --- queries ------------------------------------------------------------------------------------
@@ -531,6 +548,8 @@ def _atom_nonnegative(a: Atom) -> bool:
     if isinstance(a, (FloorDivAtom, ModAtom)):
         return prove_nonnegative(x) and isinstance(y, int) and y > 0 or (
             prove_nonnegative(x) and prove_nonnegative(y))
+    if isinstance(a, MaxAtom):  # max(x, y) >= x and >= y
+        return prove_nonnegative(x) or prove_nonnegative(y)
     return prove_nonnegative(x) and prove_nonnegative(y)
 
 
