@@ -347,7 +347,7 @@ class FunctionLowering:
         need = "equal" if kind == "equal" else "broadcast against"
         left = describe(a, "{a}")
         right = describe(b, "{b}")
-        value = "" if right.endswith("= {b}") or isinstance(b, int) else " = {b}"
+        value = "" if "{b}" in right or isinstance(b, int) else " = {b}"
         return f"{left} is {{a}}, but {what} needs it to {need} {right}{value}"
 
     def func_description(self) -> str:
@@ -520,9 +520,16 @@ class FunctionLowering:
         return regs, types, tuple(groups)
 
     def lower_op(self, call: Call, op: Op) -> int:
+        out_type = call.checked_type
+        if op.name in RESHAPE_OPS:
+            src = self.lower(call.args[0])
+            if self.knows(out_type):
+                # The result's dims follow from symbols the frame knows: only the data is read
+                # (a dyn.reshape's newshape, a reshape_like's shape_like are not computed).
+                self.check_assumed(call, f"{_op_description(op)}{_at(call)}")
+                return self.reshape(src, out_type)
         in_regs, in_types, groups = self.flat_args(call)
         self.check_assumed(call, f"{_op_description(op)}{_at(call)}")
-        out_type = call.checked_type
         if op.data_dependent:
             self.compute_data_dims(call, op, in_regs)
         if op.name in RESHAPE_OPS:
@@ -540,6 +547,11 @@ class FunctionLowering:
         if isinstance(out_type, TupleType):
             return self.pack(out_type, iter(out_regs))
         return out_regs[0]
+
+    def knows(self, t: Type) -> bool:
+        """True if every dim of ``t`` is over symbols the frame has computed."""
+        return all(all(self.dims.knows(s) for s in D.free_symbols(d))
+                   for tt in tensor_types(t) for d in tt.shape)
 
     def pack(self, t: Type, regs) -> int:
         if not isinstance(t, TupleType):
@@ -572,10 +584,15 @@ class FunctionLowering:
             self.emit("ComputeDims", self.program.dim_program(statements), ())
 
     def compute_data_dims(self, call: Call, op: Op, in_regs: list[int]) -> None:
-        """Before allocating a data-dependent op's output, compute its fresh dims from values."""
+        """Before allocating a data-dependent op's output, compute its fresh dims from values.
+
+        Dims over symbols the frame knows (type inference found them from the inputs' symbolic
+        values: ``arange(0, n)`` is ``[n]``) are computed from the symbols, as any other dim.
+        """
         out = call.checked_type
         fresh = [d for t in tensor_types(out) for d in t.shape
-                 if not isinstance(d, int) and self.dims.slot_of(d) is None]
+                 if not isinstance(d, int) and self.dims.slot_of(d) is None
+                 and not all(self.dims.knows(s) for s in D.free_symbols(d))]
         if not fresh:
             return
         if op.name == "dyn.topk":

@@ -8,7 +8,11 @@ after the prologue; its AllocStorage is marked reusable, so the VM keeps the buf
 invokes and only grows it. With ``upper_bounds`` every slot size is evaluated at the bounds and
 all slots are packed into one arena: a single allocation for the VM's whole life.
 
-Everything else (results, tensors in tuples or closures or passed to calls) gets a fresh buffer.
+Everything else (results, tensors in tuples or closures or passed to calls) gets a fresh buffer,
+and so does, in a straight-line function, a tensor a kernel computes from constants and shapes
+alone (``replay.per_shape_kernels``: position ids, a mask made from the sequence length): a
+replay keeps it from the call it is made from instead of computing it again, which a buffer
+shared with other tensors would not allow.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from ..ir.types import TensorType, TupleType, Type
 from ..runtime.bytecode import local_uses, make, operands, reads, shared, spec_of
 from ..runtime.executable import OutputSig, VMFunction
 from ..runtime.bytecode.dimprog import reads_values
+from ..runtime.vm import replay
 from .lower import ALIGN, Lowered, Program, _tuple_leaves
 
 @dataclass
@@ -43,8 +48,12 @@ def plan_and_assemble(lo: Lowered, program: Program, upper_bounds: dict[str, int
         for r in reads(ins):
             uses.setdefault(r, []).append(pc)
 
+    per_shape: set[int] = set()
+    if replay.straight_line(body, program.dim_programs):
+        per_shape = {r for pc in replay.per_shape_kernels(body) for r in body[pc].outputs}
     pooled = [t for t in (_Tensor(pc, body[pc].dst, size) for pc, size in lo.allocs.items())
-              if D.free_symbols(t.size) <= entry_symbols and _stays_local(t, body, uses, lo)]
+              if D.free_symbols(t.size) <= entry_symbols and t.reg not in per_shape
+              and _stays_local(t, body, uses, lo)]
     slots = _assign_slots(pooled)
 
     # Setup: compute slot sizes and result dims from the entry symbols, then allocate storage.

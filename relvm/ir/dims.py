@@ -407,25 +407,38 @@ def mod(a: Dim | Sym, b: Dim | Sym) -> Dim:
 
 
 def dim_max(a: Dim | Sym, b: Dim | Sym) -> Dim:
-    a, b = _coerce(a), _coerce(b)
-    if isinstance(a, int) and isinstance(b, int):
-        return max(a, b)
-    if prove_nonnegative(a - b):
-        return a
-    if prove_nonnegative(b - a):
-        return b
-    return _atom_dim(MaxAtom(*sorted((a, b), key=dim_key)))
+    return _extreme(MaxAtom, _coerce(a), _coerce(b))
 
 
 def dim_min(a: Dim | Sym, b: Dim | Sym) -> Dim:
-    a, b = _coerce(a), _coerce(b)
+    return _extreme(MinAtom, _coerce(a), _coerce(b))
+
+
+def _extreme(kind: type, a: Dim, b: Dim) -> Dim:
+    """max (``MaxAtom``) or min of ``a`` and ``b``: nested ones are flattened and an operand
+    that another provably bounds is dropped, so ``max(max(x, y), x)`` is ``max(x, y)`` (memory
+    planning takes the max of every size a buffer holds)."""
     if isinstance(a, int) and isinstance(b, int):
-        return min(a, b)
-    if prove_nonnegative(b - a):
-        return a
-    if prove_nonnegative(a - b):
-        return b
-    return _atom_dim(MinAtom(*sorted((a, b), key=dim_key)))
+        return max(a, b) if kind is MaxAtom else min(a, b)
+    sign = 1 if kind is MaxAtom else -1
+    kept: list[Dim] = []
+    for x in _operands(kind, a) + _operands(kind, b):
+        if any(prove_nonnegative(sign * (y - x)) for y in kept):
+            continue  # y is at least as extreme as x, for every value
+        kept = [y for y in kept if not prove_nonnegative(sign * (x - y))] + [x]
+    kept.sort(key=dim_key)
+    out = kept[0]
+    for x in kept[1:]:
+        out = _atom_dim(kind(*sorted((out, x), key=dim_key)))
+    return out
+
+
+def _operands(kind: type, x: Dim) -> list[Dim]:
+    """The operands of a max (min) ``x``, nested ones flattened; ``[x]`` for anything else."""
+    t = None if isinstance(x, int) else _single_term(x)
+    if t is None or t[1] != 1 or len(t[0]) != 1 or not isinstance(t[0][0], kind):
+        return [x]
+    return [o for ch in t[0][0].children() for o in _operands(kind, ch)]
 
 
 def broadcast(a: Dim | Sym, b: Dim | Sym) -> Dim:
@@ -448,7 +461,24 @@ def broadcast(a: Dim | Sym, b: Dim | Sym) -> Dim:
         return a  # b must be 1 or a at run time; a is the answer either way
     if isinstance(b, int):
         return b
+    if _capped(b, a):
+        return a
+    if _capped(a, b):
+        return b
     return _atom_dim(BroadcastAtom(*sorted((a, b), key=dim_key)))
+
+
+def _capped(x: Dim, y: Dim) -> bool:
+    """True if ``x`` is ``min(y, k)`` for a number ``k >= 1`` (a slice of a table of ``k``
+    positions up to a length ``y``). Broadcasting ``y`` against it gives ``y`` whenever the
+    two broadcast at all: ``x`` is 1 (the result is ``y``), or ``y`` is 1 (so is ``x``), or
+    they are equal."""
+    t = _single_term(x)
+    if t is None or t[1] != 1 or len(t[0]) != 1 or not isinstance(t[0][0], MinAtom):
+        return False
+    p, q = t[0][0].children()
+    return any(isinstance(k, int) and k >= 1 and prove_equal(other, y)
+               for k, other in ((p, q), (q, p)))
 
 
 # --- queries ------------------------------------------------------------------------------------
@@ -531,6 +561,8 @@ def _atom_nonnegative(a: Atom) -> bool:
     if isinstance(a, (FloorDivAtom, ModAtom)):
         return prove_nonnegative(x) and isinstance(y, int) and y > 0 or (
             prove_nonnegative(x) and prove_nonnegative(y))
+    if isinstance(a, MaxAtom):  # max(x, y) >= x and >= y
+        return prove_nonnegative(x) or prove_nonnegative(y)
     return prove_nonnegative(x) and prove_nonnegative(y)
 
 

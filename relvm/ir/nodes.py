@@ -5,7 +5,8 @@ format's ``%0 = ...`` graph bindings do). :func:`structural_equal` compares two 
 renaming of bound variables; ``Module.__eq__`` uses it, so ``parse(print(m)) == m``.
 
 Each node carries an optional ``span`` (line, column in the source text) and a ``checked_type``
-that type inference fills in once; neither takes part in equality.
+that type inference fills in once, with the ``shape_value`` of a small integer tensor computed
+from shapes (``relvm.ops.values``); none of them takes part in equality.
 """
 
 from __future__ import annotations
@@ -36,10 +37,18 @@ class Expr:
     #: What type inference assumed here without proof (``dims.Assumption``s: ``k`` equals
     #: ``16``, ``n`` broadcasts against ``4``); the compiler checks each at run time.
     assumed: tuple = ()
+    #: What type inference knows of the node's value when it is a small int64 or bool tensor
+    #: computed from shapes: a ``relvm.ops.values.Known`` (an object array of dims,
+    #: ``[batch, sequence, 384]``, and the assumptions it holds under); None when unknown.
+    shape_value: Any = None
 
     def with_type(self, t: Type) -> None:
         """Record the inferred type (type inference calls this once per node)."""
         object.__setattr__(self, "checked_type", t)
+
+    def with_value(self, v: Any) -> None:
+        """Record the symbolic value (type inference calls this once per node)."""
+        object.__setattr__(self, "shape_value", v)
 
     def with_assumed(self, found: list) -> None:
         """Record what inference assumed at this node (once per inference run)."""

@@ -4,6 +4,10 @@
   constant (ops with no inputs, like ``zeros``, too). A call whose reference raises is left for
   run time, which reports the error where the program runs; so is one whose result would be
   larger than both its inputs and ``MAX_GROWTH_BYTES``.
+- A call whose symbolic value (``ops/values.py``, found by type inference) is all numbers
+  becomes that constant, whatever its inputs: ``take(shape_of(x), 2)`` of an ``x`` of
+  ``[n, 12, 64]`` is 64, as a static build of it would fold. One whose value is an input's
+  (of the same type) is that input: ``maximum(n, 0)``, ``where(False, n + 512, n)``.
 - ``nn.batch_norm`` (inference) becomes a per-channel scale and shift; after an ``nn.conv2d``
   with constant weights used nowhere else, the scale is folded into the weights and the shift
   becomes an ``nn.bias_add``, so the conv's epilogue fusion absorbs it.
@@ -26,6 +30,7 @@ from .. import dtypes
 from ..ir.nodes import Call, Constant, Expr, Module, Tuple, TupleGetItem, post_order
 from ..ir.types import TensorType, tensor_types
 from ..ops.dynamic import arange_length
+from ..ops import values
 from ..ops.registry import OPS, Op
 from .rewrite import Rewriter, rewrite_module
 
@@ -37,6 +42,13 @@ MAX_GROWTH_BYTES = 2**24
 
 
 class _FoldConstants(Rewriter):
+    def visit_Call(self, call: Call) -> Expr:
+        known = _known_value(call)
+        if known is not None:
+            return known
+        same = _same_as_input(call)
+        return self(same) if same is not None else super().visit_Call(call)
+
     def rewrite_call(self, call: Call) -> Expr:
         if not isinstance(call.op, Op) or not all(isinstance(a, Constant) for a in call.args):
             return call
@@ -55,6 +67,26 @@ class _FoldConstants(Rewriter):
         if isinstance(g.tuple_value, Tuple):
             return g.tuple_value.fields[g.index]
         return g
+
+
+def _known_value(call: Call) -> Constant | None:
+    """The constant a call's symbolic value says it computes, if every entry is a number."""
+    k, t = call.shape_value, call.checked_type
+    if k is None or k.assumed or not isinstance(k.value, np.ndarray) \
+            or not isinstance(t, TensorType) or not values.is_static(k.value):
+        return None
+    return Constant(values.as_array(k.value, t.dtype), span=call.span)
+
+
+def _same_as_input(call: Call) -> Expr | None:
+    """The input whose value and type a call's are, if any (the call does nothing)."""
+    k = call.shape_value
+    if k is None or k.assumed or not isinstance(call.op, Op):
+        return None
+    for a in call.args:
+        if a.checked_type == call.checked_type and values.same(values.value_of(a), k.value):
+            return a
+    return None
 
 
 def result_bytes(call: Call) -> int | None:

@@ -12,6 +12,11 @@ Every expression of every function gets a ``checked_type``. The rules:
 - A call of a global function instantiates the callee's symbols from the argument dims, so a
   function over ``n`` can be called with ``m*2``. Recursive calls use the declared return type.
 - The two branches of ``if`` join dim by dim; dims that differ become a fresh ``?``.
+- A small int64 or bool tensor computed from shapes gets a ``shape_value`` (``ops/values.py``):
+  ``shape_of(x)`` holds ``x``'s dims, arithmetic and indexing on such values follow. An
+  ``arange`` or ``dyn.reshape`` whose shape inputs have values gets exact dims (``arange(0,
+  take(shape_of(x), 1), 1)`` is ``[n]`` for an ``x`` of ``[b, n]``), where it would otherwise
+  get fresh ``?``s -- except inside a closure, whose lowering knows only its own inputs' dims.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from ..ir.nodes import (Call, Constant, Expr, Function, GlobalVar, If, Let, Modu
 from ..ir.limits import type_problem
 from ..ir.types import FuncType, TensorType, TupleType, Type, map_type_dims, type_symbols
 from .. import dtypes
+from ..ops import values as V
 from ..ops.registry import Op, OpTypeError
 
 
@@ -195,6 +201,8 @@ class _FunctionChecker:
         self.func = func
         self.let_of: dict[int, Let] = {}
         self.params: set[int] = set()
+        #: ids of the nodes inside closures (values do not refine their types)
+        self.in_closure: set[int] = set()
 
     def error(self, message: str, node: Expr | None) -> RelvmTypeError:
         return self.mc.error(message, node)
@@ -211,9 +219,12 @@ class _FunctionChecker:
         for n in nodes:
             if isinstance(n, Let):
                 self.let_of[id(n.var)] = n
+            elif isinstance(n, Function) and n is not self.func:
+                self.in_closure.update(id(m) for m in post_order(n.body, into_functions=True))
         for n in nodes:
             with D.assumptions() as found:
                 n.with_type(self.type_of(n))
+            n.with_value(self.value_of(n))
             if isinstance(n, (Call, Let, Function)):
                 n.with_assumed(found)
         with D.assumptions() as found:
@@ -225,6 +236,19 @@ class _FunctionChecker:
     def type_of(self, node: Expr) -> Type:
         method = getattr(self, "visit_" + type(node).__name__)
         return method(node)
+
+    def value_of(self, node: Expr):
+        """The node's symbolic value (``ops/values.py``), once its type is known."""
+        if isinstance(node, Call) and isinstance(node.op, Op):
+            return V.infer(node.op, node.attrs, node.args, node.checked_type)
+        if isinstance(node, Var):
+            let = self.let_of.get(id(node))
+            return None if let is None else V.known(let.value)
+        if isinstance(node, Let):
+            return V.known(node.body)
+        if isinstance(node, (Constant, Tuple, TupleGetItem)):
+            return V.known(node)
+        return None
 
     def visit_Var(self, v: Var) -> Type:
         if id(v) in self.params:
@@ -306,6 +330,8 @@ class _FunctionChecker:
             raise self.error(f"{op.name}: {e}", call) from None
         except (ValueError, TypeError, ZeroDivisionError, IndexError, KeyError) as e:
             raise self.error(f"{op.name}: cannot infer the result type: {e}", call) from None
+        if op.data_dependent and id(call) not in self.in_closure:
+            result = V.refine(op, call.attrs, call.args, result)
         return self.within_limits(result, call, f"{op.name}: the result ")
 
     def visit_Let(self, let: Let) -> Type:

@@ -70,6 +70,10 @@ def test_simplification_never_changes_the_value(a, b, k, c) -> None:
     for e, want in [((n * k + c) // k, (a * k + c) // k), ((n * k + c) % k, (a * k + c) % k),
                     (D.dim_max(n * k, m + c), max(a * k, b + c)),
                     (D.dim_min(n + c, m * k), min(a + c, b * k)),
+                    (D.dim_max(D.dim_max(n, m * k + c), D.dim_max(m, n + c)),
+                     max(a, b * k + c, b, a + c)),
+                    (D.dim_min(D.dim_min(n * k, m), D.dim_min(m + c, 7)),
+                     min(a * k, b, b + c, 7)),
                     ((n + m) * k - n, (a + b) * k - a)]:
         assert D.evaluate(e, env) == want
 
@@ -88,3 +92,16 @@ def test_upper_bound_is_never_below_a_value(a, b) -> None:
     bounds = {n: 8, m: 4}
     for e in [n * 3 - m, D.dim_min(n, m + 1), D.dim_max(n // 3, m % 3), (n * m + 2) // 3]:
         assert D.evaluate(e, {n: a, m: b}) <= D.upper_bound(e, bounds)
+
+
+def test_nested_max_and_min_flatten_and_drop_what_another_operand_bounds() -> None:
+    """Memory planning takes the max of every size a buffer holds: repeated and dominated
+    sizes no longer pile up into an expression the VM evaluates on every call."""
+    b, s = D.Sym("b"), D.Sym("s")
+    assert D.dim_max(D.dim_max(b * 512, 8), b * 512) == D.dim_max(b * 512, 8)
+    assert D.dim_max(D.dim_max(b * 512, s), D.dim_max(b * 1024, s)) == D.dim_max(b * 1024, s)
+    assert D.dim_max(D.dim_max(s, b), D.dim_max(b, s)) == D.dim_max(b, s)  # order-free
+    assert D.dim_min(D.dim_min(s, 512), 16) == D.dim_min(s, 16)
+    assert D.dim_min(D.dim_min(s, b), s + 1) == D.dim_min(s, b)
+    env = {b: 3, s: 700}
+    assert D.evaluate(D.dim_max(D.dim_max(b * 512, s * 2), 8), env) == 1536

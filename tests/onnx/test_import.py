@@ -130,6 +130,64 @@ def test_printed_module_parses_back():
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
 
 
+def test_position_ids_sliced_to_the_sequence_keep_its_dim():
+    """BERT's legacy export: a table of position ids sliced up to the sequence length (Shape,
+    Gather, Slice with a run-time end), embedded and added. The slice's length is
+    min(sequence, 16), and the sum is [batch, sequence, 4]: no dim learnt from values."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "one"], ["n"], axis=0),
+             helper.make_node("Unsqueeze", ["n", "zero1"], ["n1"]),
+             helper.make_node("Slice", ["ids", "zero1", "n1", "one1"], ["pos"]),
+             helper.make_node("Gather", ["table", "pos"], ["emb"], axis=0),
+             helper.make_node("Add", ["x", "emb"], ["y"])]
+    inits = [numpy_helper.from_array(np.arange(16, dtype=np.int64).reshape(1, 16), "ids"),
+             numpy_helper.from_array(rng.standard_normal((16, 4)).astype(np.float32), "table"),
+             numpy_helper.from_array(np.array(1), "one"),
+             numpy_helper.from_array(np.array([0]), "zero1"),
+             numpy_helper.from_array(np.array([1]), "one1")]
+    m = model(nodes, [tensor("x", F, ["batch", "sequence", 4])], [tensor("y", F, None)], inits)
+    mod, params = from_onnx(m)
+    exe = relvm.build(mod, params=params)  # the table of ids is known once bound
+    assert "?" not in exe.bytecode and "arange_len" not in str(exe.dim_programs)
+    assert "-> Tensor[(batch, sequence, 4), float32]" in exe.bytecode
+    for shape in ((2, 16, 4), (1, 3, 4)):
+        assert_same(m, rng.standard_normal(shape).astype(np.float32))
+
+
+def test_a_stride_two_length_computed_by_div_is_the_convs_dim():
+    """Whisper's dynamo export: the frames a stride-2 conv leaves, computed again as
+    1 + (frames - 1) / 2 (Div truncates) for a reshape, equal the conv's dim (frames + 1)/2
+    for every frames >= 1, which the program checks when it runs."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((4, 4, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1], strides=[2]),
+             helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "two"], ["frames"], axis=0),
+             helper.make_node("Sub", ["frames", "one"], ["f1"]),
+             helper.make_node("Div", ["f1", "two"], ["half"]),
+             helper.make_node("Add", ["half", "one"], ["length"]),
+             helper.make_node("Unsqueeze", ["length", "zero1"], ["length1"]),
+             helper.make_node("Concat", ["minus1", "four", "length1"], ["target"], axis=0),
+             helper.make_node("Reshape", ["c", "target"], ["r"]),
+             helper.make_node("Add", ["r", "c"], ["y"])]
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array(2), "two"),
+             numpy_helper.from_array(np.array(1), "one"),
+             numpy_helper.from_array(np.array([0]), "zero1"),
+             numpy_helper.from_array(np.array([-1]), "minus1"),
+             numpy_helper.from_array(np.array([4]), "four")]
+    m = model(nodes, [tensor("x", F, ["batch", 4, "frames"])], [tensor("y", F, None)], inits)
+    mod, params = from_onnx(m)
+    exe = relvm.build(mod, params=params)
+    assert "?" not in exe.bytecode
+    assert "-> Tensor[(batch, 4, (frames + 1)/2), float32]" in exe.bytecode
+    for frames in (1, 2, 9):
+        assert_same(m, rng.standard_normal((2, 4, frames)).astype(np.float32))
+    # frames = 0: Div truncates -1/2 to 0, where the dim (frames + 1)/2 is 0
+    with pytest.raises(relvm.RelvmError, match=r"frames - 1 = -1 \(frames is input %x dim 2\)"):
+        relvm.VirtualMachine(exe).invoke("main", np.zeros((2, 4, 0), np.float32))
+
+
 # --- errors ------------------------------------------------------------------------------------
 
 def test_every_unsupported_op_type_in_one_error():

@@ -46,3 +46,32 @@ def test_evaluation() -> None:
             dims, [x])
     with pytest.raises(DimError, match="do not broadcast"):
         compile_expr(("bcast", ("const", 3), ("const", 4)))([], [])
+
+
+def test_a_program_reading_no_values_is_memoized_on_what_it_reads() -> None:
+    """Same slots and shapes read: the dims it wrote before, without evaluating again; a
+    failing check is never remembered."""
+    program = (("set", 1, ("add", ("slot", 0), ("shape", 0, 1))),
+               ("set", 2, ("mul", ("slot", 1), ("const", 2))),
+               ("check", ("slot", 0), ("shape", 0, 0), "batch {a} vs {b}"))
+    run = compile_program(program)
+    x = np.zeros((3, 4))
+    for _ in range(2):
+        dims = [3, 0, 0]
+        run(dims, (x,))
+        assert dims == [3, 7, 14]
+    with pytest.raises(DimError, match="batch 5 vs 3"):
+        run([5, 0, 0], (x,))
+    with pytest.raises(DimError, match="batch 5 vs 3"):  # again: the failure was not kept
+        run([5, 0, 0], (x,))
+    dims = [2, 0, 0]
+    run(dims, (np.zeros((2, 1)),))
+    assert dims == [2, 3, 6]
+
+
+def test_a_program_reading_values_is_not_memoized() -> None:
+    run = compile_program((("set", 0, ("value", 0)),))
+    for v in (3, 4):
+        dims = [0]
+        run(dims, (np.array(v),))
+        assert dims == [v]

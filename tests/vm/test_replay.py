@@ -136,6 +136,47 @@ def test_functions_with_control_flow_or_data_dependent_shapes_are_not_replayed()
         np.testing.assert_array_equal(vm.invoke("main", a), np.argwhere(a))
 
 
+# Position ids and a causal mask made from the sequence length, as exported transformers do.
+PER_SHAPE = """def @main(%x: Tensor[(b, n, 4), float32], %table: Tensor[(16, 4), float32]) {
+  %n = take(shape_of(%x, dtype="int64"), 1i64, axis=0);
+  %ids = arange(0i64, minimum(%n, 16i64), 1i64);
+  %pos = take(%table, %ids, axis=0);
+  %causal = greater_equal(expand_dims(%ids, axis=1), expand_dims(%ids, axis=0));
+  %scores = nn.batch_matmul(%x, %x, transpose_b=True);
+  %masked = where(%causal, %scores, -1e9f);
+  (add(%x, %pos), %masked)
+}"""
+
+
+def _live_kernels(vm) -> list[str]:
+    fn = vm.exe.function("main")
+    live, _ = replay.plan(fn, vm.exe.dim_programs)
+    return [vm.exe.kernels[fn.instructions[pc].kernel].name for pc in live
+            if fn.instructions[pc][0] == BY_NAME["InvokePacked"].number]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "c"])
+def test_what_depends_on_the_input_shapes_alone_is_computed_once_per_shape(backend) -> None:
+    """The position ids, the rows of the table they take and the mask are what a static build
+    folds: a replay keeps them from the call it was made from (fresh buffers, not pooled ones
+    that later kernels overwrite), and only the kernels reading %x run again."""
+    table = np.random.default_rng(0).standard_normal((16, 4)).astype(np.float32)
+    vm = relvm.VirtualMachine(relvm.build(relvm.parse(PER_SHAPE), params={"table": table},
+                                          backend=backend))
+    assert "arange" not in _live_kernels(vm) and "take" not in _live_kernels(vm)
+    rng = np.random.default_rng(1)
+    for n in (5, 7, 5, 16, 7, 5):  # shapes taking turns: each replay keeps its own values
+        x = rng.standard_normal((2, n, 4)).astype(np.float32)
+        got = vm.invoke("main", x)
+        causal = np.tril(np.ones((n, n), bool))
+        np.testing.assert_allclose(got[0], x + table[:n], rtol=1e-6)
+        np.testing.assert_allclose(got[1], np.where(causal, x @ x.transpose(0, 2, 1), -1e9),
+                                   rtol=1e-5, atol=1e-6)
+    assert len(vm._entry("main").replays) == 3
+    vm.invoke("main", x)
+    assert vm.stats.allocations == 2  # the two results: nothing computed from shapes again
+
+
 def _fake(instructions, n_params=1, outputs=()):
     params = tuple(SimpleNamespace(is_tuple=False, tensors=(1,)) for _ in range(n_params))
     return SimpleNamespace(params=params, outputs=outputs, instructions=instructions,

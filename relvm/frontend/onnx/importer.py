@@ -20,6 +20,7 @@ from ...ir import dims as D
 from ...ir.nodes import (Call, Constant, Expr, Function, If, IONames, Module, Tuple, TupleGetItem,
                          Var)
 from ...ir.types import TensorType, TupleType
+from ...ops import values as V
 from ...ops.registry import OPS, AttrError, OpTypeError
 from ...passes.type_infer import _Mismatch, freshen, infer_module, join
 from .values import Scope, Value, as_sym
@@ -480,6 +481,8 @@ class Importer:
         t = TensorType(tuple(int(s) for s in arr.shape), self.dtype_of(node, arr))
         var = Var(self.unique_var_name(v.name), t)
         var.with_type(t)
+        value = V.constant_value(arr)  # as converters see it: n.known() is its value
+        var.with_value(None if value is None else V.Known(value))
         self.params[var.name] = arr
         self.param_vars.append(var)
         return var
@@ -527,14 +530,20 @@ class Importer:
             size = sum(np.asarray(v).size for v in _as_list(value))
             if size <= FOLD_LIMIT or size <= 4 * sum(np.size(v) for d in datas for v in _as_list(d)):
                 return self.folded(node, value)
+        types = [a.checked_type for a in args]
         try:
-            t = op.infer(checked, *[a.checked_type for a in args])
+            t = op.infer(checked, *types)
         except OpTypeError as e:
             raise node.fail(f"{op_name}: {e}") from None
         except (ValueError, TypeError, ZeroDivisionError) as e:
             raise node.fail(f"{op_name}: cannot infer the result type: {e}") from None
+        # The symbolic values type inference will find (ops/values.py), so that shapes are as
+        # exact here, for the converters that read them, as they will be after inference.
+        if op.data_dependent:
+            t = V.refine(op, checked, args, t)
         c = Call(op, tuple(args), checked)
         c.with_type(t)
+        c.with_value(V.infer(op, checked, args, t))
         return c
 
     def folded(self, node: Node, value: Any) -> Expr:

@@ -194,8 +194,10 @@ def _trunc_div(a, b):
             raise ZeroDivisionError
         q = abs(a) // abs(b)
         return q if (a < 0) == (b < 0) else -q
-    if isinstance(b, int) and b > 0:
-        return D.floordiv(a, b)  # dims are never negative, so floor is truncation
+    if isinstance(b, int) and b > 0 and D.prove_nonnegative(a):
+        return D.floordiv(a, b)  # floor is truncation for a non-negative dividend
+    # ``frames - 1`` may be -1: type inference's values assume it is not (ops/values.py), and
+    # the program checks that when it runs.
     raise ZeroDivisionError
 
 

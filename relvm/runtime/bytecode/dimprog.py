@@ -240,16 +240,73 @@ def _statement(s: tuple) -> Compiled:
     raise ValueError(f"unknown dim statement {tag!r}")
 
 
+#: How many input signatures a memoized program remembers (then it starts again).
+MEMO_ENTRIES = 64
+
+
 def compile_program(program: Program) -> Compiled:
-    """A closure ``run(dims, args)`` executing every statement of ``program`` in order."""
+    """A closure ``run(dims, args)`` executing every statement of ``program`` in order.
+
+    A program that reads no tensor values computes the same dims, and passes the same checks,
+    whenever the slots and shapes it reads are the same: it is memoized on them (the storage
+    sizes a symbolic model's memory plan computes on every call are a long expression; a
+    function with control flow is not replayed, so it would evaluate them call after call).
+    """
     steps = tuple(_statement(s) for s in program)
     if len(steps) == 1:
-        return steps[0]
+        run = steps[0]
+    else:
+        def run(dims: list, args: Sequence[Any]) -> None:
+            for step in steps:
+                step(dims, args)
+    if reads_values(program):
+        return run
+    return _memoized(run, program)
 
-    def run(dims: list, args: Sequence[Any]) -> None:
-        for step in steps:
-            step(dims, args)
-    return run
+
+def _memoized(run: Compiled, program: Program) -> Compiled:
+    slots, shapes = _inputs(program)
+    written = tuple(written_slots(program))
+    memo: dict[tuple, tuple] = {}  # shared by threads: each entry is written whole, once
+
+    def run_memoized(dims: list, args: Sequence[Any]) -> None:
+        key = (tuple([dims[k] for k in slots]),
+               tuple([args[i].shape[axis] for i, axis in shapes]))
+        known = memo.get(key)
+        if known is None:
+            run(dims, args)  # raises before anything is remembered if a check fails
+            if len(memo) >= MEMO_ENTRIES:
+                memo.clear()
+            memo[key] = tuple([dims[k] for k in written])
+            return
+        for k, v in zip(written, known):
+            dims[k] = v
+    return run_memoized
+
+
+def _inputs(program: Program) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
+    """The slots a program reads before writing them, and the (arg, axis) shapes it reads."""
+    slots: list[int] = []
+    shapes: list[tuple[int, int]] = []
+    done: set[int] = set()
+
+    def walk(e: Any) -> None:
+        if not isinstance(e, tuple) or not e or not isinstance(e[0], str):
+            return
+        if e[0] == "slot" and e[1] not in done and e[1] not in slots:
+            slots.append(int(e[1]))
+        elif e[0] == "shape" and (e[1], e[2]) not in shapes:
+            shapes.append((int(e[1]), int(e[2])))
+        elif e[0] in BINARY:
+            walk(e[1])
+            walk(e[2])
+
+    for s in program:
+        for operand in s[1:]:
+            walk(operand)
+        if s[0] == "set":
+            done.add(int(s[1]))
+    return tuple(slots), tuple(shapes)
 
 
 def format_expr(e: tuple, slot_names: Sequence[str] = ()) -> str:

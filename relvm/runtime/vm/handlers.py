@@ -14,6 +14,7 @@ thread, so what they bind (kernels, pooled views) is that thread's.
 from __future__ import annotations
 
 import inspect
+import operator
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
@@ -65,10 +66,19 @@ def dim_reader(operand: int) -> Callable[[list], int] | int:
 
 
 def shape_reader(operands: tuple[int, ...]) -> Callable[[list], tuple[int, ...]]:
-    """A function returning the concrete shape of dim ``operands`` given a frame's dims."""
+    """A function returning the concrete shape of dim ``operands`` given a frame's dims.
+
+    It runs for every symbolic allocation and reshape a call does not replay: one C call
+    (``itemgetter``) where every dim is a slot.
+    """
     if all(v >= 0 for v in operands):
         shape = tuple(operands)
         return lambda dims: shape
+    if all(v < 0 for v in operands):
+        if len(operands) == 1:
+            k = -operands[0] - 1
+            return lambda dims: (dims[k],)
+        return operator.itemgetter(*(-v - 1 for v in operands))
     slots = tuple((i, -v - 1) for i, v in enumerate(operands) if v < 0)
     template = list(operands)
 
@@ -452,10 +462,12 @@ def _view(storage: np.ndarray, offset: int, shape: tuple, dtype: np.dtype) -> np
     return np.ndarray(shape, dtype, buffer=storage, offset=offset)
 
 
-def _alloc_step(vm, fn, pc, dst, storage, offset, shape_of, dtype) -> Step:
+def _alloc_step(vm, fn, pc, dst, storage, offset, shape_of, dtype,
+                dims_shape: Callable | None = None) -> Step:
     """Shared by AllocTensor and AllocTensorReg: view a storage, or allocate, or bind.
 
-    ``shape_of`` is the shape when it is static, else a function of the frame returning it.
+    ``shape_of`` is the shape when it is static, else a function of the frame returning it;
+    ``dims_shape``, when given, is the same as a function of the frame's dims (one call less).
     """
     dt = dtypes.to_numpy(dtype)
     make = _fresh(vm, dt) if storage < 0 else _viewer(vm, pc, storage, dim_reader(offset), dt)
@@ -466,6 +478,10 @@ def _alloc_step(vm, fn, pc, dst, storage, offset, shape_of, dtype) -> Step:
         if static:
             def step(f):
                 f.regs[dst] = make(f, shape_of)
+                return nxt
+        elif dims_shape is not None:
+            def step(f):
+                f.regs[dst] = make(f, dims_shape(f.dims))
                 return nxt
         else:
             def step(f):
@@ -518,7 +534,7 @@ def alloc_tensor(vm, fn, pc, dst, storage, offset, shape, dtype) -> Step:
     if all(d >= 0 for d in shape):
         return _alloc_step(vm, fn, pc, dst, storage, offset, tuple(shape), dtype)
     read = shape_reader(shape)
-    return _alloc_step(vm, fn, pc, dst, storage, offset, lambda f: read(f.dims), dtype)
+    return _alloc_step(vm, fn, pc, dst, storage, offset, lambda f: read(f.dims), dtype, read)
 
 
 @handler("AllocTensorReg")

@@ -23,6 +23,13 @@ A function qualifies when it is straight-line (kernels, pure instructions, stora
 allocations and dims, ending in ``ret``; the opcode table's flags say which is which), takes
 tensors only, writes each register once, and its dim programs read shapes only (no
 ``value``/``nonzero``/run-time reshape: those depend on data).
+
+Then every shape in the function depends on the input shapes alone, and so does every value
+computed only from constants and shapes (:func:`per_shape_kernels`): position ids
+``arange(0, n)``, a causal mask, a table sliced up to a length -- what a static build folds
+into constants. A kernel computing such a value into a fresh buffer (memory planning does not
+pool them in straight-line functions) is run by the call a replay is made from and never again:
+the replay keeps its result, as it keeps a constant.
 """
 
 from __future__ import annotations
@@ -52,11 +59,14 @@ def plan(fn: VMFunction,
     same: set[int] = set()      # registers that hold the same value on every replayed call
     written: set[int] = set(range(len(fn.params)))  # an input overwritten: not replayed
     bound = {pc for o in fn.outputs for pc in o.alloc_pcs}
+    once = _computed_once(fn.instructions, bound)
     live: list[int] = []
     last = len(fn.instructions) - 1
     for pc, ins in enumerate(fn.instructions):
         spec = spec_of(ins)
-        if spec.has("kernel") or (spec.name == "Ret" and pc == last):
+        if pc in once or spec.name == "ShapeOf":
+            same.update(writes(ins))  # the input shapes decide it; a kernel's fresh result too
+        elif spec.has("kernel") or (spec.name == "Ret" and pc == last):
             live.append(pc)
         elif spec.has("dims"):
             if not 0 <= ins.prog < len(programs) or reads_values(programs[ins.prog]):
@@ -78,6 +88,57 @@ def plan(fn: VMFunction,
                 return None  # a register reused: the registers at the end are not its values
             written.add(dst)
     return tuple(live), [r in same for r in range(fn.num_regs)]
+
+
+def straight_line(code: Sequence[tuple], programs: Sequence[tuple]) -> bool:
+    """True if ``code`` has only the instructions a replay can run (see :func:`plan`)."""
+    last = len(code) - 1
+    for pc, ins in enumerate(code):
+        spec = spec_of(ins)
+        if spec.has("dims"):
+            if not 0 <= ins.prog < len(programs) or reads_values(programs[ins.prog]):
+                return False
+        elif not (spec.has("kernel") or spec.has("pure") or (spec.name == "Ret" and pc == last)
+                  or spec.name in ("AllocStorage", "AllocTensor")):
+            return False
+    return True
+
+
+def per_shape_kernels(code: Sequence[tuple]) -> set[int]:
+    """The pcs of the kernels of straight-line ``code`` whose every input depends on the input
+    shapes alone: a constant, a ``ShapeOf``, a view or tuple of such values, or the result of
+    such a kernel. Kernels are functions of their inputs, so these compute the same values on
+    every call with the same input shapes."""
+    known: set[int] = set()
+    found: set[int] = set()
+    for pc, ins in enumerate(code):
+        spec = spec_of(ins)
+        if spec.name in ("LoadConst", "LoadConsti", "ShapeOf"):
+            known.update(writes(ins))
+        elif spec.has("kernel"):
+            if all(r in known for r in ins.inputs):
+                found.add(pc)
+                known.update(ins.outputs)
+        elif spec.has("pure") and reads(ins) and all(r in known for r in reads(ins)):
+            known.update(writes(ins))
+    return found
+
+
+def _computed_once(code: Sequence[tuple], bound: set[int]) -> set[int]:
+    """The pcs a replay never runs again besides pure ones: each per-shape kernel whose outputs
+    are fresh buffers (a pooled one is shared with other tensors; one bound to the caller's
+    output array changes every call), and the allocations of those buffers."""
+    alloc_of: dict[int, int] = {}
+    for pc, ins in enumerate(code):
+        if spec_of(ins).name == "AllocTensor":
+            alloc_of[ins.dst] = pc
+    once: set[int] = set()
+    for pc in per_shape_kernels(code):
+        allocs = [alloc_of.get(r) for r in code[pc].outputs]
+        if all(a is not None and code[a].storage < 0 and a not in bound for a in allocs):
+            once.add(pc)
+            once.update(allocs)
+    return once
 
 
 def _bound_step(kernel: Callable, ins: tuple, regs: list, keep: Sequence[bool],
