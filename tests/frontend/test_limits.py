@@ -215,3 +215,17 @@ def test_a_chain_past_the_depth_limit_is_refused(monkeypatch, lets) -> None:
     # Graph form: %499 has 501 levels below it (%x is one); a let chain counts from its tail.
     assert e.value.line == (103 if lets else 501)
     relvm.parse(_chain(498, lets))  # 500 levels: %x, a call or let per binding, the let's tail
+
+
+def test_a_dim_of_shared_sub_expressions_is_checked_once_per_node() -> None:
+    """Dims computed from shapes share operands (``(max(d, 1) + d) // 2`` holds ``d`` twice):
+    the limit check visits each shared node once, so its work grows with the levels, not as
+    2**levels (walked as a tree, a 12-layer BERT's import took 74 s)."""
+    from relvm.ir import dims as D
+    from relvm.ir.types import TensorType
+
+    d = D.Sym("n")
+    for _ in range(14):
+        d = D.floordiv(D.dim_max(d, 1) + d, 2)
+    assert len(list(limits._ints(d))) < 20 * 14  # a tree walk: tens of thousands
+    assert limits.tensor_problem(TensorType((d, 3), "float32")) is None
