@@ -12,6 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 import pytest
 
+import relvm
 from relvm.backends import native
 from relvm.ops import OPS
 from relvm.runtime.executable import KernelEntry
@@ -151,3 +152,12 @@ def _rerun_under_isa(isa: str, test_file: str, selection: str) -> None:
 def rerun_under_isa():
     """:func:`_rerun_under_isa`: a test file's tests again, on a lesser instruction set."""
     return _rerun_under_isa
+
+
+@pytest.fixture
+def two_threads():
+    """relvm's pool at two threads for the test, the count before restored after it."""
+    before = relvm.get_num_threads()
+    relvm.set_num_threads(2)
+    yield
+    relvm.set_num_threads(before)

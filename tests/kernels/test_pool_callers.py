@@ -18,14 +18,6 @@ if not native.available():
     pytest.skip("relvm's C kernels are not built", allow_module_level=True)
 
 
-@pytest.fixture
-def two_threads():
-    before = relvm.get_num_threads()
-    relvm.set_num_threads(2)
-    yield
-    relvm.set_num_threads(before)
-
-
 def test_a_loop_runs_on_its_caller_while_another_threads_region_runs(two_threads) -> None:
     """Thread A's loop waits inside its region until thread B's loop has run: that happens
     only if B does not wait for A's region to end."""

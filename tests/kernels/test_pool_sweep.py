@@ -16,7 +16,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import relvm
 
 SWEEP = settings(max_examples=400, deadline=None, derandomize=True,
                  suppress_health_check=[HealthCheck.too_slow,
@@ -159,14 +158,6 @@ def test_windows_and_strides_far_larger_than_the_image(c_kernel):
     np.testing.assert_array_equal(y, np.repeat(x.max(axis=3, keepdims=True), 2, axis=3))
     c_kernel("nn.avg_pool2d", attrs, ["float32"], ["float32"])(x, y)
     np.testing.assert_array_equal(y, np.repeat(x.mean(axis=3, keepdims=True), 2, axis=3))
-
-
-@pytest.fixture
-def two_threads():
-    before = relvm.get_num_threads()
-    relvm.set_num_threads(2)
-    yield
-    relvm.set_num_threads(before)
 
 
 @pytest.mark.parametrize("shape,attrs", [
