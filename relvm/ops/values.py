@@ -22,11 +22,12 @@ the tensor at run time compute exactly it.
 
 Examples
 --------
->>> n = D.Sym("n")
->>> x = Var("x", TensorType((1, n), "int64"))           # arange(0, take(shape_of(x), 1), 1)
->>> stop = Call(OPS["take"], (Call(OPS["shape_of"], (x,), ...), Constant(np.int64(1))), ...)
->>> refine(OPS["arange"], attrs, [Constant(np.int64(0)), stop, Constant(np.int64(1))], t)
-TensorType(shape=(n,), dtype='int64')
+>>> mod = relvm.parse('def @main(%x: Tensor[(b, n), float32]) { arange(0i64, '
+...                   'take(shape_of(%x, dtype="int64"), 1i64, axis=0), 1i64) }')
+>>> known(mod["main"].body.args[1])
+Known(value=array(n, dtype=object), assumed=())
+>>> str(mod["main"].checked_type.ret)
+'Tensor[(n), int64]'
 """
 
 from __future__ import annotations
@@ -436,7 +437,7 @@ def _evaluate_steps(op: FusedOp, arg_types, arg_values):
     return values[-1] if values else None
 
 
-# --- exact result types of data-dependent ops ------------------------------------------------------
+# --- exact result types of data-dependent ops -----------------------------------------------------
 
 def _arange_length(attrs, types, start, stop, step) -> D.Dim | None:
     if any(v is None or v.ndim for v in (start, stop, step)):

@@ -120,20 +120,70 @@ def test_kernel_error_in_a_replayed_call_names_the_function_and_instruction() ->
     np.testing.assert_array_equal(vm.invoke("main", x, np.array([1, 2])), x[:, [1, 2]] * 2)
 
 
-def test_functions_with_control_flow_or_data_dependent_shapes_are_not_replayed() -> None:
-    texts = [
-        """def @main(%x: Tensor[(4), float32], %c: bool) {
-          if (%c) { add(%x, 1f) } else { subtract(%x, 1f) }
-        }""",
-        "def @main(%x: Tensor[(n), int32]) { argwhere(%x) }",
-    ]
-    for text in texts:
-        vm = relvm.VirtualMachine(relvm.build(relvm.parse(text)))
-        assert vm._entry("main").live_steps is None
-    vm = relvm.VirtualMachine(relvm.build(relvm.parse(texts[1])))
+def test_functions_with_data_dependent_shapes_are_not_replayed() -> None:
+    vm = relvm.VirtualMachine(relvm.build(relvm.parse(
+        "def @main(%x: Tensor[(n), int32]) { argwhere(%x) }")))
+    ep = vm._entry("main")
+    assert not ep.replayable and ep.live_steps is None
     for x in ([0, 3, 0, 5], [1, 1, 0, 0], [0, 0, 0, 0]):  # same shape, different results
         a = np.array(x, np.int32)
         np.testing.assert_array_equal(vm.invoke("main", a), np.argwhere(a))
+
+
+BRANCHY = """def @main(%x: Tensor[(n, 4), float32], %c: bool) {
+  %0 = multiply(%x, 2f);
+  %1 = if (%c) { add(%0, 1f) } else { nn.relu(subtract(%0, 1f)) };
+  exp(%1)
+}"""
+
+
+@pytest.mark.parametrize("backend", ["numpy", "c"])
+def test_a_function_with_ifs_is_replayed_along_its_path_with_guards(backend) -> None:
+    """Each replay follows the path its call took, its ifs checked: a call going the other way
+    runs in full (the right result) and its path becomes the replay."""
+    vm = relvm.VirtualMachine(relvm.build(relvm.parse(BRANCHY), backend=backend))
+    ep = vm._entry("main")
+    assert ep.replayable and ep.live_steps is None  # planned per replay
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    for c in (True, True, False, False, True, False, True):
+        out = np.empty_like(x)
+        vm.invoke_with_outputs("main", [x, np.array(c)], [out])
+        want = np.exp(x * 2 + 1 if c else np.maximum(x * 2 - 1, 0))
+        np.testing.assert_allclose(out, want, rtol=1e-6)
+        x *= 0.9  # new values in the same array
+    r = ep.replays[((3, 4), ())]
+    names = [vm.exe.function("main").instructions[pc][0] for pc, _ in r.steps]
+    assert names.count(BY_NAME["If"].number) == 1  # the guard
+    assert BY_NAME["ComputeDims"].number not in names
+    assert vm.stats.allocations == 0
+
+
+def test_an_entry_whose_calls_keep_switching_paths_stops_replaying() -> None:
+    vm = relvm.VirtualMachine(relvm.build(relvm.parse(BRANCHY), backend="numpy"))
+    x = np.ones((2, 4), np.float32)
+    for i in range(replay.MAX_DIVERGED + 4):
+        c = bool(i % 2)
+        want = np.exp(x * 2 + 1 if c else np.maximum(x * 2 - 1, 0))
+        np.testing.assert_allclose(vm.invoke("main", x, np.array(c)), want, rtol=1e-6)
+    ep = vm._entry("main")
+    assert not ep.replayable and not ep.replays
+
+
+@pytest.mark.parametrize("backend", ["numpy", "c"])
+def test_the_path_is_what_the_ifs_did_not_what_their_buffers_hold_later(backend) -> None:
+    """The condition lives in a pooled buffer that kernels after the if reuse: by the end of
+    the call it holds other bytes, so the path is recorded as the ifs run."""
+    text = """def @main(%x: Tensor[(n, 4), float32]) {
+      %c = greater(sum(%x), 0f);
+      %1 = if (%c) { multiply(%x, 2f) } else { multiply(%x, -3f) };
+      %2 = exp(%1);
+      add(%2, 1f)
+    }"""
+    vm = relvm.VirtualMachine(relvm.build(relvm.parse(text), backend=backend))
+    for sign in (-1, -1, 1, 1, -1):
+        x = np.full((3, 4), 0.5 * sign, np.float32)
+        want = np.exp(x * (2 if sign > 0 else -3)) + 1
+        np.testing.assert_allclose(vm.invoke("main", x), want, rtol=1e-6)
 
 
 # Position ids and a causal mask made from the sequence length, as exported transformers do.

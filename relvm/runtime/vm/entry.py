@@ -57,9 +57,12 @@ class EntryPoint:
         self.copies = 0  # inputs copied because they were not C-contiguous
         #: The VM's steps for this function (set by the VM).
         self.steps: list = []
-        #: Replays (set by the VM for straight-line entries, see replay.py): the live
-        #: (pc, step) pairs (None: not replayable), the registers a replay keeps, and input
-        #: shapes -> Replay.
+        #: Replays (set by the VM, see replay.py): whether the function is replayed; for a
+        #: straight-line one the live (pc, step) pairs and the registers a replay keeps (a
+        #: function with ifs is planned per replay, along its call's path); input shapes ->
+        #: Replay.
+        self.replayable = False
+        self.diverged = 0  # calls that went another way than their replay (replay.py)
         self.live_steps: tuple | None = None
         self.keep: list[bool] = []
         self.replays: dict[tuple, Any] = {}

@@ -246,7 +246,13 @@ def if_(vm, fn, pc, test, target, true_offset, false_offset) -> Step:
 
     def step(f):
         r = f.regs
-        return t_pc if r[test] == r[target] else f_pc
+        if r[test] == r[target]:
+            if f.taken is not None:  # a call a replay is made from (replay.path)
+                f.taken[pc] = True
+            return t_pc
+        if f.taken is not None:
+            f.taken[pc] = False
+        return f_pc
     return step
 
 

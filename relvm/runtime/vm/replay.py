@@ -19,10 +19,16 @@ it returns a callable taking only the others, with its plan and the fixed arrays
 once (or None, and the replay calls the kernel as the run loop does). A replay's kernel steps are
 bound that way when it is made, so a replayed call skips the kernels' per-call lookups too.
 
-A function qualifies when it is straight-line (kernels, pure instructions, storage and tensor
-allocations and dims, ending in ``ret``; the opcode table's flags say which is which), takes
-tensors only, writes each register once, and its dim programs read shapes only (no
-``value``/``nonzero``/run-time reshape: those depend on data).
+A function qualifies when it is made of kernels, pure instructions, storage and tensor
+allocations, dims, ``if``/``goto`` and ``ret`` (the opcode table's flags say which is which),
+takes tensors only, writes each register once along any path, and its dim programs read shapes
+only (no ``value``/``nonzero``/run-time reshape: those depend on data). A straight-line
+function is planned once. One with ``if``s is planned per replay, along the path its call took
+(each ``if`` records which way it went as it runs, ``Frame.taken``): each ``if`` on the path is
+a live *guard*, and a call whose condition goes the other way stops (:class:`Diverged`) and
+runs in full, which makes a new replay for its path. silero-vad's model branches on its
+sample-rate input this way. An entry whose calls keep switching paths (more than
+:data:`MAX_DIVERGED` times) stops replaying: each switch costs a full run and a new plan.
 
 Then every shape in the function depends on the input shapes alone, and so does every value
 computed only from constants and shapes (:func:`per_shape_kernels`): position ids
@@ -34,7 +40,7 @@ the replay keeps its result, as it keeps a constant.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -47,27 +53,84 @@ if TYPE_CHECKING:  # pragma: no cover
 #: How many input-shape signatures an entry keeps replays for; one more and all are dropped
 #: (to be made again by the calls that follow).
 MAX_REPLAYS = 16
+#: How many calls of an entry with ifs may go another way than their replay before the entry
+#: stops replaying (see the module docstring).
+MAX_DIVERGED = 16
 
 
-def plan(fn: VMFunction,
-         programs: Sequence[tuple]) -> tuple[tuple[int, ...], list[bool]] | None:
-    """The pcs a replay of ``fn`` must run on every call, and for each register whether a
-    replay keeps its value (it is written by an instruction that is not live); or None when
-    ``fn`` cannot be replayed. ``programs`` are the executable's dim programs (plain data)."""
+class Diverged(Exception):
+    """A replayed call's ``if`` went the other way than the call the replay was made from."""
+
+
+def replayable(fn: VMFunction, programs: Sequence[tuple]) -> bool:
+    """Whether ``fn`` may be replayed at all (see the module docstring)."""
     if any(p.is_tuple or not p.tensors for p in fn.params):
-        return None  # replays are keyed by input shapes: tensors only
-    same: set[int] = set()      # registers that hold the same value on every replayed call
-    written: set[int] = set(range(len(fn.params)))  # an input overwritten: not replayed
-    bound = {pc for o in fn.outputs for pc in o.alloc_pcs}
-    once = _computed_once(fn.instructions, bound)
-    live: list[int] = []
+        return False  # replays are keyed by input shapes: tensors only
     last = len(fn.instructions) - 1
     for pc, ins in enumerate(fn.instructions):
         spec = spec_of(ins)
+        if spec.has("dims"):
+            if not 0 <= ins.prog < len(programs) or reads_values(programs[ins.prog]):
+                return False
+        elif not (spec.has("kernel") or spec.has("pure") or (spec.name == "Ret" and pc == last)
+                  or spec.name in ("AllocStorage", "AllocTensor", "If", "Goto")):
+            return False
+    return True
+
+
+def branches(fn: VMFunction) -> bool:
+    return any(spec_of(ins).name in ("If", "Goto") for ins in fn.instructions)
+
+
+def path(fn: VMFunction, taken: Mapping[int, bool]) -> list[int] | None:
+    """The pcs a finished call of ``fn`` ran, in order, from which way each of its ``if``s
+    went (``Frame.taken``: its condition may sit in a pooled buffer a later kernel reused);
+    None if that does not say."""
+    code, pcs, pc = fn.instructions, [], 0
+    while 0 <= pc < len(code) and len(pcs) <= len(code):
+        ins = code[pc]
+        pcs.append(pc)
+        name = spec_of(ins).name
+        if name == "Ret":
+            return pcs
+        if name == "If":
+            if pc not in taken:
+                return None
+            pc += ins.true_offset if taken[pc] else ins.false_offset
+        elif name == "Goto":
+            pc += ins.offset
+        else:
+            pc += 1
+    return None
+
+
+def plan(fn: VMFunction, programs: Sequence[tuple],
+         pcs: Sequence[int] | None = None) -> tuple[tuple[int, ...], list[bool]] | None:
+    """The pcs a replay of ``fn`` must run on every call, and for each register whether a
+    replay keeps its value (it is written by an instruction that is not live); or None when
+    ``fn`` cannot be replayed. ``programs`` are the executable's dim programs (plain data).
+    ``pcs`` is the path a call took through a function with ``if``s (:func:`path`); its
+    ``if``s are live, as guards."""
+    if not replayable(fn, programs):
+        return None
+    if pcs is None:
+        if branches(fn):
+            return None  # planned per replay, along the path of its call
+        pcs = range(len(fn.instructions))
+    same: set[int] = set()      # registers that hold the same value on every replayed call
+    written: set[int] = set(range(len(fn.params)))  # an input overwritten: not replayed
+    bound = {pc for o in fn.outputs for pc in o.alloc_pcs}
+    once = _computed_once(fn.instructions, bound) if not branches(fn) else set()
+    live: list[int] = []
+    for pc in pcs:
+        ins = fn.instructions[pc]
+        spec = spec_of(ins)
         if pc in once or spec.name == "ShapeOf":
             same.update(writes(ins))  # the input shapes decide it; a kernel's fresh result too
-        elif spec.has("kernel") or (spec.name == "Ret" and pc == last):
+        elif spec.has("kernel") or spec.name in ("Ret", "If"):
             live.append(pc)
+        elif spec.name == "Goto":
+            continue
         elif spec.has("dims"):
             if not 0 <= ins.prog < len(programs) or reads_values(programs[ins.prog]):
                 return None
@@ -82,12 +145,24 @@ def plan(fn: VMFunction,
             else:
                 live.append(pc)
         else:
-            return None  # control flow, calls, copies, data-dependent shapes
+            return None  # calls, closures, copies, data-dependent shapes
         for dst in writes(ins):
             if dst in written:
                 return None  # a register reused: the registers at the end are not its values
             written.add(dst)
     return tuple(live), [r in same for r in range(fn.num_regs)]
+
+
+def _guard(ins: tuple, taken: bool, nxt: int) -> Callable:
+    """A replayed ``if``: on to the next live step while it goes as it went, else Diverged."""
+    test, target = ins.test, ins.target
+
+    def step(f):
+        r = f.regs
+        if bool(r[test] == r[target]) is not taken:
+            raise Diverged
+        return nxt
+    return step
 
 
 def straight_line(code: Sequence[tuple], programs: Sequence[tuple]) -> bool:
@@ -190,7 +265,7 @@ class Replay:
 
     def __init__(self, fn: VMFunction, regs: list, dims: list, n_inputs: int,
                  keep: Sequence[bool], epoch: int, live_steps: Sequence[tuple[int, Callable]],
-                 kernel: Callable[[int], Callable]):
+                 kernel: Callable[[int], Callable], taken: Mapping[int, bool] | None = None):
         #: The registers after the inputs: values that stay, None for the rest.
         self.regs = [r if k else None for r, k in zip(regs[n_inputs:], keep[n_inputs:])]
         self.dims = list(dims)
@@ -202,6 +277,8 @@ class Replay:
                 # Its shapes are those of the call it was made from: checked then.
                 step = (_bound_step(kernel(ins.kernel), ins, regs, keep, pc + 1)
                         or getattr(step, "replayed", step))
+            elif spec_of(ins).name == "If":
+                step = _guard(ins, taken[pc], pc + 1)
             steps.append((pc, step))
         #: (pc, step) for each live instruction, in order.
         self.steps = tuple(steps)

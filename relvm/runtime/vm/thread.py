@@ -43,7 +43,7 @@ class Frame:
     """One activation of a VM function: registers, dims, pc, where its result goes."""
 
     __slots__ = ("func", "index", "regs", "dims", "pc", "ret_reg", "steps", "bound",
-                 "owns_cache")
+                 "owns_cache", "taken")
 
     def __init__(self, func: VMFunction, index: int, steps: list, regs: list, ret_reg: int,
                  owns_cache: bool, bound: dict[int, np.ndarray] | None = None,
@@ -57,6 +57,8 @@ class Frame:
         self.steps = steps
         self.bound = bound  # AllocTensor pc -> the caller's output array it hands out
         self.owns_cache = owns_cache
+        #: If pc -> whether it jumped to its true branch, for a call a replay is made from.
+        self.taken: dict[int, bool] | None = None
 
 
 class InvokeStats:
@@ -242,7 +244,8 @@ class ThreadState:
             fn = self.exe.function(func)
             ep = self.entries[func] = EntryPoint(fn, self.exe.function_index[func])
             ep.steps = self.steps(ep.index)
-            found = replay.plan(fn, self.exe.dim_programs)
+            ep.replayable = replay.replayable(fn, self.exe.dim_programs)
+            found = replay.plan(fn, self.exe.dim_programs)  # None for a function with ifs
             if found is not None:
                 live, ep.keep = found
                 ep.live_steps = tuple((pc, ep.steps[pc]) for pc in live)
@@ -261,7 +264,7 @@ class ThreadState:
                           inputs + ep.spare_regs, -1, self._active[ep.index] == 0, bound)
             self._start(ep, frame, outs)
             result = self._run(frame)
-        elif ep.live_steps is not None:
+        elif ep.replayable:
             result = self._replay(ep, inputs, bound, outs)
         else:
             frame = Frame(ep.fn, ep.index, ep.steps, inputs + ep.spare_regs, -1,
@@ -283,21 +286,12 @@ class ThreadState:
 
     def _replay(self, ep: EntryPoint, inputs: list, bound: dict | None,
                 outs: tuple | None) -> Any:
-        """Run a straight-line entry, replaying its last call with the same input shapes when
+        """Run a replayable entry, replaying its last call with the same input shapes when
         there is one (see ``replay.py``), else in full, keeping the call for next time."""
         key = (inputs[0].shape,) if len(inputs) == 1 else tuple([a.shape for a in inputs])
         r = ep.replays.get(key)
         if r is None or r.epoch != self.storage_epoch:
-            frame = Frame(ep.fn, ep.index, ep.steps, inputs + ep.spare_regs, -1,
-                          self._active[ep.index] == 0, bound)
-            self._start(ep, frame, outs)
-            result = self._run(frame)
-            if len(ep.replays) >= replay.MAX_REPLAYS:
-                ep.replays.clear()
-            ep.replays[key] = replay.Replay(ep.fn, frame.regs, frame.dims, len(inputs),
-                                            ep.keep, self.storage_epoch, ep.live_steps,
-                                            self.kernel)
-            return result
+            return self._record(ep, inputs, bound, outs, key)
         # The same shapes as the kept call: the prologue's checks passed for them then. The
         # replay's frame is reused; its registers are None between calls (so it holds no
         # array of an earlier call), else it is in use by a call that re-entered the VM.
@@ -312,14 +306,52 @@ class ThreadState:
         if outs is not None:
             ep.check_output_shapes(r.dims, outs)
         pc = -1
+        counted = (self.stats.allocations, self.stats.allocated_bytes)
         try:
             for pc, step in r.steps:
                 step(frame)
+        except replay.Diverged:
+            # An if went the other way: the call runs in full (kernels are functions of their
+            # inputs: running them again is only work) and its path gets a replay.
+            self.stats.allocations, self.stats.allocated_bytes = counted
+            frame.regs = None
+            ep.diverged += 1
+            if ep.diverged > replay.MAX_DIVERGED:
+                ep.replayable = False
+                ep.replays.clear()
+            return self._record(ep, inputs, bound, outs, key)
         except Exception as e:
             raise self._error(frame, pc, e) from None
         finally:
             frame.regs = None
         return self.ret_value
+
+    def _record(self, ep: EntryPoint, inputs: list, bound: dict | None, outs: tuple | None,
+                key: tuple) -> Any:
+        """Run ``ep`` in full and keep the call as the replay for its input shapes."""
+        frame = Frame(ep.fn, ep.index, ep.steps, inputs + ep.spare_regs, -1,
+                      self._active[ep.index] == 0, bound)
+        live_steps, keep = ep.live_steps, ep.keep
+        if live_steps is None:
+            frame.taken = {}  # the ifs record which way they went
+        self._start(ep, frame, outs)
+        result = self._run(frame)
+        if not ep.replayable:
+            return result
+        if live_steps is None:  # a function with ifs: planned along the path this call took
+            pcs = replay.path(ep.fn, frame.taken)
+            found = None if pcs is None else replay.plan(ep.fn, self.exe.dim_programs, pcs)
+            if found is None:
+                ep.replayable = False  # a register written twice on this path: never again
+                return result
+            live, keep = found
+            live_steps = tuple((pc, ep.steps[pc]) for pc in live)
+        if len(ep.replays) >= replay.MAX_REPLAYS:
+            ep.replays.clear()
+        ep.replays[key] = replay.Replay(ep.fn, frame.regs, frame.dims, len(inputs), keep,
+                                        self.storage_epoch, live_steps, self.kernel,
+                                        frame.taken)
+        return result
 
     def _finish_outputs(self, fn: VMFunction, result: Any, outs: tuple,
                         aliased: tuple[int, ...]) -> Any:
