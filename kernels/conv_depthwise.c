@@ -1,68 +1,120 @@
 /* Depthwise conv2d (one input channel per group): too little reuse for a GEMM, so a direct loop
- * over each output plane, register-blocked: eight output pixels of a row are one vector that
- * takes every tap of the window before it is stored.
+ * over each output plane on a "wide grid".
  *
- * Each input plane is copied once into a zero-bordered scratch plane (per thread) whose rows
- * are split into `sw` column phases (columns c with c % sw == 0, then 1, ...), as the GEMM path
- * does: tap (i, j) of output column ox reads padded column ox * sw + j * dw, which is phase
- * (j * dw) % sw at index ox + (j * dw) / sw, so the eight pixels of a vector read eight
- * consecutive floats whatever the stride. Rows are padded to whole vectors, so no loop has a
- * remainder: a row is computed in vectors into a small buffer, then its ow pixels copied out.
- * A finished plane takes its bias, relu and post (a fused kernel's block form) while it is in
- * cache. */
+ * Each input plane is copied once into a zero-bordered scratch plane (per thread), split into
+ * sh x sw phase planes of R rows and C columns: padded pixel (r, c) goes to phase plane
+ * (r % sh, c % sw) at (r / sh, c / sw). Output pixel (oy, ox)'s tap (i, j) reads padded pixel
+ * (oy * sh + i * dh, ox * sw + j * dw), which is phase plane ((i * dh) % sh, (j * dw) % sw) at
+ * (oy + (i * dh) / sh, ox + (j * dw) / sw). So if outputs are numbered t = oy * C + ox -- a
+ * grid C wide, of which the first ow columns are the output -- tap (i, j) of every output reads
+ * the scratch at t + off[i][j]: one offset per tap, whatever the stride or dilation, and the
+ * outputs of a plane are one contiguous run of vectors (internal/dw_taps.h), with only
+ * C - ow columns per row computed and dropped. A 7 x 7 plane with a 3 x 3 window is 61
+ * outputs on that grid (4 vectors of 16) where vectors along rows would need 7.
+ * The grid's rows are then copied to y (or, when C == ow, the grid is y). A finished plane takes
+ * its bias and relu in the loop, and post (a fused kernel's block form) while it is in cache.
+ * The inner loop is compiled for AVX-512, AVX2 and SSE2 and chosen with the GEMM's (pgemm.c,
+ * RELVM_PGEMM_ISA). */
 #include <string.h>
 #include "relvm_config.h"
 #include "conv.h"
 #include "internal/conv_shared.h"
+#include "internal/pgemm_panel.h"
 #include "internal/types.h"
 #include "threads.h"
 
-#define DW_VW 8 /* floats per vector */
-#define DW_U 4  /* vectors computed together */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define DW_MULTI_ISA 1
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")
+#define DW_SUFFIX avx512
+#define DW_VW 16
+#include "internal/dw_taps.h"
+#undef DW_SUFFIX
+#undef DW_VW
+#pragma GCC pop_options
 
-typedef float dw_vec __attribute__((vector_size(DW_VW * 4)));
-typedef float dw_uvec __attribute__((vector_size(DW_VW * 4), aligned(4)));
-typedef int32_t dw_mask __attribute__((vector_size(DW_VW * 4)));
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#define DW_SUFFIX avx2
+#define DW_VW 8
+#include "internal/dw_taps.h"
+#undef DW_SUFFIX
+#undef DW_VW
+#pragma GCC pop_options
+#endif
 
-/* The padded plane: `rows` rows of `sw` phases of `phase` floats each. */
+#define DW_SUFFIX base
+#define DW_VW 4
+#include "internal/dw_taps.h"
+#undef DW_SUFFIX
+#undef DW_VW
+
+#define DW_SLACK 16 /* floats past the phase planes that a last, partial vector may read */
+
+typedef void dw_taps_fn(const float *p, const int64_t *off, const float *k, int64_t taps,
+                        float bias, int relu, float *out, int64_t count);
+typedef void dw_rows_fn(float *y, const float *grid, int64_t C, int64_t ow, int64_t oh);
+
+/* The loops of the GEMM's instruction set (RELVM_PGEMM_ISA lowers both). */
+static dw_taps_fn *dw_kernels(dw_rows_fn **rows) {
+    int width = 4;
+    relvm_pgemm_ipanel_kernel(&width);
+#ifdef DW_MULTI_ISA
+    if (width == 16) return *rows = rows_avx512, taps_avx512;
+    if (width == 8) return *rows = rows_avx2, taps_avx2;
+#endif
+    return *rows = rows_base, taps_base;
+}
+
+/* The scratch plane: sh x sw phase planes of R x C floats; the output grid is C wide. */
 struct dw_geometry {
-    int64_t rows, phase, row, vectors; /* vectors: of DW_VW outputs, per output row */
+    int64_t R, C, phase, plane; /* phase: R * C floats; plane: every phase plane + slack */
+    int64_t count;              /* outputs on the grid: (oh - 1) * C + ow */
 };
 
 static struct dw_geometry dw_geometry(const struct relvm_conv2d_shape *s) {
     struct dw_geometry g;
-    g.vectors = (s->ow + DW_VW - 1) / DW_VW;
-    /* Rows and columns the windows reach (with every vector's padding columns), past the
-     * input and its top/left padding. */
-    g.rows = relvm_max64(s->pt + s->h, (s->oh - 1) * s->sh + (s->kh - 1) * s->dh + 1);
-    const int64_t cols = relvm_max64(s->pl + s->w, (g.vectors * DW_VW - 1) * s->sw +
-                                                       (s->kw - 1) * s->dw + 1);
-    g.phase = (cols + s->sw - 1) / s->sw;
-    g.row = g.phase * s->sw;
+    /* Rows and columns the windows reach, past the input and its top/left padding. */
+    const int64_t rows = relvm_max64(s->pt + s->h, (s->oh - 1) * s->sh + (s->kh - 1) * s->dh + 1);
+    const int64_t cols = relvm_max64(s->pl + s->w, (s->ow - 1) * s->sw + (s->kw - 1) * s->dw + 1);
+    g.R = (rows + s->sh - 1) / s->sh;
+    g.C = (cols + s->sw - 1) / s->sw;
+    g.phase = g.R * g.C;
+    g.plane = s->sh * s->sw * g.phase + DW_SLACK;
+    g.count = (s->oh - 1) * g.C + s->ow;
     return g;
 }
 
-/* Input plane x into buf, zero-bordered and split into column phases: phase p holds the
- * padded columns c = p, p + sw, ..., read from x with a stride of sw (a stride-2 read
- * vectorizes). */
+/* n floats from `from` to `to`, in 4-float vectors: the rows copied here are short (7 to 112
+ * floats), where a call to memcpy costs more than the copy. */
+static inline void copy_floats(float *to, const float *from, int64_t n) {
+    typedef float v4 __attribute__((vector_size(16), aligned(4)));
+    int64_t t = 0;
+    for (; t + 4 <= n; t += 4) *(v4 *)(to + t) = *(const v4 *)(from + t);
+    for (; t < n; ++t) to[t] = from[t];
+}
+
+/* Input plane x into buf as phase planes (dw_geometry). Only the cells pixels land on are
+ * written: they are the same for every plane of a call, so the rest (the zero border) is
+ * cleared once per task (dw_clear). Padded row r = iy + pt is row r / sh of the phase planes
+ * (r % sh, *); along it, phase b holds the padded columns c = b, b + sw, ..., read from x with
+ * a stride of sw. */
 static RELVM_VECTORIZE void pad_plane(const struct relvm_conv2d_shape *s, struct dw_geometry g,
                                       const float *x, float *buf) {
-    memset(buf, 0, (size_t)(g.rows * g.row) * sizeof(float));
-    const int64_t sw = s->sw;
-    for (int64_t iy = 0; iy < s->h; ++iy) {
-        float *row = buf + (iy + s->pt) * g.row;
-        const float *src = x + iy * s->w;
-        if (sw == 1) {
-            memcpy(row + s->pl, src, (size_t)s->w * sizeof(float));
-            continue;
-        }
-        for (int64_t p = 0; p < sw; ++p) {
-            /* The first input column whose padded column is in phase p, and its index there. */
-            const int64_t first = ((p - s->pl) % sw + sw) % sw, at = (first + s->pl) / sw;
-            float *dst = row + p * g.phase + at;
-            const float *from = src + first;
-            const int64_t count = first < s->w ? (s->w - first + sw - 1) / sw : 0;
-            if (sw == 2)
+    const int64_t sh = s->sh, sw = s->sw;
+    for (int64_t b = 0; b < sw; ++b) {
+        /* The first input column whose padded column is in phase b, its index there, and how
+         * many of a row's pixels the phase holds. */
+        const int64_t first = ((b - s->pl) % sw + sw) % sw, at = (first + s->pl) / sw;
+        const int64_t count = first < s->w ? (s->w - first + sw - 1) / sw : 0;
+        for (int64_t iy = 0; iy < s->h; ++iy) {
+            const int64_t r = iy + s->pt;
+            float *dst = buf + (r % sh * sw + b) * g.phase + r / sh * g.C + at;
+            const float *from = x + iy * s->w + first;
+            if (sw == 1)
+                copy_floats(dst, from, count);
+            else if (sw == 2)
                 for (int64_t t = 0; t < count; ++t) dst[t] = from[2 * t];
             else
                 for (int64_t t = 0; t < count; ++t) dst[t] = from[t * sw];
@@ -70,70 +122,15 @@ static RELVM_VECTORIZE void pad_plane(const struct relvm_conv2d_shape *s, struct
     }
 }
 
-/* Where tap column j reads in a padded row, for output column 0: its phase and index. */
+/* Where tap (i, j) reads in the scratch, for output 0 of the grid. */
 static void tap_offsets(const struct relvm_conv2d_shape *s, struct dw_geometry g, int64_t *off) {
-    for (int64_t j = 0; j < s->kw; ++j) {
-        const int64_t c = j * s->dw;
-        off[j] = c % s->sw * g.phase + c / s->sw;
-    }
-}
-
-/* One output plane from its padded input plane p and its kh x kw taps k (off: tap_offsets).
- * Inlined with constant kh and kw for the common windows, so the taps unroll and their
- * weights stay in registers across the plane. */
-static inline __attribute__((always_inline)) void dw_plane_of(
-    const struct relvm_conv2d_shape *s, struct dw_geometry g, const float *p, const float *k,
-    const int64_t *off, float bias, int relu, float *y, float *out, const int64_t kh,
-    const int64_t kw) {
-    /* The plane's vectors (oh rows of g.vectors), DW_U at a time, so DW_U independent chains
-     * of multiply-adds hide their latency, each starting from the bias and stored through
-     * relu: straight into y when its rows are whole vectors, else into `out` (rows of whole
-     * vectors), then each row's ow pixels copied to y. */
-    const int64_t jobs = s->oh * g.vectors, width = g.vectors * DW_VW;
-    float *dst = width == s->ow ? y : out;
-    for (int64_t t = 0; t < jobs; t += DW_U) {
-        const float *base[DW_U];
-        for (int u = 0; u < DW_U; ++u) {
-            const int64_t job = t + u < jobs ? t + u : jobs - 1; /* past the end: done twice */
-            const int64_t oy = job / g.vectors, v = job - oy * g.vectors;
-            base[u] = p + oy * s->sh * g.row + v * DW_VW;
+    for (int64_t i = 0; i < s->kh; ++i)
+        for (int64_t j = 0; j < s->kw; ++j) {
+            const int64_t r = i * s->dh, c = j * s->dw;
+            off[i * s->kw + j] = (r % s->sh * s->sw + c % s->sw) * g.phase + r / s->sh * g.C +
+                                 c / s->sw;
         }
-        dw_vec acc[DW_U];
-        for (int u = 0; u < DW_U; ++u) acc[u] = bias + (dw_vec){0};
-        for (int64_t i = 0; i < kh; ++i) {
-            const int64_t down = i * s->dh * g.row;
-            for (int64_t j = 0; j < kw; ++j) {
-                const float wv = k[i * kw + j];
-                for (int u = 0; u < DW_U; ++u)
-                    acc[u] += wv * *(const dw_uvec *)(base[u] + down + off[j]);
-            }
-        }
-        for (int u = 0; u < DW_U && t + u < jobs; ++u) {
-            if (relu) /* lanes below 0 cleared; NaN is not below 0, and stays */
-                acc[u] = (dw_vec)((dw_mask)acc[u] & ~(dw_mask)(acc[u] < 0));
-            *(dw_uvec *)(dst + (t + u) * DW_VW) = acc[u];
-        }
-    }
-    if (dst == out)
-        for (int64_t oy = 0; oy < s->oh; ++oy)
-            memcpy(y + oy * s->ow, out + oy * width, (size_t)s->ow * sizeof(float));
 }
-
-static inline __attribute__((always_inline)) void dw_plane_any(
-    const struct relvm_conv2d_shape *s, struct dw_geometry g, const float *p, const float *k,
-    const int64_t *off, float bias, int relu, float *y, float *out) {
-    if (s->kh == 3 && s->kw == 3) dw_plane_of(s, g, p, k, off, bias, relu, y, out, 3, 3);
-    else if (s->kh == 5 && s->kw == 5) dw_plane_of(s, g, p, k, off, bias, relu, y, out, 5, 5);
-    else if (s->kh == 7 && s->kw == 7) dw_plane_of(s, g, p, k, off, bias, relu, y, out, 7, 7);
-    else dw_plane_of(s, g, p, k, off, bias, relu, y, out, s->kh, s->kw);
-}
-
-/* The taps are multiply-adds: AVX2 machines need FMA (RELVM_ISA_VERSIONS). */
-RELVM_ISA_VERSIONS(static, dw_plane,
-                   (const struct relvm_conv2d_shape *s, struct dw_geometry g, const float *p,
-                    const float *k, const int64_t *off, float bias, int relu, float *y,
-                    float *out),
-                   dw_plane_any(s, g, p, k, off, bias, relu, y, out))
 
 struct depthwise {
     const struct relvm_conv2d_shape *s;
@@ -152,35 +149,47 @@ struct depthwise {
 static void depthwise_planes(void *ctx, int64_t begin, int64_t end) {
     struct depthwise *j = ctx;
     const struct relvm_conv2d_shape *s = j->s;
-    const int64_t mult = s->oc / s->groups, plane = j->g.rows * j->g.row;
-    const int64_t row = s->oh * j->g.vectors * DW_VW;
-    /* The padded plane, the output plane in whole vectors, then the tap offsets (int64s, two
-     * floats each, from a 64-byte boundary: plane + row may be odd). */
-    const int64_t off_at = (plane + row + 15) / 16 * 16;
-    float *buf = relvm_conv_scratch_floats((size_t)(off_at + 2 * s->kw));
+    const struct dw_geometry g = j->g;
+    const int64_t mult = s->oc / s->groups, taps = s->kh * s->kw, opixels = s->oh * s->ow;
+    /* The grid in one run, then its rows copied to y (the grid is y when C == ow). The C - ow
+     * columns computed and dropped per row are fewer than a row's last, partial vector would
+     * waste where rows are computed one by one, and the run keeps four independent chains of
+     * multiply-adds busy where a row of one or two vectors would not. */
+    dw_rows_fn *rows_fn;
+    dw_taps_fn *taps_fn = dw_kernels(&rows_fn);
+    const int use_grid = g.C != s->ow;
+    /* The scratch plane, the output grid (if used), then the tap offsets (int64s, two floats
+     * each, from a 64-byte boundary). */
+    const int64_t grid = use_grid ? (g.count + 15) / 16 * 16 : 0;
+    const int64_t off_at = (g.plane + grid + 15) / 16 * 16;
+    float *buf = relvm_conv_scratch_floats((size_t)(off_at + 2 * taps));
     if (!buf) {
         j->failed = 1;
         return;
     }
     int64_t *off = (int64_t *)(void *)(buf + off_at);
-    tap_offsets(s, j->g, off);
+    tap_offsets(s, g, off);
+    memset(buf, 0, (size_t)g.plane * sizeof(float)); /* the border, which no plane writes */
     for (int64_t q = begin; q < end; ++q) {
-        const int64_t n = q / s->c, g = q % s->c;
-        pad_plane(s, j->g, j->x + q * s->h * s->w, buf);
+        const int64_t n = q / s->c, c = q % s->c;
+        pad_plane(s, g, j->x + q * s->h * s->w, buf);
         for (int64_t m = 0; m < mult; ++m) {
-            const int64_t o = g * mult + m;
-            float *y = j->y + (n * s->oc + o) * s->oh * s->ow;
-            dw_plane(s, j->g, buf, j->w + o * s->kh * s->kw, off, j->bias ? j->bias[o] : 0.0f,
-                     j->relu, y, buf + plane);
+            const int64_t o = c * mult + m;
+            float *y = j->y + (n * s->oc + o) * opixels;
+            const float *k = j->w + o * taps;
+            const float bias = j->bias ? j->bias[o] : 0.0f;
+            float *out = use_grid ? buf + g.plane : y;
+            taps_fn(buf, off, k, taps, bias, j->relu, out, g.count);
+            if (use_grid) rows_fn(y, out, g.C, s->ow, s->oh);
             if (j->post) /* the fused rest of the plane, while it is in cache */
-                j->post(j->post_ctx, (n * s->oc + o) * s->oh * s->ow, 1, s->oh * s->ow,
-                        s->oh * s->ow);
+                j->post(j->post_ctx, (n * s->oc + o) * opixels, 1, opixels, opixels);
         }
     }
 }
 
 int depthwise_conv(const struct relvm_conv2d_shape *s, const float *x, const float *w,
                    float *y, const float *bias, int relu, relvm_block_fn *post, void *post_ctx) {
+    if (s->oh == 0 || s->ow == 0 || s->n * s->c == 0) return RELVM_OK;
     struct depthwise j = {s, x, w, y, dw_geometry(s), bias, relu, post, post_ctx, 0};
     const int64_t work = relvm_max64(1, s->oc / s->groups * s->oh * s->ow * s->kh * s->kw);
     relvm_parallel_for(s->n * s->c, relvm_max64(1, RELVM_GRAIN / work), depthwise_planes, &j);

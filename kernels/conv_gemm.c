@@ -14,6 +14,7 @@
 #include "internal/conv_shared.h"
 #include "internal/pgemm_panel.h"
 #include "internal/scratch.h"
+#include "internal/transpose.h"
 #include "internal/types.h"
 #include "threads.h"
 
@@ -551,6 +552,10 @@ struct conv_transposed {
 /* Image `image`'s unrolled input: row px holds what output pixel px's taps read. */
 static void unroll(const struct conv_pgemm *j, const float *in, float *u) {
     const struct relvm_conv2d_shape *s = j->s;
+    if (j->pointwise) { /* the input (k channels of oh * ow pixels) transposed */
+        relvm_transpose_f32(j->k, s->oh * s->ow, in, s->oh * s->ow, u, j->k);
+        return;
+    }
     for (int64_t oy = 0, px = 0; oy < s->oh; ++oy)
         for (int64_t ox = 0; ox < s->ow; ++ox, ++px) {
             const float *base = j->pointwise ? in + px : in + oy * s->sh * j->padded.rs + ox;
@@ -598,10 +603,8 @@ static void conv_transposed_tasks(void *ctx, int64_t begin, int64_t end) {
             }
             continue;
         }
-        for (int64_t ch = 0; ch < cols; ++ch) { /* C (pixels x channels) into y's planes */
-            float *yp = j->y + (ch0 + ch) * plane;
-            for (int64_t px = 0; px < plane; ++px) yp[px] = c[px * PG_PANEL + ch];
-        }
+        /* C (pixels x channels) into y's planes */
+        relvm_transpose_f32(plane, cols, c, PG_PANEL, j->y + ch0 * plane, plane);
         if (j->post) j->post(j->post_ctx, ch0 * plane, cols, plane, plane);
     }
 }

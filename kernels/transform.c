@@ -6,6 +6,7 @@
 #include "internal/types.h"
 #include "threads.h"
 #include "transform.h"
+#include "internal/transpose.h"
 
 static int valid_itemsize(int itemsize) {
     return itemsize == 1 || itemsize == 2 || itemsize == 4 || itemsize == 8;
@@ -109,6 +110,49 @@ RELVM_EXPORT int relvm_copy_strided(int itemsize, int ndim, const int64_t *shape
     nest_operand(&t, 1, dst, itemsize, dst_strides);
     nest_run(&t, copy_row, &j, RELVM_GRAIN);
     return RELVM_OK;
+}
+
+/* --- relvm_transpose_f32 (internal/transpose.h) ------------------------------------------- */
+
+typedef float tr_vec __attribute__((vector_size(32), aligned(4)));
+typedef int32_t tr_mask __attribute__((vector_size(32)));
+
+/* The 8 x 8 block at in (rows ldi apart), transposed to out (rows ldo apart): pairs of rows
+ * interleaved, then pairs of pairs, then the 4-float halves swapped across. */
+static inline __attribute__((always_inline)) void transpose_8x8(const float *in, int64_t ldi,
+                                                                float *out, int64_t ldo) {
+    const tr_mask lo = {0, 8, 1, 9, 4, 12, 5, 13}, hi = {2, 10, 3, 11, 6, 14, 7, 15};
+    const tr_mask lo2 = {0, 1, 8, 9, 4, 5, 12, 13}, hi2 = {2, 3, 10, 11, 6, 7, 14, 15};
+    const tr_mask first = {0, 1, 2, 3, 8, 9, 10, 11}, second = {4, 5, 6, 7, 12, 13, 14, 15};
+    tr_vec r[8], t[8], u[8];
+    for (int i = 0; i < 8; ++i) r[i] = *(const tr_vec *)(in + i * ldi);
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = __builtin_shuffle(r[i], r[i + 1], lo);
+        t[i + 1] = __builtin_shuffle(r[i], r[i + 1], hi);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = __builtin_shuffle(t[i], t[i + 2], lo2);
+        u[i + 1] = __builtin_shuffle(t[i], t[i + 2], hi2);
+        u[i + 2] = __builtin_shuffle(t[i + 1], t[i + 3], lo2);
+        u[i + 3] = __builtin_shuffle(t[i + 1], t[i + 3], hi2);
+    }
+    for (int i = 0; i < 4; ++i) {
+        *(tr_vec *)(out + i * ldo) = __builtin_shuffle(u[i], u[i + 4], first);
+        *(tr_vec *)(out + (i + 4) * ldo) = __builtin_shuffle(u[i], u[i + 4], second);
+    }
+}
+
+RELVM_VECTORIZE void relvm_transpose_f32(int64_t rows, int64_t cols, const float *in,
+                                         int64_t ldi, float *out, int64_t ldo) {
+    const int64_t rows8 = rows / 8 * 8, cols8 = cols / 8 * 8;
+    for (int64_t r = 0; r < rows8; r += 8) {
+        for (int64_t c = 0; c < cols8; c += 8)
+            transpose_8x8(in + r * ldi + c, ldi, out + c * ldo + r, ldo);
+        for (int64_t c = cols8; c < cols; ++c)
+            for (int64_t i = r; i < r + 8; ++i) out[c * ldo + i] = in[i * ldi + c];
+    }
+    for (int64_t r = rows8; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) out[c * ldo + r] = in[r * ldi + c];
 }
 
 struct bytes_job {

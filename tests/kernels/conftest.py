@@ -55,10 +55,25 @@ def run_c(op: str, attrs: dict, arrays: Sequence[np.ndarray], out_like: Sequence
     entry = make_entry(op, attrs, [a.dtype.name for a in arrays],
                        [r.dtype.name for r in out_like], groups)
     kernel = c.make_kernel(entry)
-    # Garbage in the outputs: a kernel must write every element.
-    outs = [np.full(r.shape, np.nan if r.dtype.kind == "f" else 3, r.dtype) for r in out_like]
+    # Garbage in the outputs: a kernel must write every element. Each output sits between two
+    # guard bands of GUARD bytes, which must come back untouched: no kernel stores a whole
+    # vector past its output's first or last element.
+    outs, buffers = [], []
+    for r in out_like:
+        nbytes = r.size * r.dtype.itemsize
+        buffer = np.full(nbytes + 2 * GUARD, GUARD_BYTE, np.uint8)
+        out = buffer[GUARD:GUARD + nbytes].view(r.dtype).reshape(r.shape)
+        out[...] = np.nan if r.dtype.kind == "f" else 3
+        outs.append(out)
+        buffers.append(buffer)
     kernel(*arrays, *outs)
+    for i, buffer in enumerate(buffers):
+        bands = np.concatenate([buffer[:GUARD], buffer[len(buffer) - GUARD:]])
+        assert (bands == GUARD_BYTE).all(), f"{op}: output {i} written outside its elements"
     return outs
+
+
+GUARD, GUARD_BYTE = 256, 0xA5
 
 
 def assert_same(got: np.ndarray, want: np.ndarray, rtol: float, atol: float, what: str) -> None:

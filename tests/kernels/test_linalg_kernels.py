@@ -126,6 +126,10 @@ CONVS = [
     # Small output planes: the transposed form (pixels x k times channel panels).
     ((1, 129, 1, 3), (40, 129, 1, 3), {"padding": [0, 1]}),
     ((2, 64, 7, 7), (80, 64, 1, 1), {}),  # pointwise over 7 x 7
+    # ... whose input and output are transposed in 8 x 8 blocks: channels and pixels that are
+    # not multiples of 8 leave edges done element by element.
+    ((2, 45, 7, 7), (64, 45, 1, 1), {}),
+    ((1, 19, 14, 14), (96, 19, 1, 1), {}),
     ((2, 8, 4, 4), (64, 4, 3, 3), {"groups": 2, "padding": [1, 1], "strides": [2, 2]}),
     ((3, 5, 2, 3), (33, 5, 2, 2), {"dilation": [1, 2], "padding": [1, 1]}),
 ]

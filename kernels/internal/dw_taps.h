@@ -1,0 +1,98 @@
+/* The inner loop of conv_depthwise.c, written once and compiled once per instruction set:
+ * conv_depthwise.c includes this file under `#pragma GCC target(...)` with
+ *   DW_SUFFIX  a name suffix (avx512, avx2, base),
+ *   DW_VW      floats per vector register (16, 8, 4).
+ * DW_NAME(taps) computes `count` consecutive outputs of a plane laid out as a "wide grid"
+ * (conv_depthwise.c): output t is the sum over taps of k[tap] * p[off[tap] + t], so every tap
+ * reads DW_VW consecutive floats per vector whatever the window, stride or dilation.
+ * Internal: not part of the cdef. */
+
+#define DW_CAT2(a, b) a##_##b
+#define DW_CAT(a, b) DW_CAT2(a, b)
+#define DW_NAME(x) DW_CAT(x, DW_SUFFIX)
+
+typedef float DW_NAME(vec) __attribute__((vector_size(DW_VW * 4)));
+typedef float DW_NAME(uvec) __attribute__((vector_size(DW_VW * 4), aligned(4)));
+typedef int32_t DW_NAME(mask) __attribute__((vector_size(DW_VW * 4)));
+
+/* x in every lane (one broadcast). */
+static inline __attribute__((always_inline)) DW_NAME(vec) DW_NAME(splat)(float x) {
+    return __builtin_shuffle((DW_NAME(vec)){x}, (DW_NAME(mask)){0});
+}
+
+/* bias + the taps for the DW_VW outputs from t, through relu (lanes below 0 cleared; NaN is
+ * not below 0 and stays). */
+static inline __attribute__((always_inline)) DW_NAME(vec) DW_NAME(one)(
+    const float *p, const int64_t *off, const float *k, int64_t taps, float bias, int relu,
+    int64_t t) {
+    typedef DW_NAME(vec) vec;
+    vec acc = DW_NAME(splat)(bias);
+    for (int64_t q = 0; q < taps; ++q)
+        acc += DW_NAME(splat)(k[q]) * *(const DW_NAME(uvec) *)(p + off[q] + t);
+    if (relu) acc = (vec)((DW_NAME(mask))acc & ~(DW_NAME(mask))(acc < 0));
+    return acc;
+}
+
+/* Outputs t = 0 .. count - 1 into out; reads p up to the last tap's offset + count rounded up
+ * to whole vectors (the caller's slack). A last, partial vector is stored as far as count. With `hoist` (inlined for the common windows, `taps`
+ * a constant) the loop over taps unrolls and each tap's weight stays in a register; else each
+ * weight is broadcast where it is used (any window, no array the size of the window). */
+static inline __attribute__((always_inline)) void DW_NAME(taps_of)(
+    const float *p, const int64_t *off, const float *k, const int64_t taps, const int hoist,
+    float bias, int relu, float *out, int64_t count) {
+    typedef DW_NAME(vec) vec;
+    enum { U = 4 }; /* vectors computed together: independent chains hide the FMA latency */
+    vec wv[hoist ? taps : 1];
+    for (int64_t q = 0; hoist && q < taps; ++q) wv[q] = DW_NAME(splat)(k[q]);
+    int64_t t = 0;
+    for (; t + U * DW_VW <= count; t += U * DW_VW) {
+        vec acc[U];
+        for (int u = 0; u < U; ++u) acc[u] = DW_NAME(splat)(bias);
+        for (int64_t q = 0; q < taps; ++q) {
+            const vec w = hoist ? wv[q] : DW_NAME(splat)(k[q]);
+            const float *from = p + off[q] + t;
+            for (int u = 0; u < U; ++u)
+                acc[u] += w * *(const DW_NAME(uvec) *)(from + u * DW_VW);
+        }
+        for (int u = 0; u < U; ++u) {
+            if (relu) acc[u] = (vec)((DW_NAME(mask))acc[u] & ~(DW_NAME(mask))(acc[u] < 0));
+            *(DW_NAME(uvec) *)(out + t + u * DW_VW) = acc[u];
+        }
+    }
+    for (; t + DW_VW <= count; t += DW_VW)
+        *(DW_NAME(uvec) *)(out + t) = DW_NAME(one)(p, off, k, taps, bias, relu, t);
+    if (t < count) { /* the last, partial vector: computed whole, stored as far as count */
+        float last[DW_VW];
+        *(DW_NAME(uvec) *)last = DW_NAME(one)(p, off, k, taps, bias, relu, t);
+        for (int64_t i = 0; t + i < count; ++i) out[t + i] = last[i];
+    }
+}
+
+static void DW_NAME(taps)(const float *p, const int64_t *off, const float *k, int64_t taps,
+                          float bias, int relu, float *out, int64_t count) {
+    switch (taps) {
+    case 9: DW_NAME(taps_of)(p, off, k, 9, 1, bias, relu, out, count); break;
+    case 25: DW_NAME(taps_of)(p, off, k, 25, 1, bias, relu, out, count); break;
+    case 3: DW_NAME(taps_of)(p, off, k, 3, 1, bias, relu, out, count); break;
+    case 49: DW_NAME(taps_of)(p, off, k, 49, 1, bias, relu, out, count); break;
+    default: DW_NAME(taps_of)(p, off, k, taps, 0, bias, relu, out, count); break;
+    }
+}
+
+/* The grid's rows (C floats apart) to y (ow apart), in order, in whole vectors: a row's last
+ * vector may spill into the rows after it, which are copied over it, but not past the plane. */
+static void DW_NAME(rows)(float *y, const float *grid, int64_t C, int64_t ow, int64_t oh) {
+    for (int64_t oy = 0; oy < oh; ++oy) {
+        const float *from = grid + oy * C;
+        float *to = y + oy * ow;
+        const int64_t room = (oh - oy) * ow; /* floats from `to` to the plane's end */
+        int64_t t = 0;
+        for (; t < ow && t + DW_VW <= room; t += DW_VW)
+            *(DW_NAME(uvec) *)(to + t) = *(const DW_NAME(uvec) *)(from + t);
+        for (; t < ow; ++t) to[t] = from[t];
+    }
+}
+
+#undef DW_CAT2
+#undef DW_CAT
+#undef DW_NAME
