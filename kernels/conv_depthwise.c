@@ -20,6 +20,7 @@
 #include "conv.h"
 #include "internal/conv_shared.h"
 #include "internal/pgemm_panel.h"
+#include "internal/transpose.h"
 #include "internal/types.h"
 #include "threads.h"
 
@@ -55,16 +56,27 @@
 typedef void dw_taps_fn(const float *p, const int64_t *off, const float *k, int64_t taps,
                         float bias, int relu, float *out, int64_t count);
 typedef void dw_rows_fn(float *y, const float *grid, int64_t C, int64_t ow, int64_t oh);
+typedef void dw_pixels_fn(const float *p, const int64_t *off, const float *wv, int64_t taps,
+                          const float *bias, int relu, int64_t oh, int64_t ow, int64_t row_step,
+                          int64_t col_step, float *out);
 
-/* The loops of the GEMM's instruction set (RELVM_PGEMM_ISA lowers both). */
-static dw_taps_fn *dw_kernels(dw_rows_fn **rows) {
+/* The loops of the GEMM's instruction set (RELVM_PGEMM_ISA lowers both), and its floats per
+ * vector: the channels of a block in the channel-blocked form. */
+struct dw_kernels {
+    dw_taps_fn *taps;
+    dw_rows_fn *rows;
+    dw_pixels_fn *pixels;
+    int width;
+};
+
+static struct dw_kernels dw_kernels(void) {
     int width = 4;
     relvm_pgemm_ipanel_kernel(&width);
 #ifdef DW_MULTI_ISA
-    if (width == 16) return *rows = rows_avx512, taps_avx512;
-    if (width == 8) return *rows = rows_avx2, taps_avx2;
+    if (width == 16) return (struct dw_kernels){taps_avx512, rows_avx512, pixels_avx512, 16};
+    if (width == 8) return (struct dw_kernels){taps_avx2, rows_avx2, pixels_avx2, 8};
 #endif
-    return *rows = rows_base, taps_base;
+    return (struct dw_kernels){taps_base, rows_base, pixels_base, 4};
 }
 
 /* The scratch plane: sh x sw phase planes of R x C floats; the output grid is C wide. */
@@ -155,8 +167,7 @@ static void depthwise_planes(void *ctx, int64_t begin, int64_t end) {
      * columns computed and dropped per row are fewer than a row's last, partial vector would
      * waste where rows are computed one by one, and the run keeps four independent chains of
      * multiply-adds busy where a row of one or two vectors would not. */
-    dw_rows_fn *rows_fn;
-    dw_taps_fn *taps_fn = dw_kernels(&rows_fn);
+    const struct dw_kernels kernels = dw_kernels();
     const int use_grid = g.C != s->ow;
     /* The scratch plane, the output grid (if used), then the tap offsets (int64s, two floats
      * each, from a 64-byte boundary). */
@@ -179,11 +190,86 @@ static void depthwise_planes(void *ctx, int64_t begin, int64_t end) {
             const float *k = j->w + o * taps;
             const float bias = j->bias ? j->bias[o] : 0.0f;
             float *out = use_grid ? buf + g.plane : y;
-            taps_fn(buf, off, k, taps, bias, j->relu, out, g.count);
-            if (use_grid) rows_fn(y, out, g.C, s->ow, s->oh);
+            kernels.taps(buf, off, k, taps, bias, j->relu, out, g.count);
+            if (use_grid) kernels.rows(y, out, g.C, s->ow, s->oh);
             if (j->post) /* the fused rest of the plane, while it is in cache */
                 j->post(j->post_ctx, (n * s->oc + o) * opixels, 1, opixels, opixels);
         }
+    }
+}
+
+/* --- the channel-blocked form ----------------------------------------------------------------
+ * For small planes, where a plane's own loops cost more than its multiply-adds (a 7 x 7 plane is
+ * 49 outputs), a block of `width` channels (one vector) is done at once: the block's planes are
+ * transposed to pixel-major (each pixel `width` floats, relvm_transpose_f32) into a zero-bordered
+ * padded image, every output pixel is one vector of the block's channels (the taps' weights one
+ * vector each), and the result is transposed back to the block's planes. Channel multipliers
+ * other than 1 take the wide grid. */
+
+/* The padded image's rows and columns (no stride phases: a pixel is a whole vector). */
+static void blocked_geometry(const struct relvm_conv2d_shape *s, int64_t *rows, int64_t *cols) {
+    *rows = relvm_max64(s->pt + s->h, (s->oh - 1) * s->sh + (s->kh - 1) * s->dh + 1);
+    *cols = relvm_max64(s->pl + s->w, (s->ow - 1) * s->sw + (s->kw - 1) * s->dw + 1);
+}
+
+/* Planes take the blocked form up to a padded image of 32 x 32 pixels (64 KB for a block of 16
+ * channels), or 64 x 64 with a stride (where the wide grid's phase planes cost more to fill). At
+ * 56 x 56 and stride 1, and at 112 x 112, the wide grid was faster (AVX-512). */
+#define DW_BLOCKED_PIXELS 1024
+#define DW_BLOCKED_PIXELS_STRIDED 4096
+
+static int use_blocked(const struct relvm_conv2d_shape *s) {
+    int64_t rows, cols;
+    blocked_geometry(s, &rows, &cols);
+    const int strided = s->sh > 1 || s->sw > 1;
+    return s->oc == s->c &&
+           rows * cols <= (strided ? DW_BLOCKED_PIXELS_STRIDED : DW_BLOCKED_PIXELS);
+}
+
+/* Item q is block q % blocks of image q / blocks: channels b * width ... */
+static void depthwise_blocks(void *ctx, int64_t begin, int64_t end) {
+    struct depthwise *j = ctx;
+    const struct relvm_conv2d_shape *s = j->s;
+    const struct dw_kernels kernels = dw_kernels();
+    const int64_t L = kernels.width, taps = s->kh * s->kw, opixels = s->oh * s->ow;
+    const int64_t ipixels = s->h * s->w, blocks = (s->c + L - 1) / L;
+    int64_t rows, cols;
+    blocked_geometry(s, &rows, &cols);
+    /* The padded image, the block's input pixel-major, its output pixel-major, the taps'
+     * weights and the bias (a vector each), then the tap offsets (int64s). */
+    const int64_t padded = rows * cols * L, dense = ipixels * L, out = opixels * L;
+    const int64_t wv_at = padded + dense + out, off_at = wv_at + (taps + 1) * L;
+    float *buf = relvm_conv_scratch_floats((size_t)(off_at + 2 * taps));
+    if (!buf) {
+        j->failed = 1;
+        return;
+    }
+    float *image = buf, *pixels = buf + padded, *result = pixels + dense, *wv = buf + wv_at;
+    float *bias = wv + taps * L;
+    int64_t *off = (int64_t *)(void *)(buf + off_at);
+    for (int64_t i = 0; i < s->kh; ++i)
+        for (int64_t t = 0; t < s->kw; ++t)
+            off[i * s->kw + t] = (i * s->dh * cols + t * s->dw) * L;
+    memset(image, 0, (size_t)padded * sizeof(float)); /* the border, which no block writes */
+    for (int64_t q = begin; q < end; ++q) {
+        const int64_t n = q / blocks, c0 = q % blocks * L, lanes = relvm_min64(L, s->c - c0);
+        const int64_t first = n * s->c + c0; /* the block's first plane, in x and in y */
+        if (lanes < L) /* the lanes past the channels: zeros, not what an earlier block left */
+            memset(pixels, 0, (size_t)dense * sizeof(float));
+        relvm_transpose_f32(lanes, ipixels, j->x + first * ipixels, ipixels, pixels, L);
+        for (int64_t iy = 0; iy < s->h; ++iy)
+            memcpy(image + ((iy + s->pt) * cols + s->pl) * L, pixels + iy * s->w * L,
+                   (size_t)(s->w * L) * sizeof(float));
+        for (int64_t t = 0; t < taps; ++t)
+            for (int64_t l = 0; l < L; ++l)
+                wv[t * L + l] = l < lanes ? j->w[(c0 + l) * taps + t] : 0.0f;
+        for (int64_t l = 0; l < L; ++l) bias[l] = j->bias && l < lanes ? j->bias[c0 + l] : 0.0f;
+        kernels.pixels(image, off, wv, taps, bias, j->relu, s->oh, s->ow, s->sh * cols * L,
+                       s->sw * L, result);
+        float *y = j->y + first * opixels;
+        relvm_transpose_f32(opixels, lanes, result, L, y, opixels);
+        if (j->post) /* the fused rest of the block's planes, while they are in cache */
+            j->post(j->post_ctx, first * opixels, lanes, opixels, opixels);
     }
 }
 
@@ -192,6 +278,13 @@ int depthwise_conv(const struct relvm_conv2d_shape *s, const float *x, const flo
     if (s->oh == 0 || s->ow == 0 || s->n * s->c == 0) return RELVM_OK;
     struct depthwise j = {s, x, w, y, dw_geometry(s), bias, relu, post, post_ctx, 0};
     const int64_t work = relvm_max64(1, s->oc / s->groups * s->oh * s->ow * s->kh * s->kw);
-    relvm_parallel_for(s->n * s->c, relvm_max64(1, RELVM_GRAIN / work), depthwise_planes, &j);
+    if (use_blocked(s)) {
+        const int64_t L = dw_kernels().width, blocks = (s->c + L - 1) / L;
+        relvm_parallel_for(s->n * blocks, relvm_max64(1, RELVM_GRAIN / (work * L)),
+                           depthwise_blocks, &j);
+    } else {
+        relvm_parallel_for(s->n * s->c, relvm_max64(1, RELVM_GRAIN / work), depthwise_planes,
+                           &j);
+    }
     return j.failed ? RELVM_NO_MEMORY : RELVM_OK;
 }

@@ -34,9 +34,10 @@ static inline __attribute__((always_inline)) DW_NAME(vec) DW_NAME(one)(
 }
 
 /* Outputs t = 0 .. count - 1 into out; reads p up to the last tap's offset + count rounded up
- * to whole vectors (the caller's slack). A last, partial vector is stored as far as count. With `hoist` (inlined for the common windows, `taps`
- * a constant) the loop over taps unrolls and each tap's weight stays in a register; else each
- * weight is broadcast where it is used (any window, no array the size of the window). */
+ * to whole vectors (the caller's slack). A last, partial vector is stored as far as count.
+ * With `hoist` (inlined for the common windows, `taps` a constant) the loop over taps unrolls
+ * and each tap's weight stays in a register; else each weight is broadcast where it is used
+ * (any window, no array the size of the window). */
 static inline __attribute__((always_inline)) void DW_NAME(taps_of)(
     const float *p, const int64_t *off, const float *k, const int64_t taps, const int hoist,
     float bias, int relu, float *out, int64_t count) {
@@ -90,6 +91,63 @@ static void DW_NAME(rows)(float *y, const float *grid, int64_t C, int64_t ow, in
         for (; t < ow && t + DW_VW <= room; t += DW_VW)
             *(DW_NAME(uvec) *)(to + t) = *(const DW_NAME(uvec) *)(from + t);
         for (; t < ow; ++t) to[t] = from[t];
+    }
+}
+
+/* The channel-blocked form: DW_VW channels at once, each pixel one vector of them. p is the
+ * block's padded input, pixel-major (DW_VW floats a pixel); output pixel (oy, ox) is
+ * bias + the sum over taps of wv[tap] (the DW_VW channels' weights) * p[base + off[tap]], base
+ * = oy * row_step + ox * col_step; out gets oh * ow pixels of DW_VW floats. Four pixels of a
+ * row at a time. */
+static inline __attribute__((always_inline)) void DW_NAME(pixels_of)(
+    const float *p, const int64_t *off, const float *wv, const int64_t taps, const int hoist,
+    const float *bias, int relu, int64_t oh, int64_t ow, int64_t row_step, int64_t col_step,
+    float *out) {
+    typedef DW_NAME(vec) vec;
+    enum { U = 4 };
+    vec w[hoist ? taps : 1];
+    for (int64_t q = 0; hoist && q < taps; ++q) w[q] = *(const DW_NAME(uvec) *)(wv + q * DW_VW);
+    const vec b = *(const DW_NAME(uvec) *)bias;
+    for (int64_t oy = 0; oy < oh; ++oy) {
+        const float *row = p + oy * row_step;
+        float *o = out + oy * ow * DW_VW;
+        int64_t ox = 0;
+        for (; ox + U <= ow; ox += U) {
+            vec acc[U];
+            for (int u = 0; u < U; ++u) acc[u] = b;
+            for (int64_t q = 0; q < taps; ++q) {
+                const vec wq = hoist ? w[q] : *(const DW_NAME(uvec) *)(wv + q * DW_VW);
+                const float *from = row + ox * col_step + off[q];
+                for (int u = 0; u < U; ++u)
+                    acc[u] += wq * *(const DW_NAME(uvec) *)(from + u * col_step);
+            }
+            for (int u = 0; u < U; ++u) {
+                if (relu) acc[u] = (vec)((DW_NAME(mask))acc[u] & ~(DW_NAME(mask))(acc[u] < 0));
+                *(DW_NAME(uvec) *)(o + (ox + u) * DW_VW) = acc[u];
+            }
+        }
+        for (; ox < ow; ++ox) {
+            vec acc = b;
+            for (int64_t q = 0; q < taps; ++q) {
+                const vec wq = hoist ? w[q] : *(const DW_NAME(uvec) *)(wv + q * DW_VW);
+                acc += wq * *(const DW_NAME(uvec) *)(row + ox * col_step + off[q]);
+            }
+            if (relu) acc = (vec)((DW_NAME(mask))acc & ~(DW_NAME(mask))(acc < 0));
+            *(DW_NAME(uvec) *)(o + ox * DW_VW) = acc;
+        }
+    }
+}
+
+static void DW_NAME(pixels)(const float *p, const int64_t *off, const float *wv, int64_t taps,
+                            const float *bias, int relu, int64_t oh, int64_t ow,
+                            int64_t row_step, int64_t col_step, float *out) {
+    switch (taps) {
+    case 9: DW_NAME(pixels_of)(p, off, wv, 9, 1, bias, relu, oh, ow, row_step, col_step, out);
+        break;
+    case 25: DW_NAME(pixels_of)(p, off, wv, 25, 1, bias, relu, oh, ow, row_step, col_step, out);
+        break;
+    default: DW_NAME(pixels_of)(p, off, wv, taps, 0, bias, relu, oh, ow, row_step, col_step, out);
+        break;
     }
 }
 
