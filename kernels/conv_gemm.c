@@ -53,6 +53,17 @@ static int reads_in_place(const struct relvm_conv2d_shape *s, int width) {
     return s->ow % width == 0 || is_pointwise(s);
 }
 
+/* Whether a conv whose output rows are not whole vectors can still read its padded image in
+ * place, on a grid: with stride 1, output pixel (oy, ox) reads tap (i, j) at padded position
+ * oy * rs + ox + off, so numbering outputs t = oy * rs + ox (a grid as wide as a padded row, of
+ * which the first ow columns are the output) makes every panel of 32 consecutive t one run of
+ * the image per k row, whatever ow is. The rs - ow columns a row computes and drops cost less
+ * than packing (a 56-wide 3x3 conv: 2 of 58). Not for pointwise convs (read in place already)
+ * or the mean (its sums would take the dropped columns). */
+static int grid_in_place(const struct relvm_conv2d_shape *s, int width) {
+    return s->sh == 1 && s->sw == 1 && !reads_in_place(s, width) && s->oh * s->ow > 0;
+}
+
 /* A conv with one input channel per group takes the depthwise loop, unless it is one plain
  * conv of a single input channel whose window is large (an STFT front end's 1 x 256 taps):
  * that is a GEMM of k = its taps, which the depthwise loop would run tap by tap. */
@@ -309,6 +320,7 @@ static int64_t packing_scratch(const struct conv_pgemm *j) {
 }
 
 int64_t panel_scratch(const struct conv_pgemm *j) {
+    if (j->grid) return j->chunk_rows * PG_PANEL; /* a chunk's rows of a panel, staged */
     const int64_t packing = packing_scratch(j);
     const int64_t staging = j->next ? j->s->oc / j->s->groups * PG_PANEL : 0;
     return packing + staging;
@@ -316,7 +328,9 @@ int64_t panel_scratch(const struct conv_pgemm *j) {
 
 int64_t padded_scratch(const struct conv_pgemm *j) {
     if (j->pointwise) return 0;
-    return (j->s->c / j->s->groups * j->padded.plane + 15) / 16 * 16;
+    /* On the grid, a last panel's vectors read up to PG_PANEL floats past the image. */
+    const int64_t slack = j->grid ? PG_PANEL : 0;
+    return (j->s->c / j->s->groups * j->padded.plane + slack + 15) / 16 * 16;
 }
 
 /* The padded channels of image `image` (n * groups + g): a pointwise conv's input as it is,
@@ -372,6 +386,47 @@ static RELVM_VECTORIZE void store_onward(const struct relvm_conv2d_shape *next,
             for (int64_t ch = 0; ch < channels; ++ch)
                 for (int64_t t = 0; t < len; ++t)
                     row[ch * p.plane + phase_at(next, p, col + t)] = src[ch * PG_PANEL + t];
+        }
+    }
+}
+
+/* Panel q of the grid (grid_in_place) of image `image` (n * groups + g) from its padded input
+ * `in`, through the output channels of chunks [c0, c1): each chunk's rows computed into `stage`
+ * (PG_PANEL floats a row), then each run of the panel's positions that are output pixels (a
+ * row's first ow columns) copied to y, and the fused post run over it. */
+static void conv_grid_panel(const struct conv_pgemm *j, int64_t image, int64_t q, int64_t c0,
+                            int64_t c1, const float *in, float *stage) {
+    const struct relvm_conv2d_shape *s = j->s;
+    const int64_t ocg = s->oc / s->groups, plane = s->oh * s->ow, rs = j->padded.rs;
+    const int64_t g = image % s->groups, n = image / s->groups;
+    const int64_t t0 = q * PG_PANEL, count = relvm_min64(PG_PANEL, j->grid - t0);
+    const float *bases[PG_PANEL];
+    for (int64_t v = 0; v * j->width < PG_PANEL; ++v) bases[v] = in + t0 + v * j->width;
+    /* The runs of output pixels: position a of the panel, pixel p of the plane, len pixels. */
+    int64_t at[PG_PANEL], pixel[PG_PANEL], len[PG_PANEL], runs = 0;
+    for (int64_t oy = t0 / rs, ox = t0 - oy * rs, a = 0; a < count; ++oy, ox = 0) {
+        const int64_t here = relvm_min64(rs - ox, count - a); /* positions on this grid row */
+        if (ox < s->ow) {
+            at[runs] = a;
+            pixel[runs] = oy * s->ow + ox;
+            len[runs++] = relvm_min64(here, s->ow - ox);
+        }
+        a += here;
+    }
+    struct pg_epilogue e = j->e; /* the group's rows: bias from its first row */
+    if (e.row_bias) e.row_bias += g * ocg;
+    float *yg = j->y + (n * s->oc + g * ocg) * plane;
+    for (int64_t c = c0; c < c1; ++c) {
+        const int64_t r0 = c * j->chunk_rows, rows = relvm_min64(j->chunk_rows, ocg - r0);
+        j->ifn(rows, j->k, j->wpacked + (g * ocg + r0) * j->k, 0, bases, j->off, stage,
+               PG_PANEL, count, &e, r0, 0);
+        for (int64_t r = 0; r < runs; ++r) {
+            for (int64_t row = 0; row < rows; ++row)
+                memcpy(yg + (r0 + row) * plane + pixel[r], stage + row * PG_PANEL + at[r],
+                       (size_t)len[r] * sizeof(float));
+            if (j->post)
+                j->post(j->post_ctx, (n * s->oc + g * ocg + r0) * plane + pixel[r], rows, len[r],
+                        plane);
         }
     }
 }
@@ -452,6 +507,10 @@ static void conv_pgemm_tasks(void *ctx, int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
         const int64_t image = t / per_image, c = t % per_image / j->panels, q = t % j->panels;
         const float *in = padded_input(j, image, scratch + per_panel);
+        if (j->grid) {
+            conv_grid_panel(j, image, q, c, c + 1, in, scratch);
+            continue;
+        }
         float *sums = j->sums ? j->sums + (image * j->panels + q) * ocg : NULL;
         conv_panel_rows(j, image, q, c, c + 1, in, scratch, sums, NULL);
     }
@@ -652,6 +711,14 @@ static int conv_pgemm(const struct relvm_conv2d_shape *s, const float *x, const 
     struct conv_pgemm j = conv_job(s, x, w, wpacked, y, bias, relu);
     j.post = post;
     j.post_ctx = post_ctx;
+    if (!mean && grid_in_place(s, j.width)) { /* the grid form: panels of the grid, in place */
+        int width;
+        j.ifn = relvm_pgemm_ipanel_kernel(&width);
+        j.grid = (s->oh - 1) * j.padded.rs + s->ow;
+        j.panels = (j.grid + PG_PANEL - 1) / PG_PANEL;
+        j.chunk_rows = relvm_max64(1, conv_chunk_rows(s->oc / s->groups, j.k));
+        j.chunks = (s->oc / s->groups + j.chunk_rows - 1) / j.chunk_rows;
+    }
     if (conv_prepare(&j, mean) != RELVM_OK) return RELVM_NO_MEMORY;
     conv_run(&j);
     if (mean && !j.failed) conv_finish_mean(&j);
@@ -725,7 +792,7 @@ RELVM_EXPORT int relvm_conv2d_weights_form(const struct relvm_conv2d_shape *s) {
     if (is_transposed(s)) return 2;
     int width;
     relvm_pgemm_ipanel_kernel(&width);
-    return reads_in_place(s, width) ? 1 : 0;
+    return reads_in_place(s, width) || grid_in_place(s, width) ? 1 : 0;
 }
 
 RELVM_EXPORT int64_t relvm_conv2d_packed_size(const struct relvm_conv2d_shape *s) {

@@ -50,6 +50,10 @@ struct conv_pgemm {
      * weights stay in cache and its output rows are written as a few sequential streams. */
     int64_t chunks, chunk_rows;
     int pointwise;  /* 1x1, stride 1, no padding: the input is read as it is */
+    /* The grid form (conv_gemm.c, grid_in_place): panels of 32 consecutive positions of a grid
+     * as wide as a padded row, read in place whatever the output width; `grid` positions in
+     * all, from which each panel's output pixels are copied to y. 0: not this form. */
+    int64_t grid;
     float *sums;    /* the mean's partial sums, ocg per task (image, group, panel); or NULL */
     /* Set when the output feeds a next conv (conv pairs): each panel is stored into that
      * conv's padded input (geometry `onward`; conv_panel is told where) instead of y. */

@@ -246,19 +246,22 @@ def test_weights_packed_once_for_constants_and_never_kept_otherwise():
 
 def test_conv_weights_packed_once_for_every_batch_size():
     """A constant conv weight is packed once, and the plans of every batch size share that
-    copy; a conv whose output rows are not whole vectors reads its weight as it is."""
+    copy (the grid form of a stride-1 conv over ragged rows shares it too); a strided conv
+    whose output rows are not whole vectors reads its weight as it is."""
     ffi = load()[0]
     w = np.random.default_rng(6).standard_normal((8, 3, 3, 3)).astype(np.float32)
     w.flags.writeable = False
 
-    def plan(n, width):
+    def plan(n, width, stride=1):
+        out = (width + 2 - 3) // stride + 1
         return ffi.new("struct relvm_conv2d_shape *", dict(
-            n=n, c=3, h=8, w=width, oc=8, kh=3, kw=3, oh=8, ow=width, sh=1, sw=1, pt=1, pl=1,
-            dh=1, dw=1, groups=1))
+            n=n, c=3, h=8, w=width, oc=8, kh=3, kw=3, oh=(8 - 1) // stride + 1, ow=out,
+            sh=stride, sw=stride, pt=1, pl=1, dh=1, dw=1, groups=1))
     kept = packed.conv_weights(Constants([w]))
     one, many = kept.get(w, plan(1, 32)), kept.get(w, plan(16, 32))
     assert one is not None and one is many
-    assert kept.get(w, plan(1, 7)) is None  # ragged rows: the weight as it is
+    assert kept.get(w, plan(1, 7)) is one  # the grid form: the same row blocks
+    assert kept.get(w, plan(1, 13, stride=2)) is None  # ragged and strided: as it is
     assert kept.get(w.copy(), plan(1, 32)) is None  # not the constant
 
 
