@@ -311,6 +311,17 @@ struct conv_pgemm conv_job(const struct relvm_conv2d_shape *s, const float *x,
     return j;
 }
 
+void conv_use_grid(struct conv_pgemm *j, int mean) {
+    const struct relvm_conv2d_shape *s = j->s;
+    if (mean || j->next || !grid_in_place(s, j->width)) return;
+    int width;
+    j->ifn = relvm_pgemm_ipanel_kernel(&width);
+    j->grid = (s->oh - 1) * j->padded.rs + s->ow;
+    j->panels = (j->grid + PG_PANEL - 1) / PG_PANEL;
+    j->chunk_rows = relvm_max64(1, conv_chunk_rows(s->oc / s->groups, j->k));
+    j->chunks = (s->oc / s->groups + j->chunk_rows - 1) / j->chunk_rows;
+}
+
 /* Floats of scratch a thread needs for one panel of j: packing space and, when the panel goes
  * onward, a staging tile. Multiples of 16, so what follows stays 64-byte aligned. */
 /* Floats for packing a panel (16 past it: pack_panel's overrun), where any is packed: every
@@ -437,6 +448,10 @@ static void conv_grid_panel(const struct conv_pgemm *j, int64_t image, int64_t q
  * input `onward` (image n's first channel). `scratch` is panel_scratch(j) floats. */
 void conv_panel_rows(const struct conv_pgemm *j, int64_t image, int64_t q, int64_t c0,
                      int64_t c1, const float *in, float *scratch, float *sums, float *onward) {
+    if (j->grid) { /* never with sums or onward (conv_use_grid) */
+        conv_grid_panel(j, image, q, c0, c1, in, scratch);
+        return;
+    }
     const struct relvm_conv2d_shape *s = j->s;
     const int64_t ocg = s->oc / s->groups, plane = s->oh * s->ow;
     const int64_t g = image % s->groups, n = image / s->groups;
@@ -507,10 +522,6 @@ static void conv_pgemm_tasks(void *ctx, int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
         const int64_t image = t / per_image, c = t % per_image / j->panels, q = t % j->panels;
         const float *in = padded_input(j, image, scratch + per_panel);
-        if (j->grid) {
-            conv_grid_panel(j, image, q, c, c + 1, in, scratch);
-            continue;
-        }
         float *sums = j->sums ? j->sums + (image * j->panels + q) * ocg : NULL;
         conv_panel_rows(j, image, q, c, c + 1, in, scratch, sums, NULL);
     }
@@ -711,14 +722,7 @@ static int conv_pgemm(const struct relvm_conv2d_shape *s, const float *x, const 
     struct conv_pgemm j = conv_job(s, x, w, wpacked, y, bias, relu);
     j.post = post;
     j.post_ctx = post_ctx;
-    if (!mean && grid_in_place(s, j.width)) { /* the grid form: panels of the grid, in place */
-        int width;
-        j.ifn = relvm_pgemm_ipanel_kernel(&width);
-        j.grid = (s->oh - 1) * j.padded.rs + s->ow;
-        j.panels = (j.grid + PG_PANEL - 1) / PG_PANEL;
-        j.chunk_rows = relvm_max64(1, conv_chunk_rows(s->oc / s->groups, j.k));
-        j.chunks = (s->oc / s->groups + j.chunk_rows - 1) / j.chunk_rows;
-    }
+    conv_use_grid(&j, mean);
     if (conv_prepare(&j, mean) != RELVM_OK) return RELVM_NO_MEMORY;
     conv_run(&j);
     if (mean && !j.failed) conv_finish_mean(&j);

@@ -25,8 +25,11 @@ struct conv_pair {
 static void pair_rows(const struct conv_pgemm *a, const struct conv_pgemm *b, int64_t q0,
                       int64_t q1, int64_t *lo, int64_t *hi) {
     const struct relvm_conv2d_shape *sa = a->s, *sb = b->s;
-    const int64_t first = q0 * PG_PANEL / sb->ow;
-    const int64_t last = (relvm_min64(q1 * PG_PANEL, sb->oh * sb->ow) - 1) / sb->ow;
+    /* b's output rows: panels of pixels, or of b's grid (rows rs wide) */
+    const int64_t width = b->grid ? b->padded.rs : sb->ow;
+    const int64_t count = b->grid ? b->grid : sb->oh * sb->ow;
+    const int64_t first = q0 * PG_PANEL / width;
+    const int64_t last = (relvm_min64(q1 * PG_PANEL, count) - 1) / width;
     const int64_t top = relvm_max64(0, first * sb->sh - sb->pt);
     const int64_t end = relvm_min64(sa->oh, last * sb->sh - sb->pt + (sb->kh - 1) * sb->dh + 1);
     *lo = *hi = 0;
@@ -46,7 +49,9 @@ static void conv_pair_items(void *ctx, int64_t begin, int64_t end) {
     struct conv_pair *pr = ctx;
     struct conv_pgemm *a = pr->a, *b = pr->b;
     const int64_t per_panel = relvm_max64(panel_scratch(a), panel_scratch(b));
-    const int64_t pad_a = padded_scratch(a), pad_b = b->s->c * b->padded.plane;
+    /* b's padded input: every channel, and on b's grid the floats a last panel reads past it */
+    const int64_t pad_a = padded_scratch(a);
+    const int64_t pad_b = (b->s->c * b->padded.plane + (b->grid ? PG_PANEL : 0) + 15) / 16 * 16;
     float *scratch = relvm_conv_scratch_floats((size_t)(per_panel + pad_a + pad_b));
     if (!scratch) {
         pr->failed = 1;
@@ -124,6 +129,7 @@ static int conv_pair(const struct relvm_conv2d_shape *sa, const struct relvm_con
                      const float *wpacked_a, const float *wpacked_b) {
     struct conv_pgemm a = conv_job(sa, x, wa, wpacked_a, NULL, bias_a, relu_a);
     struct conv_pgemm b = conv_job(sb, NULL, wb, wpacked_b, y, bias_b, relu_b);
+    conv_use_grid(&b, mean); /* b reads its padded input in place on its grid where it can */
     a.next = sb;
     a.onward = b.padded;
     a.edges = border_columns(sb, b.padded);

@@ -82,6 +82,9 @@ int depthwise_conv(const struct relvm_conv2d_shape *s, const float *x, const flo
 struct conv_pgemm conv_job(const struct relvm_conv2d_shape *s, const float *x,
                            const float *w, const float *wpacked, float *y,
                            const float *bias, int relu);
+/* Panels of j on the grid (conv_gemm.c, grid_in_place) where its geometry allows: not for the
+ * mean (with `mean`) or a conv whose output goes onward (j->next). Before conv_prepare. */
+void conv_use_grid(struct conv_pgemm *j, int mean);
 int conv_prepare(struct conv_pgemm *j, int mean);
 int64_t panel_scratch(const struct conv_pgemm *j);
 int64_t padded_scratch(const struct conv_pgemm *j);
