@@ -161,14 +161,20 @@ struct params {
 };
 
 /* min(max(x, lo), hi), as the reference computes it: with lo > hi every element is hi; a NaN
- * in x, lo or hi gives NaN (the comparisons below fail for it and pass it on). The bounds come
- * already rounded to T (relvm/ops/elementwise.py: clip_bounds). */
+ * in x passes through (both comparisons fail for it), and a NaN bound makes every element NaN.
+ * The bounds come already rounded to T (relvm/ops/elementwise.py: clip_bounds). Two selects an
+ * element, no branch: the loop vectorizes (with `||` tests for NaN it ran element by element,
+ * 5 ns each: 45% of a MobileNet head whose relu6 ran unfused). */
 #define CLIP_FLOAT(S, T)                                                                      \
     static RELVM_VECTORIZE void clip_##S(const struct params *p, const T *x, T *o, int64_t n) { \
         const T lo = (T)p->lo, hi = (T)p->hi;                                                 \
+        if (lo != lo || hi != hi) {                                                           \
+            for (int64_t i = 0; i < n; ++i) o[i] = lo != lo ? lo : hi;                        \
+            return;                                                                           \
+        }                                                                                     \
         for (int64_t i = 0; i < n; ++i) {                                                     \
-            const T m = (x[i] >= lo || x[i] != x[i]) ? x[i] : lo;                             \
-            o[i] = (m <= hi || m != m) ? m : hi;                                              \
+            const T m = x[i] < lo ? lo : x[i];                                                \
+            o[i] = m > hi ? hi : m;                                                           \
         }                                                                                     \
     }
 #define CLIP_INT(S, T)                                                                        \
