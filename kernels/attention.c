@@ -66,7 +66,7 @@ static inline double key_bias(const struct relvm_attention_shape *s, const void 
             const T t = (T)(v + b);                                                           \
             y[j] = t;                                                                         \
             open |= b != -INFINITY;                                                           \
-            m = (t > m || t != t) ? t : m;                                                    \
+            m = ((t > m) | (t != t)) ? t : m;                                                    \
         }                                                                                     \
         if (s->logits) return;                                                                \
         if (!open) { /* no key to attend: zeros, as ONNX says */                              \

@@ -58,8 +58,8 @@ typedef void (*binary_fn)(const void *a, int64_t sa, const void *b, int64_t sb, 
     BINARY(multiply_##S, T, T, x * y)                                                         \
     BINARY(divide_##S, T, T, x / y)                                                           \
     BINARY(pow_any_##S, T, T, POW(x, y))                                                      \
-    BINARY(maximum_##S, T, T, (x >= y || x != x) ? x : y)                                     \
-    BINARY(minimum_##S, T, T, (x <= y || x != x) ? x : y)                                     \
+    BINARY(maximum_##S, T, T, ((x >= y) | (x != x)) ? x : y) /* `|`, not `||`: vectorizes */  \
+    BINARY(minimum_##S, T, T, ((x <= y) | (x != x)) ? x : y)                                  \
     BINARY(mod_##S, T, T, FMOD(x, y))                                                         \
     /* floored: the truncated remainder moved into the divisor's sign (r and y differ in      \
      * sign, so r + y cannot overflow); NaN for y == 0, as NumPy. */                          \
