@@ -1,5 +1,7 @@
-/* Depthwise conv2d (one input channel per group): too little reuse for a GEMM, so a direct loop
- * over each output plane on a "wide grid".
+/* Depthwise conv2d (one input channel per group): too little reuse for a GEMM, so direct loops
+ * in one of two forms: each output plane on a "wide grid" (here), or, for small planes with one
+ * output channel per input channel, a vector of channels per output pixel (the channel-blocked
+ * form, further down).
  *
  * Each input plane is copied once into a zero-bordered scratch plane (per thread), split into
  * sh x sw phase planes of R rows and C columns: padded pixel (r, c) goes to phase plane
@@ -9,8 +11,9 @@
  * grid C wide, of which the first ow columns are the output -- tap (i, j) of every output reads
  * the scratch at t + off[i][j]: one offset per tap, whatever the stride or dilation, and the
  * outputs of a plane are one contiguous run of vectors (internal/dw_taps.h), with only
- * C - ow columns per row computed and dropped. A 7 x 7 plane with a 3 x 3 window is 61
- * outputs on that grid (4 vectors of 16) where vectors along rows would need 7.
+ * C - ow columns per row computed and dropped: for a 56 x 56 plane and a 3 x 3 window, 2 of the
+ * grid's 58 columns, where rows done one by one in vectors of 16 would waste 8 of every 64
+ * lanes (and run in short loops of four vectors).
  * The grid's rows are then copied to y (or, when C == ow, the grid is y). A finished plane takes
  * its bias and relu in the loop, and post (a fused kernel's block form) while it is in cache.
  * The inner loop is compiled for AVX-512, AVX2 and SSE2 and chosen with the GEMM's (pgemm.c,
