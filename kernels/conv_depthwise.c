@@ -90,9 +90,8 @@ struct dw_geometry {
 
 static struct dw_geometry dw_geometry(const struct relvm_conv2d_shape *s) {
     struct dw_geometry g;
-    /* Rows and columns the windows reach, past the input and its top/left padding. */
-    const int64_t rows = relvm_max64(s->pt + s->h, (s->oh - 1) * s->sh + (s->kh - 1) * s->dh + 1);
-    const int64_t cols = relvm_max64(s->pl + s->w, (s->ow - 1) * s->sw + (s->kw - 1) * s->dw + 1);
+    int64_t rows, cols;
+    conv_padded_extent(s, &rows, &cols);
     g.R = (rows + s->sh - 1) / s->sh;
     g.C = (cols + s->sw - 1) / s->sw;
     g.phase = g.R * g.C;
@@ -209,12 +208,6 @@ static void depthwise_planes(void *ctx, int64_t begin, int64_t end) {
  * vector each), and the result is transposed back to the block's planes. Channel multipliers
  * other than 1 take the wide grid. */
 
-/* The padded image's rows and columns (no stride phases: a pixel is a whole vector). */
-static void blocked_geometry(const struct relvm_conv2d_shape *s, int64_t *rows, int64_t *cols) {
-    *rows = relvm_max64(s->pt + s->h, (s->oh - 1) * s->sh + (s->kh - 1) * s->dh + 1);
-    *cols = relvm_max64(s->pl + s->w, (s->ow - 1) * s->sw + (s->kw - 1) * s->dw + 1);
-}
-
 /* Planes take the blocked form up to a padded image of 32 x 32 pixels (64 KB for a block of 16
  * channels), or 64 x 64 with a stride (where the wide grid's phase planes cost more to fill). At
  * 56 x 56 and stride 1, and at 112 x 112, the wide grid was faster (AVX-512). */
@@ -223,7 +216,7 @@ static void blocked_geometry(const struct relvm_conv2d_shape *s, int64_t *rows, 
 
 static int use_blocked(const struct relvm_conv2d_shape *s) {
     int64_t rows, cols;
-    blocked_geometry(s, &rows, &cols);
+    conv_padded_extent(s, &rows, &cols);
     const int strided = s->sh > 1 || s->sw > 1;
     return s->oc == s->c &&
            rows * cols <= (strided ? DW_BLOCKED_PIXELS_STRIDED : DW_BLOCKED_PIXELS);
@@ -236,8 +229,8 @@ static void depthwise_blocks(void *ctx, int64_t begin, int64_t end) {
     const struct dw_kernels kernels = dw_kernels();
     const int64_t L = kernels.width, taps = s->kh * s->kw, opixels = s->oh * s->ow;
     const int64_t ipixels = s->h * s->w, blocks = (s->c + L - 1) / L;
-    int64_t rows, cols;
-    blocked_geometry(s, &rows, &cols);
+    int64_t rows, cols; /* the padded image's: no stride phases, a pixel is a whole vector */
+    conv_padded_extent(s, &rows, &cols);
     /* The padded image, the block's input pixel-major, its output pixel-major, the taps'
      * weights and the bias (a vector each), then the tap offsets (int64s). */
     const int64_t padded = rows * cols * L, dense = ipixels * L, out = opixels * L;

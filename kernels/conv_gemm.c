@@ -96,8 +96,8 @@ static int is_transposed(const struct relvm_conv2d_shape *s) {
 static struct padded_image padded_geometry(const struct relvm_conv2d_shape *s) {
     struct padded_image p;
     p.data = NULL;
-    p.ph = relvm_max64(s->pt + s->h, (s->oh - 1) * s->sh + (s->kh - 1) * s->dh + 1);
-    const int64_t pw = relvm_max64(s->pl + s->w, (s->ow - 1) * s->sw + (s->kw - 1) * s->dw + 1);
+    int64_t pw;
+    conv_padded_extent(s, &p.ph, &pw);
     p.pws = (pw + s->sw - 1) / s->sw;
     p.rs = p.pws * s->sw;
     p.plane = p.ph * p.rs;

@@ -8,6 +8,15 @@
 #include <stdint.h>
 #include "../conv.h"
 #include "pgemm_panel.h"
+#include "types.h"
+
+/* The rows and columns of a padded image that the windows reach: the input and its top/left
+ * padding, or as far as the last window's last tap, whichever is further. */
+static inline void conv_padded_extent(const struct relvm_conv2d_shape *s, int64_t *rows,
+                                      int64_t *cols) {
+    *rows = relvm_max64(s->pt + s->h, (s->oh - 1) * s->sh + (s->kh - 1) * s->dh + 1);
+    *cols = relvm_max64(s->pl + s->w, (s->ow - 1) * s->sw + (s->kw - 1) * s->dw + 1);
+}
 
 /* The image (its group's channels) copied once into a zero-bordered buffer, each padded row
  * split into sw phases (columns c with c % sw == 0, then 1, ...), so the pixels of an output row
