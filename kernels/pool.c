@@ -414,6 +414,28 @@ POOL_ROW_HELPERS(f64, f64)
                       l->g.cols);                                                             \
     } while (0)
 
+/* The tap offsets, the rows' spans and the phase starts, from a task's scratch (both pools). */
+#define POOL_OFFSETS(scratch)                                                                 \
+    const int64_t *voff = POOL_AT(int64_t, scratch, l->voff);                                 \
+    const int64_t *hoff = POOL_AT(int64_t, scratch, l->hoff);                                 \
+    const int64_t *spans = POOL_AT(int64_t, scratch, l->spans);                               \
+    const int64_t *starts = POOL_AT(int64_t, scratch, l->starts)
+
+/* A task's items (a plane's band of output rows each), POOL_GROUP output rows at a time: the
+ * block after T runs for rows [g, end_g) of plane x (input) and y (output), both of type T. */
+#define POOL_WALK(T, ...)                                                                     \
+    for (int64_t item = begin; item < end; ++item) {                                          \
+        const int64_t p = item / j->bands;                                                    \
+        const T *x = (const T *)(const void *)j->x + p * s->h * s->w;                         \
+        T *y = (T *)(void *)j->y + p * s->oh * s->ow;                                         \
+        int64_t first, last;                                                                  \
+        band_rows(j, item, &first, &last);                                                    \
+        for (int64_t g = first; g < last; g += POOL_GROUP) {                                  \
+            const int64_t end_g = relvm_min64(last, g + POOL_GROUP);                          \
+            __VA_ARGS__                                                                       \
+        }                                                                                     \
+    }
+
 #define POOLS(S, T)                                                                           \
     static void max_items_##S(void *ctx, int64_t begin, int64_t end) {                        \
         struct pool_job *j = ctx;                                                             \
@@ -423,29 +445,17 @@ POOL_ROW_HELPERS(f64, f64)
         if (!scratch) return;                                                                 \
         T *bordered = POOL_AT(T, scratch, l->bordered);                                       \
         T *lines = POOL_AT(T, scratch, l->lines);                                             \
-        const int64_t *voff = POOL_AT(int64_t, scratch, l->voff);                             \
-        const int64_t *hoff = POOL_AT(int64_t, scratch, l->hoff);                             \
-        const int64_t *spans = POOL_AT(int64_t, scratch, l->spans);                           \
-        const int64_t *starts = POOL_AT(int64_t, scratch, l->starts);                         \
-        for (int64_t item = begin; item < end; ++item) {                                      \
-            const int64_t p = item / j->bands;                                                \
-            const T *x = (const T *)(const void *)j->x + p * s->h * s->w;                     \
-            T *y = (T *)(void *)j->y + p * s->oh * s->ow;                                     \
-            int64_t first, last;                                                              \
-            band_rows(j, item, &first, &last);                                                \
-            for (int64_t g = first; g < last; g += POOL_GROUP) {                              \
-                const int64_t end_g = relvm_min64(last, g + POOL_GROUP);                      \
-                POOL_VERTICAL(max_taps_##S, split_##S, T);                                    \
-                for (int64_t oy = g; oy < end_g; ++oy) {                                      \
-                    T *out = y + oy * s->ow;                                                  \
-                    if (spans[2 * oy + 1])                                                    \
-                        max_taps_##S(out, bordered + (oy - g) * l->row, hoff, l->g.taps,      \
-                                     s->ow);                                                  \
-                    else                                                                      \
-                        for (int64_t ox = 0; ox < s->ow; ++ox) out[ox] = (T)-INFINITY;        \
-                }                                                                             \
+        POOL_OFFSETS(scratch);                                                                \
+        POOL_WALK(T, {                                                                        \
+            POOL_VERTICAL(max_taps_##S, split_##S, T);                                        \
+            for (int64_t oy = g; oy < end_g; ++oy) {                                          \
+                T *out = y + oy * s->ow;                                                      \
+                if (spans[2 * oy + 1])                                                        \
+                    max_taps_##S(out, bordered + (oy - g) * l->row, hoff, l->g.taps, s->ow);  \
+                else                                                                          \
+                    for (int64_t ox = 0; ox < s->ow; ++ox) out[ox] = (T)-INFINITY;            \
             }                                                                                 \
-        }                                                                                     \
+        });                                                                                   \
     }                                                                                         \
                                                                                               \
     static void avg_items_##S(void *ctx, int64_t begin, int64_t end) {                        \
@@ -458,35 +468,22 @@ POOL_ROW_HELPERS(f64, f64)
         f64 *lines = POOL_AT(f64, scratch, l->lines), *sums = POOL_AT(f64, scratch, l->sums); \
         const f64 *rfactors = POOL_AT(f64, scratch, l->rfactors);                             \
         const f64 *cfactors = POOL_AT(f64, scratch, l->cfactors);                             \
-        const int64_t *voff = POOL_AT(int64_t, scratch, l->voff);                             \
-        const int64_t *hoff = POOL_AT(int64_t, scratch, l->hoff);                             \
-        const int64_t *spans = POOL_AT(int64_t, scratch, l->spans);                           \
-        const int64_t *starts = POOL_AT(int64_t, scratch, l->starts);                         \
-        for (int64_t item = begin; item < end; ++item) {                                      \
-            const int64_t p = item / j->bands;                                                \
-            const T *x = (const T *)(const void *)j->x + p * s->h * s->w;                     \
-            T *y = (T *)(void *)j->y + p * s->oh * s->ow;                                     \
-            int64_t first, last;                                                              \
-            band_rows(j, item, &first, &last);                                                \
-            for (int64_t g = first; g < last; g += POOL_GROUP) {                              \
-                const int64_t end_g = relvm_min64(last, g + POOL_GROUP);                      \
-                POOL_VERTICAL(sum_taps_##S, split_f64, f64);                                  \
-                for (int64_t oy = g; oy < end_g; ++oy) {                                      \
-                    T *out = y + oy * s->ow;                                                  \
-                    const f64 *row = bordered + (oy - g) * l->row;                            \
-                    if (!spans[2 * oy + 1]) {                                                 \
-                        for (int64_t ox = 0; ox < s->ow; ++ox) out[ox] = (T)0;                \
-                    } else if (l->g.taps <= POOL_TAPS) {                                      \
-                        mean_taps_##S(out, row, hoff, l->g.taps, cfactors, rfactors[oy],      \
-                                      s->ow);                                                 \
-                    } else {                                                                  \
-                        sum_taps_f64(sums + (oy - g) * s->ow, row, hoff, l->g.taps, s->ow);   \
-                        scale_##S(out, sums + (oy - g) * s->ow, cfactors, rfactors[oy],       \
-                                  s->ow);                                                     \
-                    }                                                                         \
+        POOL_OFFSETS(scratch);                                                                \
+        POOL_WALK(T, {                                                                        \
+            POOL_VERTICAL(sum_taps_##S, split_f64, f64);                                      \
+            for (int64_t oy = g; oy < end_g; ++oy) {                                          \
+                T *out = y + oy * s->ow;                                                      \
+                const f64 *row = bordered + (oy - g) * l->row;                                \
+                if (!spans[2 * oy + 1]) {                                                     \
+                    for (int64_t ox = 0; ox < s->ow; ++ox) out[ox] = (T)0;                    \
+                } else if (l->g.taps <= POOL_TAPS) {                                          \
+                    mean_taps_##S(out, row, hoff, l->g.taps, cfactors, rfactors[oy], s->ow);  \
+                } else {                                                                      \
+                    sum_taps_f64(sums + (oy - g) * s->ow, row, hoff, l->g.taps, s->ow);       \
+                    scale_##S(out, sums + (oy - g) * s->ow, cfactors, rfactors[oy], s->ow);   \
                 }                                                                             \
             }                                                                                 \
-        }                                                                                     \
+        });                                                                                   \
     }                                                                                         \
                                                                                               \
     static RELVM_VECTORIZE void global_##S(int is_max, int64_t size, const T *x, T *y) {      \
