@@ -19,6 +19,9 @@ from relvm.runtime.executable import KernelEntry
 
 HAVE_KERNELS = native.available()
 
+# The sweeps' shared helpers (sweeps.py) import from this folder.
+sys.path.insert(0, os.path.dirname(__file__))
+
 
 def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="relvm._kernels is not built (pip install . builds it)")

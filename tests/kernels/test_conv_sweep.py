@@ -9,30 +9,23 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from sweeps import draw_window, sweep
 
-SWEEP = settings(max_examples=200, deadline=None, derandomize=True,
-                 suppress_health_check=[HealthCheck.too_slow,
-                                        HealthCheck.function_scoped_fixture])
+SWEEP = sweep(200)
 
 
 @st.composite
 def convs(draw):
     """(data shape, weight shape, attrs) of a conv on the GEMM path whose window fits."""
-    kh, kw = draw(st.integers(1, 5)), draw(st.integers(1, 5))
-    sh, sw = draw(st.integers(1, 2)), draw(st.integers(1, 2))
-    dh, dw = draw(st.integers(1, 2)), draw(st.integers(1, 2))
-    top, left, bottom, right = (draw(st.integers(0, 2)) for _ in range(4))
-    h, w = draw(st.integers(1, 12)), draw(st.integers(1, 40))
-    bottom += max(0, dh * (kh - 1) + 1 - (h + top + bottom))
-    right += max(0, dw * (kw - 1) + 1 - (w + left + right))
+    win = draw_window(draw, taps=5, stride=2, dilation=2, pad=2, h=(1, 12), w=(1, 40))
     groups = draw(st.integers(1, 2))
     n = draw(st.integers(1, 2))
     icg, ocg = draw(st.integers(2, 9)), draw(st.integers(1, 40))
-    attrs = {"strides": [sh, sw], "dilation": [dh, dw], "padding": [top, left, bottom, right],
-             "groups": groups}
-    return (n, icg * groups, h, w), (ocg * groups, icg, kh, kw), attrs
+    attrs = {"strides": [win.sh, win.sw], "dilation": [win.dh, win.dw],
+             "padding": win.padding, "groups": groups}
+    return (n, icg * groups, win.h, win.w), (ocg * groups, icg, win.kh, win.kw), attrs
 
 
 @SWEEP

@@ -10,32 +10,25 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from sweeps import draw_window, sweep
 
 from relvm.backends import native
 
-SWEEP = settings(max_examples=300, deadline=None, derandomize=True,
-                 suppress_health_check=[HealthCheck.too_slow,
-                                        HealthCheck.function_scoped_fixture])
+SWEEP = sweep(300)
 TOL = dict(rtol=1e-4, atol=1e-5, scaled=True)
 
 
 @st.composite
 def depthwise(draw):
     """(data shape, weight shape, attrs) of a depthwise conv whose window fits."""
-    kh, kw = draw(st.integers(1, 7)), draw(st.integers(1, 7))
-    sh, sw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
-    dh, dw = draw(st.integers(1, 2)), draw(st.integers(1, 2))
-    top, left, bottom, right = (draw(st.integers(0, 3)) for _ in range(4))
-    h, w = draw(st.integers(1, 20)), draw(st.integers(1, 40))
-    bottom += max(0, dh * (kh - 1) + 1 - (h + top + bottom))
-    right += max(0, dw * (kw - 1) + 1 - (w + left + right))
+    win = draw_window(draw, taps=7, stride=3, dilation=2, pad=3, h=(1, 20), w=(1, 40))
     n, c = draw(st.sampled_from([(1, 1), (1, 3), (2, 2)]))
     mult = draw(st.integers(1, 3))
-    attrs = {"strides": [sh, sw], "dilation": [dh, dw], "padding": [top, left, bottom, right],
-             "groups": c}
-    return (n, c, h, w), (c * mult, 1, kh, kw), attrs
+    attrs = {"strides": [win.sh, win.sw], "dilation": [win.dh, win.dw],
+             "padding": win.padding, "groups": c}
+    return (n, c, win.h, win.w), (c * mult, 1, win.kh, win.kw), attrs
 
 
 @SWEEP

@@ -13,30 +13,22 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from sweeps import draw_window, sweep
 
-
-SWEEP = settings(max_examples=400, deadline=None, derandomize=True,
-                 suppress_health_check=[HealthCheck.too_slow,
-                                        HealthCheck.function_scoped_fixture])
+SWEEP = sweep(400)
 
 
 @st.composite
 def windows(draw):
     """(shape, attrs) of a pool whose window fits its padded input."""
-    kh, kw = draw(st.integers(1, 7)), draw(st.integers(1, 7))
-    sh, sw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
-    dh, dw = draw(st.integers(1, 2)), draw(st.integers(1, 2))
-    top, left, bottom, right = (draw(st.integers(0, 3)) for _ in range(4))
-    h, w = draw(st.integers(0, 12)), draw(st.integers(0, 40))
-    # The padded input must hold one window (the op refuses less).
-    bottom += max(0, dh * (kh - 1) + 1 - (h + top + bottom))
-    right += max(0, dw * (kw - 1) + 1 - (w + left + right))
+    win = draw_window(draw, taps=7, stride=3, dilation=2, pad=3, h=(0, 12), w=(0, 40))
     n, c = draw(st.sampled_from([(1, 1), (1, 3), (2, 2)]))
-    attrs = {"pool_size": [kh, kw], "strides": [sh, sw], "dilation": [dh, dw],
-             "padding": [top, left, bottom, right], "ceil_mode": draw(st.booleans())}
-    return (n, c, h, w), attrs
+    attrs = {"pool_size": [win.kh, win.kw], "strides": [win.sh, win.sw],
+             "dilation": [win.dh, win.dw], "padding": win.padding,
+             "ceil_mode": draw(st.booleans())}
+    return (n, c, win.h, win.w), attrs
 
 
 def values(rng, shape, dtype, specials: bool) -> np.ndarray:

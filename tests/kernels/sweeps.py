@@ -1,0 +1,44 @@
+"""What the kernel sweeps share (test_pool_sweep.py, test_depthwise_sweep.py,
+test_conv_sweep.py): their hypothesis settings, and the 2-d window each draws -- taps, strides,
+dilation, asymmetric padding and an input size, the padding grown where the padded input would
+not hold one window (the ops refuse less)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+
+
+def sweep(examples: int) -> settings:
+    """Derandomized (the same cases every run), no deadline, fixtures allowed."""
+    return settings(max_examples=examples, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow,
+                                           HealthCheck.function_scoped_fixture])
+
+
+class Window(NamedTuple):
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+    padding: list  # top, left, bottom, right
+    h: int
+    w: int
+
+
+def draw_window(draw, taps: int, stride: int, dilation: int, pad: int, h: tuple[int, int],
+                w: tuple[int, int]) -> Window:
+    """Taps 1..taps a side, strides 1..stride, dilation 1..dilation, each side's padding
+    0..pad, and an input of h[0]..h[1] rows and w[0]..w[1] columns."""
+    kh, kw = draw(st.integers(1, taps)), draw(st.integers(1, taps))
+    sh, sw = draw(st.integers(1, stride)), draw(st.integers(1, stride))
+    dh, dw = draw(st.integers(1, dilation)), draw(st.integers(1, dilation))
+    top, left, bottom, right = (draw(st.integers(0, pad)) for _ in range(4))
+    rows, cols = draw(st.integers(*h)), draw(st.integers(*w))
+    bottom += max(0, dh * (kh - 1) + 1 - (rows + top + bottom))
+    right += max(0, dw * (kw - 1) + 1 - (cols + left + right))
+    return Window(kh, kw, sh, sw, dh, dw, [top, left, bottom, right], rows, cols)
