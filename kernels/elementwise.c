@@ -23,9 +23,9 @@ typedef void (*unary_fn)(const void *x, void *out, int64_t n);
     }
 
 /* x < 0 is false for NaN, so NaN passes through as in NumPy's maximum(x, 0). */
-#define FLOAT_UNARY(S, T, EXP, TANH, ERF, LOG, SQRT, FLOOR, CEIL, RINT, FABS)                 \
+#define FLOAT_UNARY(S, T, EXP, SIGMOID, TANH, ERF, LOG, SQRT, FLOOR, CEIL, RINT, FABS)        \
     UNARY(relu_##S, T, T, x < 0 ? (T)0 : x)                                                   \
-    UNARY(sigmoid_##S, T, T, (T)1 / ((T)1 + EXP(-x)))                                         \
+    UNARY(sigmoid_##S, T, T, SIGMOID(x))                                                      \
     UNARY(tanh_##S, T, T, TANH(x))                                                            \
     UNARY(exp_##S, T, T, EXP(x))                                                              \
     UNARY(log_##S, T, T, LOG(x))                                                              \
@@ -39,8 +39,11 @@ typedef void (*unary_fn)(const void *x, void *out, int64_t n);
     UNARY(abs_##S, T, T, FABS(x))                                                             \
     UNARY(sign_##S, T, T, x > 0 ? (T)1 : (x < 0 ? (T)-1 : (x == 0 ? (T)0 : x)))
 
-FLOAT_UNARY(f32, f32, vm_expf, vm_tanhf, vm_erff, logf, sqrtf, floorf, ceilf, rintf, fabsf)
-FLOAT_UNARY(f64, f64, exp, tanh, erf, log, sqrt, floor, ceil, rint, fabs)
+static inline double sigmoid_of(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+FLOAT_UNARY(f32, f32, vm_expf, vm_sigmoidf, vm_tanhf, vm_erff, logf, sqrtf, floorf, ceilf, rintf,
+            fabsf)
+FLOAT_UNARY(f64, f64, exp, sigmoid_of, tanh, erf, log, sqrt, floor, ceil, rint, fabs)
 
 /* Trigonometric and hyperbolic functions: libm's, as the references are NumPy's (both within
  * an ulp or two of the exact value). */
