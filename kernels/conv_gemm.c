@@ -426,6 +426,7 @@ static void conv_grid_panel(const struct conv_pgemm *j, int64_t image, int64_t q
     }
     struct pg_epilogue e = j->e; /* the group's rows: bias from its first row */
     if (e.row_bias) e.row_bias += g * ocg;
+    e.next_panel = PG_PANEL; /* the next task's panel */
     float *yg = j->y + (n * s->oc + g * ocg) * plane;
     for (int64_t c = c0; c < c1; ++c) {
         const int64_t r0 = c * j->chunk_rows, rows = relvm_min64(j->chunk_rows, ocg - r0);
@@ -471,6 +472,7 @@ void conv_panel_rows(const struct conv_pgemm *j, int64_t image, int64_t q, int64
         yg = stage;
         ldc = PG_PANEL;
     }
+    if (in_place) e.next_panel = PG_PANEL * s->sw; /* the next panel's, along a row */
     struct pixel_runs runs;
     if (!in_place || onward) panel_runs(s, p0, npix, &runs);
     const float *bases[PG_PANEL];

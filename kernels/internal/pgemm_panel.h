@@ -20,7 +20,9 @@ struct pg_epilogue {
      * conv's output pixels. */
     float *row_sums;
     /* Floats from the packed panel to the next one (panels of constant weights lie one after
-     * another), whose rows the inner kernel prefetches while this one computes; 0: none. */
+     * another), or (a panel read in place, pg_ipanel_fn) from each of its rows to the same row
+     * of the panel computed next, whose rows the inner kernel prefetches while this one
+     * computes; 0: none. */
     int64_t next_panel;
 };
 
