@@ -406,7 +406,7 @@ static RELVM_VECTORIZE void store_onward(const struct relvm_conv2d_shape *next,
  * (PG_PANEL floats a row), then each run of the panel's positions that are output pixels (a
  * row's first ow columns) copied to y, and the fused post run over it. */
 static void conv_grid_panel(const struct conv_pgemm *j, int64_t image, int64_t q, int64_t c0,
-                            int64_t c1, const float *in, float *stage) {
+                            int64_t c1, const float *in, float *stage, int run_post) {
     const struct relvm_conv2d_shape *s = j->s;
     const int64_t ocg = s->oc / s->groups, plane = s->oh * s->ow, rs = j->padded.rs;
     const int64_t g = image % s->groups, n = image / s->groups;
@@ -436,7 +436,7 @@ static void conv_grid_panel(const struct conv_pgemm *j, int64_t image, int64_t q
             for (int64_t row = 0; row < rows; ++row)
                 memcpy(yg + (r0 + row) * plane + pixel[r], stage + row * PG_PANEL + at[r],
                        (size_t)len[r] * sizeof(float));
-            if (j->post)
+            if (j->post && run_post)
                 j->post(j->post_ctx, (n * s->oc + g * ocg + r0) * plane + pixel[r], rows, len[r],
                         plane);
         }
@@ -446,11 +446,13 @@ static void conv_grid_panel(const struct conv_pgemm *j, int64_t image, int64_t q
 /* Panel q of image `image` (n * groups + g) from its padded input `in`, through the output
  * channels of chunks [c0, c1): into y, or into `sums` (the mean's partial sums for this panel,
  * every channel of the group), or (every chunk) through `stage` into the next conv's padded
- * input `onward` (image n's first channel). `scratch` is panel_scratch(j) floats. */
-void conv_panel_rows(const struct conv_pgemm *j, int64_t image, int64_t q, int64_t c0,
-                     int64_t c1, const float *in, float *scratch, float *sums, float *onward) {
+ * input `onward` (image n's first channel). `scratch` is panel_scratch(j) floats. The fused
+ * post runs over what is stored in y unless `run_post` is 0 (the caller runs it). */
+static void panel_rows(const struct conv_pgemm *j, int64_t image, int64_t q, int64_t c0,
+                       int64_t c1, const float *in, float *scratch, float *sums, float *onward,
+                       int run_post) {
     if (j->grid) { /* never with sums or onward (conv_use_grid) */
-        conv_grid_panel(j, image, q, c0, c1, in, scratch);
+        conv_grid_panel(j, image, q, c0, c1, in, scratch, run_post);
         return;
     }
     const struct relvm_conv2d_shape *s = j->s;
@@ -501,12 +503,48 @@ void conv_panel_rows(const struct conv_pgemm *j, int64_t image, int64_t q, int64
         else
             j->fn(rows, j->k, j->w + (g * ocg + r0) * j->k, j->k, packed, yc, ldc, npix, &e,
                   r0, 0);
-        if (j->post && !sums && !onward)
+        if (j->post && run_post && !sums && !onward)
             j->post(j->post_ctx, (n * s->oc + g * ocg + r0) * plane + p0, rows, npix, plane);
     }
     if (onward)
         store_onward(j->next, j->onward, &j->edges, stage, ocg, &runs,
                      onward + g * ocg * j->onward.plane);
+}
+
+void conv_panel_rows(const struct conv_pgemm *j, int64_t image, int64_t q, int64_t c0,
+                     int64_t c1, const float *in, float *scratch, float *sums, float *onward) {
+    panel_rows(j, image, q, c0, c1, in, scratch, sums, onward, 1);
+}
+
+/* The first output pixel of panel q (q = j->panels: the plane's end). On the grid, position
+ * t is pixel (t / rs, t % rs) when t % rs < ow, and the dropped columns past a row's end are
+ * no pixels: consecutive panels cover consecutive pixels there too. */
+static int64_t panel_pixel(const struct conv_pgemm *j, int64_t q) {
+    const struct relvm_conv2d_shape *s = j->s;
+    if (!j->grid) return relvm_min64(q * PG_PANEL, s->oh * s->ow);
+    const int64_t t = relvm_min64(q * PG_PANEL, j->grid), rs = j->padded.rs;
+    return t / rs * s->ow + relvm_min64(t % rs, s->ow);
+}
+
+/* Pixels a deferred post covers at most: per call the generated loop pays a start per row,
+ * which over one 32-pixel panel cost a third of a SiLU; 256 pixels of a chunk's rows are
+ * still in cache (L2) when it runs. */
+#define POST_PIXELS 256
+
+/* A run of consecutive panels of one chunk of one image whose post has not run yet. */
+struct pending_post {
+    int64_t image, chunk, p0, p1;
+};
+
+static void run_pending(const struct conv_pgemm *j, struct pending_post *pp) {
+    if (pp->p1 <= pp->p0) return;
+    const struct relvm_conv2d_shape *s = j->s;
+    const int64_t ocg = s->oc / s->groups, plane = s->oh * s->ow;
+    const int64_t g = pp->image % s->groups, n = pp->image / s->groups;
+    const int64_t r0 = pp->chunk * j->chunk_rows, rows = relvm_min64(j->chunk_rows, ocg - r0);
+    j->post(j->post_ctx, (n * s->oc + g * ocg + r0) * plane + pp->p0, rows, pp->p1 - pp->p0,
+            plane);
+    pp->p0 = pp->p1 = 0;
 }
 
 /* Task t: image t / (chunks * panels) (n * groups + g), then chunk, then panel, so a thread
@@ -521,12 +559,22 @@ static void conv_pgemm_tasks(void *ctx, int64_t begin, int64_t end) {
         return;
     }
     const int64_t per_image = j->chunks * j->panels;
+    const int defer = j->post && !j->sums; /* the post of consecutive panels runs once */
+    struct pending_post pp = {-1, -1, 0, 0};
     for (int64_t t = begin; t < end; ++t) {
         const int64_t image = t / per_image, c = t % per_image / j->panels, q = t % j->panels;
         const float *in = padded_input(j, image, scratch + per_panel);
         float *sums = j->sums ? j->sums + (image * j->panels + q) * ocg : NULL;
-        conv_panel_rows(j, image, q, c, c + 1, in, scratch, sums, NULL);
+        panel_rows(j, image, q, c, c + 1, in, scratch, sums, NULL, !defer);
+        if (!defer) continue;
+        const int64_t p0 = panel_pixel(j, q), p1 = panel_pixel(j, q + 1);
+        if (image != pp.image || c != pp.chunk || p0 != pp.p1 || pp.p1 - pp.p0 >= POST_PIXELS) {
+            run_pending(j, &pp);
+            pp = (struct pending_post){image, c, p0, p0};
+        }
+        pp.p1 = p1;
     }
+    if (defer) run_pending(j, &pp);
 }
 
 /* Each group's weights (oc x k) as the indirect kernel reads them, chunk by chunk (a chunk's

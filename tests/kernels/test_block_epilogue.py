@@ -152,6 +152,29 @@ def test_the_chain_sees_every_element_once_on_one_and_two_threads():
         relvm.set_num_threads(before)
 
 
+@pytest.mark.parametrize("c,oc,h,w,k,s,p,g", [
+    (8, 200, 21, 37, 3, 1, 1, 1),     # ragged rows on the grid, several chunks of channels
+    (16, 96, 19, 48, 3, 1, 1, 2),     # whole-vector rows read in place, grouped
+    (24, 100, 30, 30, 1, 1, 0, 1),    # pointwise over 900 pixels
+    (8, 40, 41, 64, 3, 2, 1, 1),      # strided, read in place
+])
+def test_conv_chains_over_large_planes_see_every_pixel_once(c, oc, h, w, k, s, p, g):
+    """A conv runs its chain over runs of consecutive panels of a chunk at once (up to 256
+    pixels, kernels/conv_gemm.c): planes of many panels, on one and two threads (which split
+    the runs), with tanh, which run twice over a pixel would show."""
+    text = CONV.format(c=c, h=h, w=w, oc=oc, cg=c // g, kh=k, kw=k, s=s, p=p, g=g,
+                       rshape="1").replace("add(multiply(%0, sigmoid(%0)), %r)",
+                                           "add(tanh(%0), %r)")
+    params = {"wt": _f32(oc, c // g, k, k, scale=0.3), "b": _f32(oc)}
+    before = relvm.get_num_threads()
+    try:
+        for threads in (1, 2):
+            relvm.set_num_threads(threads)
+            _check(text, params, [_f32(2, c, h, w), _f32(1)])
+    finally:
+        relvm.set_num_threads(before)
+
+
 @pytest.mark.parametrize("isa", ["avx2", "sse2"])
 def test_lesser_instruction_sets_run_the_same_blocks(isa, rerun_under_isa):
     rerun_under_isa(isa, __file__, "inside_the_product and not threads")
