@@ -91,7 +91,7 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
                 }
             } else if (next) {
 #pragma GCC unroll 8
-                for (int l = 0; l < 8; ++l) __builtin_prefetch(b + next + l * 16);
+                for (int l = 0; l < 8; ++l) __builtin_prefetch(b + next + l * 16, 0, 1);
             }
 #pragma GCC unroll 4
             for (int u = 0; u < 4; ++u) {
