@@ -115,10 +115,12 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
         }
     }
     for (; p < k; ++p, b += PG_PANEL) {
-        if (next) {
-            const float *ahead_row = indirect ? base0 + off[p] + next : b + next;
-            __builtin_prefetch(ahead_row);
-            __builtin_prefetch(ahead_row + 16);
+        if (next && indirect) {
+            __builtin_prefetch(base0 + off[p] + next);
+            __builtin_prefetch(base0 + off[p] + next + 16);
+        } else if (next) { /* into L2, as above: a whole panel ahead is no use in L1 */
+            __builtin_prefetch(b + next, 0, 1);
+            __builtin_prefetch(b + next + 16, 0, 1);
         }
         const vec b0 = indirect ? *(const uvec *)(base0 + off[p]) : *(const vec *)b;
         const vec b1 = indirect ? *(const uvec *)(base1 + off[p]) : *(const vec *)(b + PG_VW);
