@@ -401,6 +401,19 @@ static RELVM_VECTORIZE void store_onward(const struct relvm_conv2d_shape *next,
     }
 }
 
+/* `rows` rows of n <= PG_PANEL floats from the staging tile (rows PG_PANEL apart) to y (rows
+ * `ld` apart): a loop of whole vectors and one of the rest, where a call to memcpy per row
+ * cost more than the copy. */
+static RELVM_VECTORIZE void copy_run(float *y, int64_t ld, const float *stage, int64_t rows,
+                                     int64_t n) {
+    for (int64_t row = 0; row < rows; ++row) {
+        float *to = y + row * ld;
+        const float *from = stage + row * PG_PANEL;
+#pragma GCC ivdep
+        for (int64_t t = 0; t < n; ++t) to[t] = from[t];
+    }
+}
+
 /* Panel q of the grid (grid_in_place) of image `image` (n * groups + g) from its padded input
  * `in`, through the output channels of chunks [c0, c1): each chunk's rows computed into `stage`
  * (PG_PANEL floats a row), then each run of the panel's positions that are output pixels (a
@@ -433,9 +446,7 @@ static void conv_grid_panel(const struct conv_pgemm *j, int64_t image, int64_t q
         j->ifn(rows, j->k, j->wpacked + (g * ocg + r0) * j->k, 0, bases, j->off, stage,
                PG_PANEL, count, &e, r0, 0);
         for (int64_t r = 0; r < runs; ++r) {
-            for (int64_t row = 0; row < rows; ++row)
-                memcpy(yg + (r0 + row) * plane + pixel[r], stage + row * PG_PANEL + at[r],
-                       (size_t)len[r] * sizeof(float));
+            copy_run(yg + r0 * plane + pixel[r], plane, stage + at[r], rows, len[r]);
             if (j->post && run_post)
                 j->post(j->post_ctx, (n * s->oc + g * ocg + r0) * plane + pixel[r], rows, len[r],
                         plane);
