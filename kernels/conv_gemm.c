@@ -402,8 +402,7 @@ static RELVM_VECTORIZE void store_onward(const struct relvm_conv2d_shape *next,
 }
 
 /* `rows` rows of n <= PG_PANEL floats from the staging tile (rows PG_PANEL apart) to y (rows
- * `ld` apart): a loop of whole vectors and one of the rest, where a call to memcpy per row
- * cost more than the copy. */
+ * `ld` apart), in a loop GCC vectorizes: a call to memcpy per row cost more than the copy. */
 static RELVM_VECTORIZE void copy_run(float *y, int64_t ld, const float *stage, int64_t rows,
                                      int64_t n) {
     for (int64_t row = 0; row < rows; ++row) {
@@ -547,7 +546,7 @@ struct pending_post {
     int64_t image, chunk, p0, p1;
 };
 
-static void run_pending(const struct conv_pgemm *j, struct pending_post *pp) {
+static void run_pending(const struct conv_pgemm *j, const struct pending_post *pp) {
     if (pp->p1 <= pp->p0) return;
     const struct relvm_conv2d_shape *s = j->s;
     const int64_t ocg = s->oc / s->groups, plane = s->oh * s->ow;
@@ -555,7 +554,6 @@ static void run_pending(const struct conv_pgemm *j, struct pending_post *pp) {
     const int64_t r0 = pp->chunk * j->chunk_rows, rows = relvm_min64(j->chunk_rows, ocg - r0);
     j->post(j->post_ctx, (n * s->oc + g * ocg + r0) * plane + pp->p0, rows, pp->p1 - pp->p0,
             plane);
-    pp->p0 = pp->p1 = 0;
 }
 
 /* Task t: image t / (chunks * panels) (n * groups + g), then chunk, then panel, so a thread

@@ -55,7 +55,7 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
     const int rows, const int indirect, int64_t k, const float *a, int64_t lda,
     const float *panel, const float *base0, const float *base1, const int64_t *off,
     int64_t col, float *c, int64_t ldc, int64_t cols, const struct pg_epilogue *e, int64_t row0,
-    int64_t col0, int64_t ahead) {
+    int64_t col0, int64_t next) {
     typedef PG_NAME(vec) vec;
     typedef PG_NAME(uvec) uvec;
     typedef PG_NAME(mask) mask;
@@ -66,14 +66,25 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
 #pragma GCC unroll 16
     for (int r = 0; r < rows; ++r) acc[r][0] = acc[r][1] = (vec){0};
     const float *b = panel + col;
-    /* The same row of the next panel (`ahead` floats on): it is fetched while this one
-     * computes, so weights that come from memory on every call (a model larger than the
-     * caches) stream behind the arithmetic instead of before it. Read in place, the next
-     * panel's row is one run of a large image's row, each k row on a page of its own: more
-     * streams than the hardware prefetchers follow, so without this the first row block of
-     * every panel waited on memory (a 1x1 conv over 80 x 80 pixels ran at 2/3 the speed of
-     * one over 20 x 20). */
-    const int64_t next = ahead;
+    /* Row p of the next panel (`next` floats on; 0: none), fetched while this one computes,
+     * so weights that come from memory on every call (a model larger than the caches) stream
+     * behind the arithmetic instead of before it. A packed panel's row (row p of this one at
+     * BP) goes to L2: it is needed only after every row block of this panel, by when L1 has
+     * turned over (into L1 it evicted the panel being read: an LSTM's recurrent weights, in L2
+     * every step). Read in place, the next panel's row is one run of a large image's row, each
+     * k row on a page of its own: more streams than the hardware prefetchers follow, so without
+     * this the first row block of every panel waited on memory (a 1x1 conv over 80 x 80 pixels
+     * ran at 2/3 the speed of one over 20 x 20). */
+#define PG_FETCH_NEXT(P, BP)                                                                   \
+    do {                                                                                       \
+        if (next && indirect) {                                                                \
+            __builtin_prefetch(base0 + off[P] + next);                                         \
+            __builtin_prefetch(base0 + off[P] + next + 16);                                    \
+        } else if (next) {                                                                     \
+            __builtin_prefetch((BP) + next, 0, 1);                                             \
+            __builtin_prefetch((BP) + next + 16, 0, 1);                                        \
+        }                                                                                      \
+    } while (0)
     int64_t p = 0;
     if (rows <= 2) {
         /* One or two rows (batch-1 dense layers) give only 2 or 4 chains of dependent FMAs,
@@ -83,16 +94,8 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
         for (int u = 0; u < 3; ++u)
             for (int r = 0; r < rows; ++r) part[u][r][0] = part[u][r][1] = (vec){0};
         for (; p + 4 <= k; p += 4, b += 4 * PG_PANEL) {
-            if (next && indirect) {
 #pragma GCC unroll 4
-                for (int u = 0; u < 4; ++u) {
-                    __builtin_prefetch(base0 + off[p + u] + next);
-                    __builtin_prefetch(base0 + off[p + u] + next + 16);
-                }
-            } else if (next) {
-#pragma GCC unroll 8
-                for (int l = 0; l < 8; ++l) __builtin_prefetch(b + next + l * 16, 0, 1);
-            }
+            for (int u = 0; u < 4; ++u) PG_FETCH_NEXT(p + u, b + u * PG_PANEL);
 #pragma GCC unroll 4
             for (int u = 0; u < 4; ++u) {
                 const float *bu = b + u * PG_PANEL;
@@ -115,13 +118,7 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
         }
     }
     for (; p < k; ++p, b += PG_PANEL) {
-        if (next && indirect) {
-            __builtin_prefetch(base0 + off[p] + next);
-            __builtin_prefetch(base0 + off[p] + next + 16);
-        } else if (next) { /* into L2, as above: a whole panel ahead is no use in L1 */
-            __builtin_prefetch(b + next, 0, 1);
-            __builtin_prefetch(b + next + 16, 0, 1);
-        }
+        PG_FETCH_NEXT(p, b);
         const vec b0 = indirect ? *(const uvec *)(base0 + off[p]) : *(const vec *)b;
         const vec b1 = indirect ? *(const uvec *)(base1 + off[p]) : *(const vec *)(b + PG_VW);
 #pragma GCC unroll 16
@@ -190,6 +187,7 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
 }
 
 #undef PG_A
+#undef PG_FETCH_NEXT
 
 /* Rows [0, m) of C against one panel: `cols` (<= 32) columns at C's column col0. Row blocks
  * are balanced (pg_block_rows: ceil(m / PG_MR) blocks of nearly equal height, not full tiles
@@ -207,7 +205,7 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
             const float *b0 = INDIRECT ? bases[col / PG_VW] : NULL;                            \
             const float *b1 = INDIRECT ? bases[col / PG_VW + 1] : NULL;                        \
             /* a panel read in place is fetched ahead once: by its first tile */               \
-            const int64_t ahead = !INDIRECT || (blk == 0 && col == 0) ? e->next_panel : 0;     \
+            const int64_t next = !INDIRECT || (blk == 0 && col == 0) ? e->next_panel : 0;      \
             switch (rows) {                                                                    \
                 PG_CASE(INDIRECT, 1) PG_CASE(INDIRECT, 2) PG_CASE(INDIRECT, 3)                 \
                 PG_CASE(INDIRECT, 4) PG_MORE_CASES(INDIRECT)                                   \
@@ -219,7 +217,7 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
 #define PG_CASE(INDIRECT, R)                                                                   \
     case R:                                                                                    \
         PG_NAME(tile)(R, INDIRECT, k, ab, lda, panel, b0, b1, off, col, cb, ldc, left, e,      \
-                      row0 + r, col0, ahead);                                                  \
+                      row0 + r, col0, next);                                                   \
         break;
 /* A case per tile height the row blocks can have: 1 to PG_MR. */
 #if PG_MR > 12
