@@ -678,19 +678,31 @@ struct conv_transposed {
     int mean;
 };
 
-/* Image `image`'s unrolled input: row px holds what output pixel px's taps read. */
+/* Image `image`'s unrolled input (pixels x k: row px holds what output pixel px's taps read),
+ * packed as relvm_pgemm_pack_rows packs a matrix, which the GEMM reads through one pointer and
+ * every panel of output channels reuses: block by block of the GEMM's row blocks of pixels, k
+ * columns of the block's pixels each. A pointwise conv's column p of a block is a run of
+ * channel p's plane. */
 static void unroll(const struct conv_pgemm *j, const float *in, float *u) {
     const struct relvm_conv2d_shape *s = j->s;
-    if (j->pointwise) { /* the input (k channels of oh * ow pixels) transposed */
-        relvm_transpose_f32(j->k, s->oh * s->ow, in, s->oh * s->ow, u, j->k);
-        return;
-    }
-    for (int64_t oy = 0, px = 0; oy < s->oh; ++oy)
-        for (int64_t ox = 0; ox < s->ow; ++ox, ++px) {
-            const float *base = j->pointwise ? in + px : in + oy * s->sh * j->padded.rs + ox;
-            float *row = u + px * j->k;
-            for (int64_t p = 0; p < j->k; ++p) row[p] = base[j->off[p]];
+    const int64_t plane = s->oh * s->ow, k = j->k, tile = relvm_pgemm_tile_rows();
+    const int64_t blocks = (plane + tile - 1) / tile;
+    for (int64_t blk = 0, px0 = 0; blk < blocks; ++blk) {
+        const int64_t rows = pg_block_rows(plane - px0, blocks - blk);
+        if (j->pointwise) {
+            for (int64_t p = 0; p < k; ++p, u += rows)
+                for (int64_t r = 0; r < rows; ++r) u[r] = in[p * plane + px0 + r];
+        } else {
+            const float *base[PG_PANEL]; /* rows <= the tile's rows */
+            for (int64_t r = 0; r < rows; ++r) {
+                const int64_t oy = (px0 + r) / s->ow, ox = (px0 + r) % s->ow;
+                base[r] = in + oy * s->sh * j->padded.rs + ox;
+            }
+            for (int64_t p = 0; p < k; ++p, u += rows)
+                for (int64_t r = 0; r < rows; ++r) u[r] = base[r][j->off[p]];
         }
+        px0 += rows;
+    }
 }
 
 /* Task t: image t / panels (n * groups + g), 32 output channels t % panels. */
@@ -721,8 +733,8 @@ static void conv_transposed_tasks(void *ctx, int64_t begin, int64_t end) {
         const int64_t col0 = q * PG_PANEL, cols = relvm_min64(PG_PANEL, ocg - col0);
         const struct pg_epilogue e = {NULL, tj->bias ? tj->bias + g * ocg : NULL, j->e.relu,
                                       NULL, j->k * PG_PANEL};
-        j->fn(plane, j->k, u, j->k, tj->panels + g * panels_size(s) + q * j->k * PG_PANEL, c,
-              PG_PANEL, cols, &e, 0, col0);
+        j->fn(plane, j->k, u, PG_A_PACKED, tj->panels + g * panels_size(s) + q * j->k * PG_PANEL,
+              c, PG_PANEL, cols, &e, 0, col0);
         const int64_t ch0 = n * s->oc + g * ocg + col0; /* y's first plane (or mean) here */
         if (tj->mean) {
             for (int64_t ch = 0; ch < cols; ++ch) {

@@ -151,6 +151,7 @@ RELVM_EXPORT void relvm_pgemm_pack(int trans_b, int64_t k, int64_t n, const void
 /* Task t is panel t / row_chunks, rows of chunk t % row_chunks. */
 struct pg_job {
     pg_panel_fn *fn;
+    int pack_a; /* each thread packs its chunk of A's rows (relvm_pgemm_pack_rows) once */
     int64_t m, n, k, lda, ldc, row_chunks, chunk_rows;
     const float *a, *packed;
     float *c;
@@ -161,12 +162,23 @@ struct pg_job {
 
 static void pg_tasks(void *ctx, int64_t begin, int64_t end) {
     const struct pg_job *j = ctx;
+    /* This thread's copy of A's rows from packed_r0, packed (NULL: A read as it is). */
+    float *packed_a = j->pack_a ? relvm_scratch_floats((size_t)(j->chunk_rows * j->k)) : NULL;
+    int64_t packed_r0 = -1;
     for (int64_t t = begin; t < end; ++t) {
         const int64_t q = t / j->row_chunks, r0 = t % j->row_chunks * j->chunk_rows;
         const int64_t rows = relvm_min64(j->chunk_rows, j->m - r0);
         const int64_t col0 = q * PG_PANEL, cols = relvm_min64(PG_PANEL, j->n - col0);
-        j->fn(rows, j->k, j->a + r0 * j->lda, j->lda, j->packed + q * j->k * PG_PANEL,
-              j->c + r0 * j->ldc + col0, j->ldc, cols, &j->e, r0, col0);
+        const float *a = j->a + r0 * j->lda;
+        int64_t lda = j->lda;
+        if (packed_a) {
+            if (r0 != packed_r0) relvm_pgemm_pack_rows(rows, j->k, a, lda, packed_a);
+            packed_r0 = r0;
+            a = packed_a;
+            lda = PG_A_PACKED;
+        }
+        j->fn(rows, j->k, a, lda, j->packed + q * j->k * PG_PANEL, j->c + r0 * j->ldc + col0,
+              j->ldc, cols, &j->e, r0, col0);
         if (j->post) j->post(j->post_ctx, r0 * j->ldc + col0, rows, cols, j->ldc);
     }
 }
@@ -176,7 +188,7 @@ RELVM_EXPORT int relvm_pgemm(int64_t m, int64_t n, int64_t k, const void *a, int
                              int bias_per_row, int relu, relvm_block_fn *post, void *post_ctx) {
     if (m < 0 || n < 0 || k < 0 || lda < 0 || ldc < 0) return RELVM_UNSUPPORTED;
     if (m == 0 || n == 0) return RELVM_OK;
-    struct pg_job j = {relvm_pgemm_panel_kernel(), m, n, k, lda, ldc, 1, m, a, packed, c,
+    struct pg_job j = {relvm_pgemm_panel_kernel(), m > 2, m, n, k, lda, ldc, 1, m, a, packed, c,
                        {bias_per_row ? bias : NULL, bias_per_row ? NULL : bias, relu, NULL,
                         k * PG_PANEL},
                        post, post_ctx};
@@ -224,18 +236,35 @@ static void pack_b_panel(const float *b, int trans_b, int64_t k, int64_t n, int6
     }
 }
 
+/* Rows r0 .. r0 + rows of op(A) (A is m x k, or k x m when trans_a) packed as
+ * relvm_pgemm_pack_rows packs them. */
+static void pack_a_rows(const float *a, int trans_a, int64_t m, int64_t k, int64_t r0,
+                        int64_t rows, float *out) {
+    if (!trans_a) {
+        relvm_pgemm_pack_rows(rows, k, a + r0 * k, k, out);
+        return;
+    }
+    /* op(A)'s rows are A's columns: each k step of a block is a run of A's row p */
+    const int64_t blocks = (rows + chosen_rows - 1) / chosen_rows;
+    for (int64_t blk = 0, b0 = r0; blk < blocks; ++blk) {
+        const int64_t n = pg_block_rows(r0 + rows - b0, blocks - blk);
+        for (int64_t p = 0; p < k; ++p, out += n)
+            for (int64_t r = 0; r < n; ++r) out[r] = a[p * m + b0 + r];
+        b0 += n;
+    }
+}
+
 static void pgb_tasks(void *ctx, int64_t begin, int64_t end) {
     struct pgb_job *j = ctx;
     const int64_t k = j->k, per_item = j->panels * j->row_chunks;
-    const size_t a_floats = j->trans_a ? (size_t)(j->chunk_rows * k) : 0;
-    float *panel = relvm_scratch_floats((size_t)(k * PG_PANEL) + a_floats);
+    float *panel = relvm_scratch_floats((size_t)(k * PG_PANEL + j->chunk_rows * k));
     if (!panel) {
         atomic_store(&j->failed, 1);
         return;
     }
-    float *at = panel + k * PG_PANEL; /* 64-byte aligned: k * 128 bytes in */
+    float *packed_a = panel + k * PG_PANEL; /* 64-byte aligned: k * 128 bytes in */
     const struct pg_epilogue none = {NULL, NULL, 0, NULL, 0};
-    int64_t packed_item = -1, packed_q = -1;
+    int64_t packed_item = -1, packed_q = -1, packed_a_item = -1, packed_r0 = -1;
     for (int64_t t = begin; t < end; ++t) {
         const int64_t item = t / per_item, rest = t % per_item;
         const int64_t q = rest / j->row_chunks, r0 = rest % j->row_chunks * j->chunk_rows;
@@ -245,15 +274,13 @@ static void pgb_tasks(void *ctx, int64_t begin, int64_t end) {
             pack_b_panel(b, j->trans_b, k, j->n, q, panel);
             packed_item = item, packed_q = q;
         }
-        const float *rows_a = a + r0 * k;
-        if (j->trans_a) { /* A is k x m: its rows r0.. are columns there */
-            for (int64_t r = 0; r < rows; ++r)
-                for (int64_t p = 0; p < k; ++p) at[r * k + p] = a[p * j->m + r0 + r];
-            rows_a = at;
+        if (item != packed_a_item || r0 != packed_r0) {
+            pack_a_rows(a, j->trans_a, j->m, k, r0, rows, packed_a);
+            packed_a_item = item, packed_r0 = r0;
         }
         const int64_t col0 = q * PG_PANEL;
-        j->fn(rows, k, rows_a, k, panel, j->c + (item * j->m + r0) * j->n + col0, j->n,
-              relvm_min64(PG_PANEL, j->n - col0), &none, r0, col0);
+        j->fn(rows, k, packed_a, PG_A_PACKED, panel, j->c + (item * j->m + r0) * j->n + col0,
+              j->n, relvm_min64(PG_PANEL, j->n - col0), &none, r0, col0);
     }
 }
 

@@ -28,7 +28,9 @@ struct pg_epilogue {
 
 /* C rows [0, m) x `cols` (<= PG_PANEL) columns = epilogue(A x panel), where the panel is k x
  * PG_PANEL packed floats (64-byte aligned) and C's top-left corner is at (row0, col0) of the
- * whole product (for indexing the biases). */
+ * whole product (for indexing the biases). A is m x k, row-major with stride lda, or, when lda
+ * is PG_A_PACKED, packed by relvm_pgemm_pack_rows (which pays when A serves several panels). */
+#define PG_A_PACKED (-1)
 typedef void pg_panel_fn(int64_t m, int64_t k, const float *a, int64_t lda, const float *panel,
                          float *c, int64_t ldc, int64_t cols, const struct pg_epilogue *e,
                          int64_t row0, int64_t col0);

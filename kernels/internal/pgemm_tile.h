@@ -50,18 +50,22 @@ static inline __attribute__((always_inline)) float PG_NAME(lanes_sum)(PG_NAME(ve
 /* rows x PG_TW tile at column `col` of the panel: C[r][col + j] for r < rows, j < cols.
  * B's row p is read from the packed panel (panel + p * PG_PANEL + col) or, when `indirect`
  * (a constant at each call), as two vectors at base0 + off[p] and base1 + off[p]: a conv reads
- * its input in place that way (see conv_gemm.c). */
+ * its input in place that way (see conv_gemm.c). A is packed by relvm_pgemm_pack_rows when
+ * `apacked` (a constant too; always with `indirect`). */
 static inline __attribute__((always_inline)) void PG_NAME(tile)(
-    const int rows, const int indirect, int64_t k, const float *a, int64_t lda,
+    const int rows, const int indirect, const int apacked, int64_t k, const float *a, int64_t lda,
     const float *panel, const float *base0, const float *base1, const int64_t *off,
     int64_t col, float *c, int64_t ldc, int64_t cols, const struct pg_epilogue *e, int64_t row0,
     int64_t col0, int64_t next) {
     typedef PG_NAME(vec) vec;
     typedef PG_NAME(uvec) uvec;
     typedef PG_NAME(mask) mask;
-    /* A's element (r, p): row-major with stride lda, or (indirect: a conv's weights, packed
-     * by relvm_pgemm_pack_rows) the block's k columns of `rows` floats each. */
-#define PG_A(r, p) (indirect ? a[(p) * rows + (r)] : a[(r) * lda + (p)])
+    /* A's element (r, p): row-major with stride lda, or (apacked: packed by
+     * relvm_pgemm_pack_rows) the block's k columns of `rows` floats each, so a k step's
+     * broadcasts read consecutive floats through one pointer. Row-major, the tile holds a
+     * pointer per row: 12 of them with the loop's own are more than x86-64 has registers, and
+     * GCC reloaded some from the stack inside the k loop. */
+#define PG_A(r, p) (apacked ? a[(p) * rows + (r)] : a[(r) * lda + (p)])
     vec acc[PG_MR][2];
 #pragma GCC unroll 16
     for (int r = 0; r < rows; ++r) acc[r][0] = acc[r][1] = (vec){0};
@@ -193,12 +197,12 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
  * are balanced (pg_block_rows: ceil(m / PG_MR) blocks of nearly equal height, not full tiles
  * and a short rest) so no tile runs nearly empty. With `indirect`, vector v of the panel's row p is read at bases[v] + off[p] instead,
  * and A is packed by relvm_pgemm_pack_rows (lda is unused). */
-#define PG_PANEL_BODY(INDIRECT)                                                                \
+#define PG_PANEL_BODY(INDIRECT, APACKED)                                                       \
     const int64_t blocks = (m + PG_MR - 1) / PG_MR;                                            \
     int64_t r = 0;                                                                             \
     for (int64_t blk = 0; blk < blocks; ++blk) {                                               \
         const int rows = (int)pg_block_rows(m - r, blocks - blk);                              \
-        const float *ab = a + r * (INDIRECT ? k : lda);                                        \
+        const float *ab = a + r * (APACKED ? k : lda);                                         \
         float *cb = c ? c + r * ldc : NULL; /* NULL: row sums, see pg_epilogue */              \
         for (int64_t col = 0; col < cols; col += PG_TW) {                                      \
             const int64_t left = cols - col;                                                   \
@@ -207,29 +211,30 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
             /* a panel read in place is fetched ahead once: by its first tile */               \
             const int64_t next = !INDIRECT || (blk == 0 && col == 0) ? e->next_panel : 0;      \
             switch (rows) {                                                                    \
-                PG_CASE(INDIRECT, 1) PG_CASE(INDIRECT, 2) PG_CASE(INDIRECT, 3)                 \
-                PG_CASE(INDIRECT, 4) PG_MORE_CASES(INDIRECT)                                   \
+                PG_CASE(INDIRECT, APACKED, 1) PG_CASE(INDIRECT, APACKED, 2)                    \
+                PG_CASE(INDIRECT, APACKED, 3) PG_CASE(INDIRECT, APACKED, 4)                    \
+                PG_MORE_CASES(INDIRECT, APACKED)                                               \
             default: break;                                                                    \
             }                                                                                  \
         }                                                                                      \
         r += rows;                                                                             \
     }
-#define PG_CASE(INDIRECT, R)                                                                   \
+#define PG_CASE(INDIRECT, APACKED, R)                                                          \
     case R:                                                                                    \
-        PG_NAME(tile)(R, INDIRECT, k, ab, lda, panel, b0, b1, off, col, cb, ldc, left, e,      \
-                      row0 + r, col0, next);                                                   \
+        PG_NAME(tile)(R, INDIRECT, APACKED, k, ab, lda, panel, b0, b1, off, col, cb, ldc,      \
+                      left, e, row0 + r, col0, next);                                          \
         break;
 /* A case per tile height the row blocks can have: 1 to PG_MR. */
 #if PG_MR > 12
 #error "PG_MORE_CASES: add the cases of tiles of more than 12 rows"
 #elif PG_MR > 6
-#define PG_MORE_CASES(I)                                                                       \
-    PG_CASE(I, 5) PG_CASE(I, 6) PG_CASE(I, 7) PG_CASE(I, 8) PG_CASE(I, 9) PG_CASE(I, 10)       \
-    PG_CASE(I, 11) PG_CASE(I, 12)
+#define PG_MORE_CASES(I, P)                                                                    \
+    PG_CASE(I, P, 5) PG_CASE(I, P, 6) PG_CASE(I, P, 7) PG_CASE(I, P, 8) PG_CASE(I, P, 9)       \
+    PG_CASE(I, P, 10) PG_CASE(I, P, 11) PG_CASE(I, P, 12)
 #elif PG_MR > 4
-#define PG_MORE_CASES(I) PG_CASE(I, 5) PG_CASE(I, 6)
+#define PG_MORE_CASES(I, P) PG_CASE(I, P, 5) PG_CASE(I, P, 6)
 #else
-#define PG_MORE_CASES(I)
+#define PG_MORE_CASES(I, P)
 #endif
 
 static void PG_NAME(panel)(int64_t m, int64_t k, const float *a, int64_t lda,
@@ -237,7 +242,11 @@ static void PG_NAME(panel)(int64_t m, int64_t k, const float *a, int64_t lda,
                            const struct pg_epilogue *e, int64_t row0, int64_t col0) {
     const float *const *bases = NULL;
     const int64_t *off = NULL;
-    PG_PANEL_BODY(0)
+    if (lda == PG_A_PACKED) {
+        PG_PANEL_BODY(0, 1)
+    } else {
+        PG_PANEL_BODY(0, 0)
+    }
 }
 
 static void PG_NAME(ipanel)(int64_t m, int64_t k, const float *a, int64_t lda,
@@ -245,7 +254,7 @@ static void PG_NAME(ipanel)(int64_t m, int64_t k, const float *a, int64_t lda,
                             int64_t ldc, int64_t cols, const struct pg_epilogue *e,
                             int64_t row0, int64_t col0) {
     const float *panel = NULL;
-    PG_PANEL_BODY(1)
+    PG_PANEL_BODY(1, 1)
 }
 
 #undef PG_PANEL_BODY

@@ -277,7 +277,7 @@ def test_packed_size_is_zero_where_weights_are_read_as_they_are():
     packs panels of its image instead and reads the weights as they are."""
     lib = load()[1]
     whole, ragged = _shapes(w=32), _shapes(w=7)
-    strided = _shapes(w=7, a=Conv(4, 3, 2, 1))
+    strided = _shapes(w=9, a=Conv(4, 3, 2, 1))  # 5 output columns: ragged at every width
     assert lib.relvm_conv2d_packed_size(whole[0]) == 4 * 3 * 3 * 3
     assert lib.relvm_conv2d_packed_size(ragged[0]) == 4 * 3 * 3 * 3
     assert lib.relvm_conv2d_packed_size(strided[0]) == 0
