@@ -148,6 +148,10 @@ RELVM_EXPORT void relvm_pgemm_pack(int trans_b, int64_t k, int64_t n, const void
     }
 }
 
+/* Floats of A a thread packs at most (its rows of A, reused by every panel): larger, A is read
+ * as it is, rather than keep a scratch buffer that large for the life of the thread. */
+#define PG_PACKED_A_FLOATS (1 << 19)
+
 /* Task t is panel t / row_chunks, rows of chunk t % row_chunks. */
 struct pg_job {
     pg_panel_fn *fn;
@@ -188,7 +192,7 @@ RELVM_EXPORT int relvm_pgemm(int64_t m, int64_t n, int64_t k, const void *a, int
                              int bias_per_row, int relu, relvm_block_fn *post, void *post_ctx) {
     if (m < 0 || n < 0 || k < 0 || lda < 0 || ldc < 0) return RELVM_UNSUPPORTED;
     if (m == 0 || n == 0) return RELVM_OK;
-    struct pg_job j = {relvm_pgemm_panel_kernel(), m > 2, m, n, k, lda, ldc, 1, m, a, packed, c,
+    struct pg_job j = {relvm_pgemm_panel_kernel(), 0, m, n, k, lda, ldc, 1, m, a, packed, c,
                        {bias_per_row ? bias : NULL, bias_per_row ? NULL : bias, relu, NULL,
                         k * PG_PANEL},
                        post, post_ctx};
@@ -203,6 +207,7 @@ RELVM_EXPORT int relvm_pgemm(int64_t m, int64_t n, int64_t k, const void *a, int
         j.chunk_rows = (m + j.row_chunks - 1) / j.row_chunks;
         j.row_chunks = (m + j.chunk_rows - 1) / j.chunk_rows;
     }
+    j.pack_a = m > 2 && j.chunk_rows * k <= PG_PACKED_A_FLOATS;
     const int64_t fmas = relvm_max64(1, j.chunk_rows * PG_PANEL * relvm_max64(k, 1));
     relvm_parallel_for(panels * j.row_chunks, relvm_max64(1, PG_GRAIN_FMAS / fmas), pg_tasks,
                        &j);
@@ -216,6 +221,7 @@ RELVM_EXPORT int relvm_pgemm(int64_t m, int64_t n, int64_t k, const void *a, int
 struct pgb_job {
     pg_panel_fn *fn;
     int trans_a, trans_b;
+    int pack_a; /* op(A)'s rows packed (pack_a_rows) by each thread, once per item */
     int64_t m, n, k, stride_a, stride_b, panels, row_chunks, chunk_rows;
     const float *a, *b;
     float *c;
@@ -257,7 +263,8 @@ static void pack_a_rows(const float *a, int trans_a, int64_t m, int64_t k, int64
 static void pgb_tasks(void *ctx, int64_t begin, int64_t end) {
     struct pgb_job *j = ctx;
     const int64_t k = j->k, per_item = j->panels * j->row_chunks;
-    float *panel = relvm_scratch_floats((size_t)(k * PG_PANEL + j->chunk_rows * k));
+    const size_t a_floats = j->pack_a ? (size_t)(j->chunk_rows * k) : 0;
+    float *panel = relvm_scratch_floats((size_t)(k * PG_PANEL) + a_floats);
     if (!panel) {
         atomic_store(&j->failed, 1);
         return;
@@ -274,13 +281,14 @@ static void pgb_tasks(void *ctx, int64_t begin, int64_t end) {
             pack_b_panel(b, j->trans_b, k, j->n, q, panel);
             packed_item = item, packed_q = q;
         }
-        if (item != packed_a_item || r0 != packed_r0) {
+        if (j->pack_a && (item != packed_a_item || r0 != packed_r0)) {
             pack_a_rows(a, j->trans_a, j->m, k, r0, rows, packed_a);
             packed_a_item = item, packed_r0 = r0;
         }
         const int64_t col0 = q * PG_PANEL;
-        j->fn(rows, k, packed_a, PG_A_PACKED, panel, j->c + (item * j->m + r0) * j->n + col0,
-              j->n, relvm_min64(PG_PANEL, j->n - col0), &none, r0, col0);
+        j->fn(rows, k, j->pack_a ? packed_a : a + r0 * k, j->pack_a ? PG_A_PACKED : k, panel,
+              j->c + (item * j->m + r0) * j->n + col0, j->n, relvm_min64(PG_PANEL, j->n - col0),
+              &none, r0, col0);
     }
 }
 
@@ -291,7 +299,7 @@ RELVM_EXPORT int relvm_pgemm_batch(int trans_a, int trans_b, int64_t batch, int6
         return RELVM_UNSUPPORTED;
     if (batch == 0 || m == 0 || n == 0) return RELVM_OK;
     const int64_t panels = (n + PG_PANEL - 1) / PG_PANEL, threads = relvm_threads_get();
-    struct pgb_job j = {relvm_pgemm_panel_kernel(), trans_a, trans_b, m, n, k, stride_a,
+    struct pgb_job j = {relvm_pgemm_panel_kernel(), trans_a, trans_b, 0, m, n, k, stride_a,
                         stride_b, panels, 1, m, a, b, c, 0};
     const int64_t tile = chosen_rows;
     if (batch * panels < 2 * threads && m > tile) { /* too few tasks: split rows too */
@@ -300,6 +308,8 @@ RELVM_EXPORT int relvm_pgemm_batch(int trans_a, int trans_b, int64_t batch, int6
         j.chunk_rows = (m + j.row_chunks - 1) / j.row_chunks;
         j.row_chunks = (m + j.chunk_rows - 1) / j.chunk_rows;
     }
+    /* op(A) transposed is always copied (its rows are A's columns) */
+    j.pack_a = trans_a || j.chunk_rows * k <= PG_PACKED_A_FLOATS;
     const int64_t fmas = relvm_max64(1, j.chunk_rows * PG_PANEL * relvm_max64(k, 1));
     relvm_parallel_for(batch * panels * j.row_chunks,
                        relvm_max64(1, PG_GRAIN_FMAS / fmas), pgb_tasks, &j);

@@ -60,10 +60,13 @@ def test_batch_matmul_broadcasts_batch_dims_of_any_rank(check, rand, ta, tb, ba,
 
 
 @pytest.mark.parametrize("m,k,n,batch", [(40, 100, 70, 1), (128, 64, 128, 12), (3, 300, 37, 2),
-                                         (8, 8, 64, 48), (64, 0, 5, 2)])
-def test_float32_products_on_relvms_gemm(check, rand, m, k, n, batch):
-    """Panels of B packed per task, rows split when there are few tasks, k = 0."""
-    check("nn.batch_matmul", {"transpose_b": False}, [rand((batch, m, k)), rand((1, k, n))],
+                                         (8, 8, 64, 48), (64, 0, 5, 2), (600, 1000, 40, 2)])
+@pytest.mark.parametrize("ta", [False, True])
+def test_float32_products_on_relvms_gemm(check, rand, m, k, n, batch, ta):
+    """Panels of B packed per task, rows split when there are few tasks, k = 0; A's rows
+    packed per thread, or (600 x 1000: more than pgemm.c packs) read as they are."""
+    a = rand((batch, k, m) if ta else (batch, m, k))
+    check("nn.batch_matmul", {"transpose_a": ta, "transpose_b": False}, [a, rand((1, k, n))],
           **GEMM_TOL)
     check("nn.matmul", {"transpose_b": True}, [rand((m, k)), rand((n, k))], **GEMM_TOL)
 
