@@ -25,11 +25,12 @@ int relvm_conv2d(int dtype, const struct relvm_conv2d_shape *s, const void *x, c
                  void *y, const void *bias, int relu, const void *wpacked, relvm_block_fn *post,
                  void *post_ctx);
 
-/* How s's conv reads its weights: 0 as they are (pass NULL for wpacked), 1 packed by row
- * blocks of the GEMM's tile (output planes of whole vectors), 2 packed as a dense layer's
- * panels (small output planes: the GEMM then runs transposed, pixels x channels; read in place
- * only from a 64-byte boundary, else copied by each call). Weights packed for one form serve
- * every conv of the same weights and form. */
+/* How s's conv reads its weights: 0 as they are (a depthwise conv, or none on the GEMM: pass
+ * NULL for wpacked), 1 packed by row blocks of the GEMM's tile (in chunks of output channels;
+ * whether the GEMM reads its image in place or from packed panels), 2 packed as a dense
+ * layer's panels (small output planes: the GEMM then runs transposed, pixels x channels; read
+ * in place only from a 64-byte boundary, else copied by each call). Weights packed for one
+ * form serve every conv of the same weights and form. */
 int relvm_conv2d_weights_form(const struct relvm_conv2d_shape *s);
 
 /* Floats relvm_conv2d_pack_weights writes for s: the weights laid out as the GEMM path reads

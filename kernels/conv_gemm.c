@@ -303,8 +303,8 @@ struct conv_pgemm conv_job(const struct relvm_conv2d_shape *s, const float *x,
     /* Chunks where the panels are read in place: a packed panel is packed into cache for all
      * the channels at once (a chunk each, it ran 1.3x slower; packing every panel ahead for the
      * chunks to share ran slower too). */
-    j.chunk_rows = j.ifn ? conv_chunk_rows(s->oc / s->groups, j.k) : s->oc / s->groups;
-    j.chunk_rows = relvm_max64(1, j.chunk_rows);
+    j.wchunk_rows = relvm_max64(1, conv_chunk_rows(s->oc / s->groups, j.k));
+    j.chunk_rows = j.ifn ? j.wchunk_rows : relvm_max64(1, s->oc / s->groups);
     j.chunks = (s->oc / s->groups + j.chunk_rows - 1) / j.chunk_rows;
     j.pointwise = is_pointwise(s);
     j.call = atomic_fetch_add(&conv_calls, 1) + 1;
@@ -510,9 +510,11 @@ static void panel_rows(const struct conv_pgemm *j, int64_t image, int64_t q, int
         if (in_place)
             j->ifn(rows, j->k, j->wpacked + (g * ocg + r0) * j->k, 0, bases, j->off, yc, ldc,
                    npix, &e, r0, 0);
-        else
-            j->fn(rows, j->k, j->w + (g * ocg + r0) * j->k, j->k, packed, yc, ldc, npix, &e,
-                  r0, 0);
+        else /* the rows in the chunks the weights were packed in (r0 starts one) */
+            for (int64_t w0 = r0; w0 < r0 + rows; w0 += j->wchunk_rows)
+                j->fn(relvm_min64(j->wchunk_rows, r0 + rows - w0), j->k,
+                      j->wpacked + (g * ocg + w0) * j->k, PG_A_PACKED, packed,
+                      yc ? yc + (w0 - r0) * ldc : NULL, ldc, npix, &e, w0, 0);
         if (j->post && run_post && !sums && !onward)
             j->post(j->post_ctx, (n * s->oc + g * ocg + r0) * plane + p0, rows, npix, plane);
     }
@@ -586,8 +588,9 @@ static void conv_pgemm_tasks(void *ctx, int64_t begin, int64_t end) {
     if (defer) run_pending(j, &pp);
 }
 
-/* Each group's weights (oc x k) as the indirect kernel reads them, chunk by chunk (a chunk's
- * rows packed as a matrix of their own, where conv_panel_rows finds them). */
+/* Each group's weights (oc x k) as the GEMM reads them, in place or from packed panels, chunk
+ * by chunk (a chunk's rows packed as a matrix of their own, where conv_panel_rows finds
+ * them). */
 static void pack_weights(const struct relvm_conv2d_shape *s, int64_t k, const float *w,
                          float *packed) {
     const int64_t ocg = s->oc / s->groups, chunk = conv_chunk_rows(ocg, k);
@@ -598,14 +601,15 @@ static void pack_weights(const struct relvm_conv2d_shape *s, int64_t k, const fl
         }
 }
 
-/* Sets up what j's tasks share: the unrolled offsets, the packed weights (for ifn, unless the
- * caller packed them) and, with `mean`, the partial sums. */
+/* Sets up what j's tasks share: the unrolled offsets, the packed weights (unless the caller
+ * packed them, or the transposed form, which needs the offsets only) and, with `mean`, the
+ * partial sums. */
 int conv_prepare(struct conv_pgemm *j, int mean) {
     const struct relvm_conv2d_shape *s = j->s;
     int64_t *off = malloc((size_t)relvm_max64(1, j->k) * sizeof(int64_t));
     const int64_t tasks = s->n * s->groups * j->panels, ocg = s->oc / s->groups;
     float *sums = mean ? malloc((size_t)relvm_max64(1, tasks * ocg) * sizeof(float)) : NULL;
-    const int pack = j->ifn && !j->wpacked;
+    const int pack = !j->offsets_only && !j->wpacked;
     float *wowned = pack ? malloc((size_t)relvm_max64(1, s->oc * j->k) * sizeof(float)) : NULL;
     if (!off || (mean && !sums) || (pack && !wowned)) {
         free(off);
@@ -755,7 +759,8 @@ static int conv_transposed(const struct relvm_conv2d_shape *s, const float *x, c
                            int mean, relvm_block_fn *post, void *post_ctx) {
     struct conv_transposed tj = {conv_job(s, x, w, NULL, y, NULL, relu), wpanels, bias, mean};
     struct conv_pgemm *j = &tj.j;
-    j->ifn = NULL; /* the offsets only: no weights packed for the usual form */
+    j->ifn = NULL;
+    j->offsets_only = 1; /* no weights packed for the usual form */
     j->post = post;
     j->post_ctx = post_ctx;
     float *owned = NULL;
@@ -864,10 +869,7 @@ RELVM_EXPORT int relvm_conv2d_mean(int dtype, const struct relvm_conv2d_shape *s
 
 RELVM_EXPORT int relvm_conv2d_weights_form(const struct relvm_conv2d_shape *s) {
     if (!valid_shape(s) || s->c == 0 || is_depthwise(s)) return 0;
-    if (is_transposed(s)) return 2;
-    int width;
-    relvm_pgemm_ipanel_kernel(&width);
-    return reads_in_place(s, width) || grid_in_place(s, width) ? 1 : 0;
+    return is_transposed(s) ? 2 : 1;
 }
 
 RELVM_EXPORT int64_t relvm_conv2d_packed_size(const struct relvm_conv2d_shape *s) {

@@ -48,10 +48,14 @@ struct conv_pgemm {
     pg_ipanel_fn *ifn; /* NULL: output rows are not whole vectors, so panels are packed */
     int width;         /* floats per vector of ifn */
     const int64_t *off;
-    /* With ifn: each group's weights packed for it (relvm_pgemm_pack_rows), given by the caller
-     * or packed for this call into `wowned`. */
+    /* Each group's weights packed by relvm_pgemm_pack_rows in chunks of wchunk_rows output
+     * channels (conv_chunk_rows), given by the caller or packed for this call into `wowned`;
+     * both the in-place kernel and the packed-panel one read them so. Not in the transposed
+     * form (offsets_only), which packs its weights as dense panels. */
     const float *wpacked;
     float *wowned;
+    int64_t wchunk_rows;
+    int offsets_only;
     struct padded_image padded; /* geometry only */
     int64_t panels, k;
     /* Output channels (of a group) in chunks of chunk_rows (conv_chunk_rows, where panels are

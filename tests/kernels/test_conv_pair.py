@@ -272,15 +272,15 @@ def test_pair_with_weights_packed_beforehand_gives_the_same_numbers(restore_thre
 
 
 def test_packed_size_is_zero_where_weights_are_read_as_they_are():
-    """Weights are packed by row blocks where the image is read in place: output rows of
-    whole vectors, or any width at stride 1 (the grid form); a strided conv over ragged rows
-    packs panels of its image instead and reads the weights as they are."""
+    """Weights are packed by row blocks wherever the GEMM runs untransposed: output rows of
+    whole vectors, any width at stride 1 (the grid form), and a strided conv over ragged rows
+    (panels of its image packed); only a depthwise conv reads its weights as they are."""
     lib = load()[1]
     whole, ragged = _shapes(w=32), _shapes(w=7)
     strided = _shapes(w=9, a=Conv(4, 3, 2, 1))  # 5 output columns: ragged at every width
     assert lib.relvm_conv2d_packed_size(whole[0]) == 4 * 3 * 3 * 3
     assert lib.relvm_conv2d_packed_size(ragged[0]) == 4 * 3 * 3 * 3
-    assert lib.relvm_conv2d_packed_size(strided[0]) == 0
+    assert lib.relvm_conv2d_packed_size(strided[0]) == 4 * 3 * 3 * 3
     depthwise = _shapes(c=4, w=32, a=Conv(4, 3, 1, 1, groups=4))[0]
     assert lib.relvm_conv2d_packed_size(depthwise) == 0
 

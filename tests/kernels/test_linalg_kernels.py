@@ -201,7 +201,7 @@ def test_conv2d_transpose(check, rand, data, weight, attrs):
     ((1, 1, 1, 576), (258, 1, 1, 256), {"strides": [1, 128]}, 2),  # one channel, 256 taps
     ((1, 2048, 7, 7), (512, 2048, 1, 1), {}, 2),                   # pointwise, 7 x 7
     ((1, 64, 56, 56), (64, 64, 3, 3), {"padding": [1, 1]}, 1),      # stride 1: on the grid
-    ((1, 64, 58, 58), (64, 64, 3, 3), {"padding": [1, 1], "strides": [2, 2]}, 0),  # packed
+    ((1, 64, 58, 58), (64, 64, 3, 3), {"padding": [1, 1], "strides": [2, 2]}, 1),  # panels
     ((1, 24, 56, 56), (144, 24, 1, 1), {}, 1),                       # pointwise: in place
     ((1, 256, 14, 14), (256, 256, 3, 3), {"padding": [1, 1]}, 1),   # the grid, not a gather
     ((1, 8, 3, 3), (8, 1, 3, 3), {"groups": 8, "padding": [1, 1]}, 0),  # depthwise loop

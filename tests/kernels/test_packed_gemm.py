@@ -248,8 +248,8 @@ def test_weights_packed_once_for_constants_and_never_kept_otherwise():
 
 def test_conv_weights_packed_once_for_every_batch_size():
     """A constant conv weight is packed once, and the plans of every batch size share that
-    copy (the grid form of a stride-1 conv over ragged rows shares it too); a strided conv
-    whose output rows are not whole vectors reads its weight as it is."""
+    copy (so do the grid form of a stride-1 conv over ragged rows and a strided conv that
+    packs panels of its image: the same row blocks)."""
     ffi = load()[0]
     w = np.random.default_rng(6).standard_normal((8, 3, 3, 3)).astype(np.float32)
     w.flags.writeable = False
@@ -263,7 +263,7 @@ def test_conv_weights_packed_once_for_every_batch_size():
     one, many = kept.get(w, plan(1, 32)), kept.get(w, plan(16, 32))
     assert one is not None and one is many
     assert kept.get(w, plan(1, 7)) is one  # the grid form: the same row blocks
-    assert kept.get(w, plan(1, 13, stride=2)) is None  # ragged and strided: as it is
+    assert kept.get(w, plan(1, 13, stride=2)) is one  # ragged and strided: packed panels
     assert kept.get(w.copy(), plan(1, 32)) is None  # not the constant
 
 
