@@ -787,12 +787,80 @@ static int conv_transposed(const struct relvm_conv2d_shape *s, const float *x, c
     return j->failed ? RELVM_NO_MEMORY : RELVM_OK;
 }
 
-/* y = epilogue(conv(x, w)), or with `mean`, y (n x oc) = the mean of that over each output
- * plane: each task sums its panel's pixels per channel (nothing else is stored), then the
- * partial sums are added up here. */
+/* --- 1 x 1 convs with a stride ---------------------------------------------------------------
+ * A 1 x 1 conv with a stride and no top or left padding reads only every sh-th row and sw-th
+ * column of its input (ResNet's downsampling shortcuts). Its padded image would copy all of
+ * the input to use a quarter of it; instead it runs as the pointwise conv of that subsampled
+ * input (zero where a bottom or right padding reaches past the image), which the GEMM reads in
+ * place. The weights' form is the pointwise conv's (relvm_conv2d_weights_form). */
+
+static int is_strided_pointwise(const struct relvm_conv2d_shape *s) {
+    return s->kh == 1 && s->kw == 1 && s->pt == 0 && s->pl == 0 && (s->sh > 1 || s->sw > 1);
+}
+
+/* The conv that runs for s: the subsampled pointwise conv of a strided 1 x 1 one, else s. */
+static struct relvm_conv2d_shape run_shape(const struct relvm_conv2d_shape *s) {
+    struct relvm_conv2d_shape t = *s;
+    if (is_strided_pointwise(s)) {
+        t.h = s->oh;
+        t.w = s->ow;
+        t.sh = t.sw = 1;
+        t.dh = t.dw = 1;
+    }
+    return t;
+}
+
+struct subsample_job {
+    const struct relvm_conv2d_shape *s;
+    const float *x;
+    float *out;
+};
+
+/* Planes [begin, end) of x subsampled: out's pixel (oy, ox) is x's (oy * sh, ox * sw). */
+static void subsample_planes(void *ctx, int64_t begin, int64_t end) {
+    const struct subsample_job *j = ctx;
+    const struct relvm_conv2d_shape *s = j->s;
+    for (int64_t q = begin; q < end; ++q) {
+        const float *plane = j->x + q * s->h * s->w;
+        float *to = j->out + q * s->oh * s->ow;
+        for (int64_t oy = 0; oy < s->oh; ++oy, to += s->ow) {
+            const int64_t iy = oy * s->sh;
+            for (int64_t ox = 0; ox < s->ow; ++ox) {
+                const int64_t ix = ox * s->sw;
+                to[ox] = iy < s->h && ix < s->w ? plane[iy * s->w + ix] : 0.0f;
+            }
+        }
+    }
+}
+
+static int conv_pgemm_shape(const struct relvm_conv2d_shape *s, const float *x, const float *w,
+                            const float *wpacked, float *y, const float *bias, int relu,
+                            int mean, relvm_block_fn *post, void *post_ctx);
+
 static int conv_pgemm(const struct relvm_conv2d_shape *s, const float *x, const float *w,
                       const float *wpacked, float *y, const float *bias, int relu, int mean,
                       relvm_block_fn *post, void *post_ctx) {
+    if (!is_strided_pointwise(s))
+        return conv_pgemm_shape(s, x, w, wpacked, y, bias, relu, mean, post, post_ctx);
+    const struct relvm_conv2d_shape t = run_shape(s);
+    const int64_t planes = s->n * s->c, plane = s->oh * s->ow;
+    float *sub = malloc((size_t)relvm_max64(1, planes * plane) * sizeof(float));
+    if (!sub) return RELVM_NO_MEMORY;
+    struct subsample_job j = {s, x, sub};
+    relvm_parallel_for(planes, relvm_max64(1, RELVM_GRAIN / relvm_max64(1, plane)),
+                       subsample_planes, &j);
+    const int status = conv_pgemm_shape(&t, sub, w, wpacked, y, bias, relu, mean, post,
+                                        post_ctx);
+    free(sub);
+    return status;
+}
+
+/* y = epilogue(conv(x, w)), or with `mean`, y (n x oc) = the mean of that over each output
+ * plane: each task sums its panel's pixels per channel (nothing else is stored), then the
+ * partial sums are added up here. */
+static int conv_pgemm_shape(const struct relvm_conv2d_shape *s, const float *x, const float *w,
+                            const float *wpacked, float *y, const float *bias, int relu,
+                            int mean, relvm_block_fn *post, void *post_ctx) {
     if (is_transposed(s))
         return conv_transposed(s, x, w, wpacked, y, bias, relu, mean, post, post_ctx);
     struct conv_pgemm j = conv_job(s, x, w, wpacked, y, bias, relu);
@@ -869,7 +937,8 @@ RELVM_EXPORT int relvm_conv2d_mean(int dtype, const struct relvm_conv2d_shape *s
 
 RELVM_EXPORT int relvm_conv2d_weights_form(const struct relvm_conv2d_shape *s) {
     if (!valid_shape(s) || s->c == 0 || is_depthwise(s)) return 0;
-    return is_transposed(s) ? 2 : 1;
+    const struct relvm_conv2d_shape t = run_shape(s);
+    return is_transposed(&t) ? 2 : 1;
 }
 
 RELVM_EXPORT int64_t relvm_conv2d_packed_size(const struct relvm_conv2d_shape *s) {

@@ -110,6 +110,14 @@ CONVS = [
     ((2, 8, 10, 13), (20, 8, 1, 1), {}),
     ((2, 16, 7, 7), (32, 8, 1, 1), {"groups": 2}),
     ((1, 3, 5, 5), (2, 3, 1, 1), {"padding": [1, 1]}),  # 1x1 with padding: not pointwise
+    # 1x1 with a stride (ResNet's shortcuts): the pointwise conv of the subsampled input, in
+    # place, packed, transposed (7 x 7 out) and grouped; bottom and right padding reach past
+    # the image (zeros)
+    ((2, 8, 9, 11), (20, 8, 1, 1), {"strides": [2, 2]}),
+    ((1, 16, 28, 28), (40, 16, 1, 1), {"strides": [2, 1]}),
+    ((2, 32, 14, 14), (48, 32, 1, 1), {"strides": [2, 2]}),
+    ((1, 6, 9, 10), (12, 6, 1, 1), {"strides": [3, 2], "padding": [0, 0, 2, 1]}),
+    ((2, 8, 14, 14), (64, 4, 1, 1), {"strides": [2, 2], "groups": 2}),
     ((1, 3, 5, 5), (2, 3, 5, 5), {}),  # one output pixel
     ((1, 1, 1, 1), (1, 1, 1, 1), {}),
     ((0, 3, 5, 5), (2, 3, 3, 3), {}),  # empty batch

@@ -166,6 +166,7 @@ def _conv_case(data, weight, attrs, relu, seed):
     # pointwise: the input read where it is, in place (32 columns) and packed (7 columns)
     ((2, 8, 4, 32), (6, 8, 1, 1), {}),
     ((2, 8, 4, 7), (6, 4, 1, 1), {"groups": 2}),
+    ((2, 8, 9, 64), (6, 8, 1, 1), {"strides": [2, 2]}),  # 1x1 strided: subsampled, pointwise
     ((2, 8, 10, 10), (8, 1, 3, 3), {"groups": 8, "padding": [1, 1]}),  # depthwise
     ((1, 0, 5, 5), (3, 0, 3, 3), {}),  # no input channels: bias and relu only
 ], ids=str)
@@ -186,6 +187,8 @@ def test_fused_conv_bias_relu_is_one_call(data, weight, attrs, relu):
     ((3, 3, 11, 13), (8, 3, 3, 3), {"padding": [1, 1]}),  # packed panels, ragged last panel
     ((2, 6, 9, 11), (6, 2, 3, 2), {"groups": 3, "padding": [1, 2, 0, 1], "strides": [2, 3]}),
     ((2, 8, 4, 32), (6, 8, 1, 1), {}),  # pointwise, read where it is
+    ((2, 8, 9, 64), (6, 8, 1, 1), {"strides": [2, 2]}),  # 1x1 strided: subsampled, pointwise
+    ((2, 8, 14, 14), (40, 8, 1, 1), {"strides": [2, 2]}),  # ... and transposed (7 x 7 out)
     ((1, 3, 40, 40), (40, 3, 3, 3), {"padding": [1, 1]}),  # rows in more than one block
     ((2, 8, 10, 10), (8, 1, 3, 3), {"groups": 8, "padding": [1, 1]}),  # depthwise: chained
 ], ids=str)
