@@ -12,18 +12,19 @@ struct relvm_conv2d_shape {
 };
 
 /* y = conv2d(x, w) for float32, then + bias (one float per output channel; NULL: none) and,
- * with relu, max(., 0). Depthwise convs (one input channel per group) run a direct loop; the
+ * with `clamp` (else NULL), each value clamped to [clamp[0], clamp[1]] as relvm_pgemm does
+ * (relu is {0, inf}). Depthwise convs (one input channel per group) run a direct loop; the
  * rest run relvm's GEMM (pgemm.h) on the unrolled input without building it: the GEMM reads a
  * zero-bordered copy of each image in place, or 32-pixel panels packed from it, with the bias
- * and relu applied in registers; or, for small output planes, the unrolled image (pixels x k)
+ * and clamp applied in registers; or, for small output planes, the unrolled image (pixels x k)
  * times the weights packed as a dense layer's, stored transposed. `wpacked` is w as
  * relvm_conv2d_pack_weights packs it for s (a constant weight, packed once), or NULL: w is
  * packed on each call where the GEMM needs it. With `post` (else NULL), post(post_ctx, ...)
- * runs over each finished block of y after the bias and relu (pgemm.h's relvm_block_fn;
+ * runs over each finished block of y after the bias and clamp (pgemm.h's relvm_block_fn;
  * offsets from y's start), while the block is in cache. */
 int relvm_conv2d(int dtype, const struct relvm_conv2d_shape *s, const void *x, const void *w,
-                 void *y, const void *bias, int relu, const void *wpacked, relvm_block_fn *post,
-                 void *post_ctx);
+                 void *y, const void *bias, const float *clamp, const void *wpacked,
+                 relvm_block_fn *post, void *post_ctx);
 
 /* How s's conv reads its weights: 0 as they are (a depthwise conv, or none on the GEMM: pass
  * NULL for wpacked), 1 packed by row blocks of the GEMM's tile (in chunks of output channels;
@@ -45,10 +46,11 @@ void relvm_conv2d_pack_weights(const struct relvm_conv2d_shape *s, const void *w
  * output plane, and the full output is never stored. Float32 convs on the GEMM path only:
  * RELVM_UNSUPPORTED for depthwise convs and convs without input channels. */
 int relvm_conv2d_mean(int dtype, const struct relvm_conv2d_shape *s, const void *x,
-                      const void *w, void *y, const void *bias, int relu, const void *wpacked);
+                      const void *w, void *y, const void *bias, const float *clamp,
+                      const void *wpacked);
 
 /* Two convs in a row, the first one's output never stored:
- * y = conv_b(epilogue_a(conv_a(x, wa)), wb), then b's epilogue (bias_b, relu_b) and, with
+ * y = conv_b(epilogue_a(conv_a(x, wa)), wb), then b's epilogue (bias_b, clamp_b) and, with
  * mean, b's output averaged over each plane as in relvm_conv2d_mean (y is then n x oc). The
  * first conv writes each tile straight into the second's padded input. Each thread takes an
  * image, or a band of an image's rows (when there are fewer images than threads, or the image
@@ -58,8 +60,8 @@ int relvm_conv2d_mean(int dtype, const struct relvm_conv2d_shape *s, const void 
  * (b->c != a->oc, ...). */
 int relvm_conv2d_pair(int dtype, const struct relvm_conv2d_shape *a,
                       const struct relvm_conv2d_shape *b, const void *x, const void *wa,
-                      const void *bias_a, int relu_a, const void *wb, void *y,
-                      const void *bias_b, int relu_b, int mean, const void *wpacked_a,
+                      const void *bias_a, const float *clamp_a, const void *wb, void *y,
+                      const void *bias_b, const float *clamp_b, int mean, const void *wpacked_a,
                       const void *wpacked_b);
 
 /* y = conv2d_transpose(x, w) for float32, with w in IOHW layout (c, oc / groups, kh, kw) and

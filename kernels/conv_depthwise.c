@@ -15,7 +15,7 @@
  * grid's 58 columns, where rows done one by one in vectors of 16 would waste 8 of every 64
  * lanes (and run in short loops of four vectors).
  * The grid's rows are then copied to y (or, when C == ow, the grid is y). A finished plane takes
- * its bias and relu in the loop, and post (a fused kernel's block form) while it is in cache.
+ * its bias and clamp in the loop, and post (a fused kernel's block form) while it is in cache.
  * The inner loop is compiled for AVX-512, AVX2 and SSE2 and chosen with the GEMM's (pgemm.c,
  * RELVM_PGEMM_ISA). */
 #include <string.h>
@@ -57,11 +57,11 @@
 #define DW_SLACK 16 /* floats past the phase planes that a last, partial vector may read */
 
 typedef void dw_taps_fn(const float *p, const int64_t *off, const float *k, int64_t taps,
-                        float bias, int relu, float *out, int64_t count);
+                        float bias, const float *clamp, float *out, int64_t count);
 typedef void dw_rows_fn(float *y, const float *grid, int64_t C, int64_t ow, int64_t oh);
 typedef void dw_pixels_fn(const float *p, const int64_t *off, const float *wv, int64_t taps,
-                          const float *bias, int relu, int64_t oh, int64_t ow, int64_t row_step,
-                          int64_t col_step, float *out);
+                          const float *bias, const float *clamp, int64_t oh, int64_t ow,
+                          int64_t row_step, int64_t col_step, float *out);
 
 /* The loops of the GEMM's instruction set (RELVM_PGEMM_ISA lowers both), and its floats per
  * vector: the channels of a block in the channel-blocked form. */
@@ -152,7 +152,7 @@ struct depthwise {
     float *y;
     struct dw_geometry g;
     const float *bias; /* per output channel, or NULL */
-    int relu;
+    const float *clamp;
     relvm_block_fn *post;
     void *post_ctx;
     _Atomic int failed; /* a thread could not get its scratch plane */
@@ -192,7 +192,7 @@ static void depthwise_planes(void *ctx, int64_t begin, int64_t end) {
             const float *k = j->w + o * taps;
             const float bias = j->bias ? j->bias[o] : 0.0f;
             float *out = use_grid ? buf + g.plane : y;
-            kernels.taps(buf, off, k, taps, bias, j->relu, out, g.count);
+            kernels.taps(buf, off, k, taps, bias, j->clamp, out, g.count);
             if (use_grid) kernels.rows(y, out, g.C, s->ow, s->oh);
             if (j->post) /* the fused rest of the plane, while it is in cache */
                 j->post(j->post_ctx, (n * s->oc + o) * opixels, 1, opixels, opixels);
@@ -260,7 +260,7 @@ static void depthwise_blocks(void *ctx, int64_t begin, int64_t end) {
             for (int64_t l = 0; l < L; ++l)
                 wv[t * L + l] = l < lanes ? j->w[(c0 + l) * taps + t] : 0.0f;
         for (int64_t l = 0; l < L; ++l) bias[l] = j->bias && l < lanes ? j->bias[c0 + l] : 0.0f;
-        kernels.pixels(image, off, wv, taps, bias, j->relu, s->oh, s->ow, s->sh * cols * L,
+        kernels.pixels(image, off, wv, taps, bias, j->clamp, s->oh, s->ow, s->sh * cols * L,
                        s->sw * L, result);
         float *y = j->y + first * opixels;
         relvm_transpose_f32(opixels, lanes, result, L, y, opixels);
@@ -270,9 +270,10 @@ static void depthwise_blocks(void *ctx, int64_t begin, int64_t end) {
 }
 
 int depthwise_conv(const struct relvm_conv2d_shape *s, const float *x, const float *w,
-                   float *y, const float *bias, int relu, relvm_block_fn *post, void *post_ctx) {
+                   float *y, const float *bias, const float *clamp, relvm_block_fn *post,
+                   void *post_ctx) {
     if (s->oh == 0 || s->ow == 0 || s->n * s->c == 0) return RELVM_OK;
-    struct depthwise j = {s, x, w, y, dw_geometry(s), bias, relu, post, post_ctx, 0};
+    struct depthwise j = {s, x, w, y, dw_geometry(s), bias, clamp, post, post_ctx, 0};
     const int64_t work = relvm_max64(1, s->oc / s->groups * s->oh * s->ow * s->kh * s->kw);
     if (use_blocked(s)) {
         const int64_t L = dw_kernels().width, blocks = (s->c + L - 1) / L;

@@ -2,7 +2,7 @@
  * (oh * ow) matrix that is never built. Each thread copies its image into a zero-bordered,
  * phase-split buffer (a pointwise conv reads its input as it is), and the GEMM reads the
  * unrolled rows there in place, or from 32-pixel panels packed from it when output rows are not
- * whole vectors, with the bias and relu applied in registers (and, for a mean, each tile's rows
+ * whole vectors, with the bias and clamp applied in registers (and, for a mean, each tile's rows
  * summed instead of stored). The job and its steps are also what conv_pair.c drives. Depthwise
  * convs go to conv_depthwise.c. */
 #include <stdatomic.h>
@@ -282,7 +282,7 @@ static int64_t conv_chunk_rows(int64_t ocg, int64_t k) {
 
 struct conv_pgemm conv_job(const struct relvm_conv2d_shape *s, const float *x,
                            const float *w, const float *wpacked, float *y,
-                           const float *bias, int relu) {
+                           const float *bias, const float *clamp) {
     int width;
     pg_ipanel_fn *ifn = relvm_pgemm_ipanel_kernel(&width);
     const int64_t plane = s->oh * s->ow;
@@ -293,7 +293,9 @@ struct conv_pgemm conv_job(const struct relvm_conv2d_shape *s, const float *x,
     j.wpacked = wpacked;
     j.y = y;
     j.e.row_bias = bias;
-    j.e.relu = relu;
+    j.e.clamp = clamp != NULL;
+    j.e.lo = clamp ? clamp[0] : 0.0f;
+    j.e.hi = clamp ? clamp[1] : 0.0f;
     j.fn = relvm_pgemm_panel_kernel();
     j.ifn = reads_in_place(s, width) ? ifn : NULL;
     j.width = width;
@@ -735,8 +737,8 @@ static void conv_transposed_tasks(void *ctx, int64_t begin, int64_t end) {
             unrolled_for.scratch = u;
         }
         const int64_t col0 = q * PG_PANEL, cols = relvm_min64(PG_PANEL, ocg - col0);
-        const struct pg_epilogue e = {NULL, tj->bias ? tj->bias + g * ocg : NULL, j->e.relu,
-                                      NULL, j->k * PG_PANEL};
+        const struct pg_epilogue e = {NULL, tj->bias ? tj->bias + g * ocg : NULL, j->e.clamp,
+                                      j->e.lo, j->e.hi, NULL, j->k * PG_PANEL};
         j->fn(plane, j->k, u, PG_A_PACKED, tj->panels + g * panels_size(s) + q * j->k * PG_PANEL,
               c, PG_PANEL, cols, &e, 0, col0);
         const int64_t ch0 = n * s->oc + g * ocg + col0; /* y's first plane (or mean) here */
@@ -755,9 +757,9 @@ static void conv_transposed_tasks(void *ctx, int64_t begin, int64_t end) {
 }
 
 static int conv_transposed(const struct relvm_conv2d_shape *s, const float *x, const float *w,
-                           const float *wpanels, float *y, const float *bias, int relu,
+                           const float *wpanels, float *y, const float *bias, const float *clamp,
                            int mean, relvm_block_fn *post, void *post_ctx) {
-    struct conv_transposed tj = {conv_job(s, x, w, NULL, y, NULL, relu), wpanels, bias, mean};
+    struct conv_transposed tj = {conv_job(s, x, w, NULL, y, NULL, clamp), wpanels, bias, mean};
     struct conv_pgemm *j = &tj.j;
     j->ifn = NULL;
     j->offsets_only = 1; /* no weights packed for the usual form */
@@ -834,14 +836,14 @@ static void subsample_planes(void *ctx, int64_t begin, int64_t end) {
 }
 
 static int conv_pgemm_shape(const struct relvm_conv2d_shape *s, const float *x, const float *w,
-                            const float *wpacked, float *y, const float *bias, int relu,
+                            const float *wpacked, float *y, const float *bias, const float *clamp,
                             int mean, relvm_block_fn *post, void *post_ctx);
 
 static int conv_pgemm(const struct relvm_conv2d_shape *s, const float *x, const float *w,
-                      const float *wpacked, float *y, const float *bias, int relu, int mean,
-                      relvm_block_fn *post, void *post_ctx) {
+                      const float *wpacked, float *y, const float *bias, const float *clamp,
+                      int mean, relvm_block_fn *post, void *post_ctx) {
     if (!is_strided_pointwise(s))
-        return conv_pgemm_shape(s, x, w, wpacked, y, bias, relu, mean, post, post_ctx);
+        return conv_pgemm_shape(s, x, w, wpacked, y, bias, clamp, mean, post, post_ctx);
     const struct relvm_conv2d_shape t = run_shape(s);
     const int64_t planes = s->n * s->c, plane = s->oh * s->ow;
     float *sub = malloc((size_t)relvm_max64(1, planes * plane) * sizeof(float));
@@ -849,7 +851,7 @@ static int conv_pgemm(const struct relvm_conv2d_shape *s, const float *x, const 
     struct subsample_job j = {s, x, sub};
     relvm_parallel_for(planes, relvm_max64(1, RELVM_GRAIN / relvm_max64(1, plane)),
                        subsample_planes, &j);
-    const int status = conv_pgemm_shape(&t, sub, w, wpacked, y, bias, relu, mean, post,
+    const int status = conv_pgemm_shape(&t, sub, w, wpacked, y, bias, clamp, mean, post,
                                         post_ctx);
     free(sub);
     return status;
@@ -859,11 +861,11 @@ static int conv_pgemm(const struct relvm_conv2d_shape *s, const float *x, const 
  * plane: each task sums its panel's pixels per channel (nothing else is stored), then the
  * partial sums are added up here. */
 static int conv_pgemm_shape(const struct relvm_conv2d_shape *s, const float *x, const float *w,
-                            const float *wpacked, float *y, const float *bias, int relu,
+                            const float *wpacked, float *y, const float *bias, const float *clamp,
                             int mean, relvm_block_fn *post, void *post_ctx) {
     if (is_transposed(s))
-        return conv_transposed(s, x, w, wpacked, y, bias, relu, mean, post, post_ctx);
-    struct conv_pgemm j = conv_job(s, x, w, wpacked, y, bias, relu);
+        return conv_transposed(s, x, w, wpacked, y, bias, clamp, mean, post, post_ctx);
+    struct conv_pgemm j = conv_job(s, x, w, wpacked, y, bias, clamp);
     j.post = post;
     j.post_ctx = post_ctx;
     conv_use_grid(&j, mean);
@@ -892,37 +894,41 @@ int valid_shape(const struct relvm_conv2d_shape *s) {
 
 /* The epilogue over a finished output, for the paths that do not apply it per tile. */
 static void epilogue_planes(const struct relvm_conv2d_shape *s, float *y, const float *bias,
-                            int relu) {
-    if (!bias && !relu) return;
+                            const float *clamp) {
+    if (!bias && !clamp) return;
     const int64_t plane = s->oh * s->ow;
     for (int64_t q = 0; q < s->n * s->oc; ++q) {
         const float b = bias ? bias[q % s->oc] : 0.0f;
         float *p = y + q * plane;
         for (int64_t i = 0; i < plane; ++i) {
-            const float v = p[i] + b;
-            p[i] = relu && v < 0 ? 0.0f : v;
+            float v = p[i] + b;
+            if (clamp) { /* as the GEMM's epilogue: NaN compares false and stays */
+                v = v < clamp[0] ? clamp[0] : v;
+                v = v > clamp[1] ? clamp[1] : v;
+            }
+            p[i] = v;
         }
     }
 }
 
 RELVM_EXPORT int relvm_conv2d(int dtype, const struct relvm_conv2d_shape *s, const void *x,
-                              const void *w, void *y, const void *bias, int relu,
+                              const void *w, void *y, const void *bias, const float *clamp,
                               const void *wpacked, relvm_block_fn *post, void *post_ctx) {
     if (dtype != RELVM_FLOAT32 || !valid_shape(s)) return RELVM_UNSUPPORTED;
     const int64_t total = s->n * s->oc * s->oh * s->ow;
     if (total == 0) return RELVM_OK;
     if (s->c == 0) { /* no input channels: every output sums nothing */
         memset(y, 0, (size_t)total * sizeof(float));
-        epilogue_planes(s, y, bias, relu);
+        epilogue_planes(s, y, bias, clamp);
         if (post) post(post_ctx, 0, 1, total, total);
         return RELVM_OK;
     }
-    if (is_depthwise(s)) return depthwise_conv(s, x, w, y, bias, relu, post, post_ctx);
-    return conv_pgemm(s, x, w, wpacked, y, bias, relu, 0, post, post_ctx);
+    if (is_depthwise(s)) return depthwise_conv(s, x, w, y, bias, clamp, post, post_ctx);
+    return conv_pgemm(s, x, w, wpacked, y, bias, clamp, 0, post, post_ctx);
 }
 
 RELVM_EXPORT int relvm_conv2d_mean(int dtype, const struct relvm_conv2d_shape *s, const void *x,
-                                   const void *w, void *y, const void *bias, int relu,
+                                   const void *w, void *y, const void *bias, const float *clamp,
                                    const void *wpacked) {
     /* The GEMM path only: depthwise convs and convs of no input channels are the caller's. */
     if (dtype != RELVM_FLOAT32 || !valid_shape(s) || s->c == 0 || is_depthwise(s))
@@ -932,7 +938,7 @@ RELVM_EXPORT int relvm_conv2d_mean(int dtype, const struct relvm_conv2d_shape *s
         for (int64_t i = 0; i < s->n * s->oc; ++i) ((float *)y)[i] = __builtin_nanf("");
         return RELVM_OK;
     }
-    return conv_pgemm(s, x, w, wpacked, y, bias, relu, 1, NULL, NULL);
+    return conv_pgemm(s, x, w, wpacked, y, bias, clamp, 1, NULL, NULL);
 }
 
 RELVM_EXPORT int relvm_conv2d_weights_form(const struct relvm_conv2d_shape *s) {

@@ -124,11 +124,11 @@ static int64_t pair_bands(const struct conv_pgemm *b) {
 }
 
 static int conv_pair(const struct relvm_conv2d_shape *sa, const struct relvm_conv2d_shape *sb,
-                     const float *x, const float *wa, const float *bias_a, int relu_a,
-                     const float *wb, float *y, const float *bias_b, int relu_b, int mean,
+                     const float *x, const float *wa, const float *bias_a, const float *clamp_a,
+                     const float *wb, float *y, const float *bias_b, const float *clamp_b, int mean,
                      const float *wpacked_a, const float *wpacked_b) {
-    struct conv_pgemm a = conv_job(sa, x, wa, wpacked_a, NULL, bias_a, relu_a);
-    struct conv_pgemm b = conv_job(sb, NULL, wb, wpacked_b, y, bias_b, relu_b);
+    struct conv_pgemm a = conv_job(sa, x, wa, wpacked_a, NULL, bias_a, clamp_a);
+    struct conv_pgemm b = conv_job(sb, NULL, wb, wpacked_b, y, bias_b, clamp_b);
     conv_use_grid(&b, mean); /* b reads its padded input in place on its grid where it can */
     a.next = sb;
     a.onward = b.padded;
@@ -153,18 +153,18 @@ static int conv_pair(const struct relvm_conv2d_shape *sa, const struct relvm_con
  * wpacked_a and wpacked_b packed for it). */
 static int conv_pair_split(const struct relvm_conv2d_shape *sa,
                            const struct relvm_conv2d_shape *sb, const float *x, const float *wa,
-                           const float *bias_a, int relu_a, const float *wb, float *y,
-                           const float *bias_b, int relu_b, int mean, const float *wpacked_a,
-                           const float *wpacked_b) {
+                           const float *bias_a, const float *clamp_a, const float *wb, float *y,
+                           const float *bias_b, const float *clamp_b, int mean,
+                           const float *wpacked_a, const float *wpacked_b) {
     const size_t floats = (size_t)(sa->n * sa->oc * sa->oh * sa->ow);
     float *mid = malloc(relvm_max64(1, (int64_t)floats) * sizeof(float));
     if (!mid) return RELVM_NO_MEMORY;
-    int status = relvm_conv2d(RELVM_FLOAT32, sa, x, wa, mid, bias_a, relu_a, wpacked_a, NULL,
+    int status = relvm_conv2d(RELVM_FLOAT32, sa, x, wa, mid, bias_a, clamp_a, wpacked_a, NULL,
                               NULL);
     if (status == RELVM_OK)
-        status = mean ? relvm_conv2d_mean(RELVM_FLOAT32, sb, mid, wb, y, bias_b, relu_b,
+        status = mean ? relvm_conv2d_mean(RELVM_FLOAT32, sb, mid, wb, y, bias_b, clamp_b,
                                           wpacked_b)
-                      : relvm_conv2d(RELVM_FLOAT32, sb, mid, wb, y, bias_b, relu_b, wpacked_b,
+                      : relvm_conv2d(RELVM_FLOAT32, sb, mid, wb, y, bias_b, clamp_b, wpacked_b,
                                      NULL, NULL);
     free(mid);
     return status;
@@ -172,9 +172,10 @@ static int conv_pair_split(const struct relvm_conv2d_shape *sa,
 
 RELVM_EXPORT int relvm_conv2d_pair(int dtype, const struct relvm_conv2d_shape *a,
                                    const struct relvm_conv2d_shape *b, const void *x,
-                                   const void *wa, const void *bias_a, int relu_a,
-                                   const void *wb, void *y, const void *bias_b, int relu_b,
-                                   int mean, const void *wpacked_a, const void *wpacked_b) {
+                                   const void *wa, const void *bias_a, const float *clamp_a,
+                                   const void *wb, void *y, const void *bias_b,
+                                   const float *clamp_b, int mean, const void *wpacked_a,
+                                   const void *wpacked_b) {
     /* Both on the GEMM path (no depthwise conv, input channels on both), b reading a's output. */
     if (dtype != RELVM_FLOAT32 || !valid_shape(a) || !valid_shape(b) || a->c == 0 ||
         b->c == 0 || (a->groups > 1 && a->c == a->groups) ||
@@ -187,8 +188,8 @@ RELVM_EXPORT int relvm_conv2d_pair(int dtype, const struct relvm_conv2d_shape *a
      * conv's tiles are pixel panels of the second's input): then two convs (ResNet-50's last
      * stage at 7 x 7, 0.97 of the time at batch 1). */
     if (relvm_conv2d_weights_form(a) == 2 || relvm_conv2d_weights_form(b) == 2)
-        return conv_pair_split(a, b, x, wa, bias_a, relu_a, wb, y, bias_b, relu_b, mean,
+        return conv_pair_split(a, b, x, wa, bias_a, clamp_a, wb, y, bias_b, clamp_b, mean,
                                wpacked_a, wpacked_b);
-    return conv_pair(a, b, x, wa, bias_a, relu_a, wb, y, bias_b, relu_b, mean, wpacked_a,
+    return conv_pair(a, b, x, wa, bias_a, clamp_a, wb, y, bias_b, clamp_b, mean, wpacked_a,
                      wpacked_b);
 }

@@ -1,6 +1,7 @@
 /* relvm's float32 GEMM for inference: B (the weights) packed once into 32-column panels, an
  * inner kernel that keeps a whole tile of C in registers across k, and the epilogue (bias,
- * relu) applied before the tile is stored, so a fused dense layer touches its output once.
+ * clamp, e.g. relu) applied before the tile is stored, so a fused dense layer touches its output
+ * once.
  * The inner kernel is one source (internal/pgemm_tile.h) compiled for AVX-512, AVX2+FMA and
  * SSE2; the CPU picks at run time, so the library runs on any x86-64. */
 #include <pthread.h>
@@ -189,11 +190,13 @@ static void pg_tasks(void *ctx, int64_t begin, int64_t end) {
 
 RELVM_EXPORT int relvm_pgemm(int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
                              const void *packed, void *c, int64_t ldc, const void *bias,
-                             int bias_per_row, int relu, relvm_block_fn *post, void *post_ctx) {
+                             int bias_per_row, const float *clamp, relvm_block_fn *post,
+                             void *post_ctx) {
     if (m < 0 || n < 0 || k < 0 || lda < 0 || ldc < 0) return RELVM_UNSUPPORTED;
     if (m == 0 || n == 0) return RELVM_OK;
     struct pg_job j = {relvm_pgemm_panel_kernel(), 0, m, n, k, lda, ldc, 1, m, a, packed, c,
-                       {bias_per_row ? bias : NULL, bias_per_row ? NULL : bias, relu, NULL,
+                       {bias_per_row ? bias : NULL, bias_per_row ? NULL : bias, clamp != NULL,
+                        clamp ? clamp[0] : 0.0f, clamp ? clamp[1] : 0.0f, NULL,
                         k * PG_PANEL},
                        post, post_ctx};
     /* Panels are the natural tasks (each streams its slice of B once); with fewer panels than
@@ -270,7 +273,7 @@ static void pgb_tasks(void *ctx, int64_t begin, int64_t end) {
         return;
     }
     float *packed_a = panel + k * PG_PANEL; /* 64-byte aligned: k * 128 bytes in */
-    const struct pg_epilogue none = {NULL, NULL, 0, NULL, 0};
+    const struct pg_epilogue none = {NULL, NULL, 0, 0.0f, 0.0f, NULL, 0};
     int64_t packed_item = -1, packed_q = -1, packed_a_item = -1, packed_r0 = -1;
     for (int64_t t = begin; t < end; ++t) {
         const int64_t item = t / per_item, rest = t % per_item;

@@ -1,5 +1,5 @@
 /* relvm's own float32 GEMM: weights packed once into column panels, a register-tiled inner
- * kernel per ISA (AVX-512, AVX2, SSE2), and an epilogue (bias, relu) applied to each tile
+ * kernel per ISA (AVX-512, AVX2, SSE2), and an epilogue (bias, clamp) applied to each tile
  * while it is still in registers. Serves float32 nn.dense (constant weights), nn.conv2d, the
  * recurrent layers, and (relvm_pgemm_batch, B packed as it goes) float32 nn.matmul and
  * nn.batch_matmul through relvm_gemm. */
@@ -21,11 +21,13 @@ void relvm_pgemm_pack(int trans_b, int64_t k, int64_t n, const void *b, void *pa
 
 /* C (m x n, row stride ldc) = A (m x k, row stride lda) x B, B packed as above; then, while
  * each tile is in registers, + bias (NULL: none; one float per row of C with bias_per_row,
- * else per column) and, with relu, max(., 0) (NaN stays NaN); then, with `post` (else NULL),
+ * else per column) and, with `clamp` (else NULL), each value clamped to [clamp[0], clamp[1]]
+ * (max with the first, then min with the second; NaN stays NaN: relu is {0, inf}, relu6
+ * {0, 6}); then, with `post` (else NULL),
  * post(post_ctx, ...) over each finished block of C (offsets counted from C's start). Runs
  * on relvm's thread pool. Returns RELVM_OK, or RELVM_UNSUPPORTED for negative sizes. */
 int relvm_pgemm(int64_t m, int64_t n, int64_t k, const void *a, int64_t lda, const void *packed,
-                void *c, int64_t ldc, const void *bias, int bias_per_row, int relu,
+                void *c, int64_t ldc, const void *bias, int bias_per_row, const float *clamp,
                 relvm_block_fn *post, void *post_ctx);
 
 /* c[i] = op(a[i]) x op(b[i]) for i < batch, float32, on the same inner kernel, for products

@@ -192,7 +192,7 @@ static void run_step(const struct relvm_rnn *s, struct rnn_state *m, int64_t t,
                      const int64_t *lens, const float *peephole, float *y) {
     const int64_t H = s->hidden, G = s->gru ? 3 : 4, GH = G * H;
     relvm_pgemm(s->batch, first_product_width(s, GH), H, m->h, H, r_pack, m->rec, GH, NULL, 0,
-                0, NULL, NULL);
+                NULL, NULL, NULL);
     for (int64_t bi = 0; bi < s->batch; ++bi) {
         const int64_t at = step_of(s, lens, bi, t);
         if (at < 0) continue;
@@ -204,7 +204,7 @@ static void run_step(const struct relvm_rnn *s, struct rnn_state *m, int64_t t,
     }
     if (s->gru && !s->linear_before_reset) {
         float *rhr = m->rec; /* (reset * h) R_h^T into columns 0..H of rec's rows */
-        relvm_pgemm(s->batch, H, H, m->rh, H, rh_pack, rhr, GH, NULL, 0, 0, NULL, NULL);
+        relvm_pgemm(s->batch, H, H, m->rh, H, rh_pack, rhr, GH, NULL, 0, NULL, NULL, NULL);
         for (int64_t bi = 0; bi < s->batch; ++bi) {
             const int64_t at = step_of(s, lens, bi, t);
             if (at < 0) continue;
@@ -274,8 +274,8 @@ RELVM_EXPORT int relvm_rnn_direction(const struct relvm_rnn *s, const float *x, 
         for (int64_t bi = 0; bi < s->batch; ++bi)
             memset(y + ((t * s->dirs + s->dir) * s->batch + bi) * H, 0, (size_t)H * sizeof(float));
     if (s->seq * s->batch > 0)
-        relvm_pgemm(s->seq * s->batch, GH, s->input, x, s->input, wp, m.xw, GH, m.bias, 0, 0,
-                    NULL, NULL);
+        relvm_pgemm(s->seq * s->batch, GH, s->input, x, s->input, wp, m.xw, GH, m.bias, 0,
+                    NULL, NULL, NULL);
     start_states(s, &m, h0, c0);
     for (int64_t t = 0; t < s->seq; ++t)
         run_step(s, &m, t, rp, rhp, b + GH + 2 * H, lens, peephole, y);

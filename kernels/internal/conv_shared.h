@@ -86,15 +86,16 @@ int valid_shape(const struct relvm_conv2d_shape *s);
 /* `count` floats (at least one) of this thread's scratch, or NULL when memory runs out. */
 float *relvm_conv_scratch_floats(size_t count);
 
-/* y = conv(x, w) + bias, then relu and post, for a depthwise conv (s->c == s->groups), each
+/* y = conv(x, w) + bias, then clamp and post, for a depthwise conv (s->c == s->groups), each
  * output plane finished while it is in cache (conv_depthwise.c). */
 int depthwise_conv(const struct relvm_conv2d_shape *s, const float *x, const float *w,
-                   float *y, const float *bias, int relu, relvm_block_fn *post, void *post_ctx);
+                   float *y, const float *bias, const float *clamp, relvm_block_fn *post,
+                   void *post_ctx);
 
 /* The GEMM job's steps (conv_gemm.c). */
 struct conv_pgemm conv_job(const struct relvm_conv2d_shape *s, const float *x,
                            const float *w, const float *wpacked, float *y,
-                           const float *bias, int relu);
+                           const float *bias, const float *clamp);
 /* Panels of j on the grid (conv_gemm.c, grid_in_place) where its geometry allows: not for the
  * mean (with `mean`) or a conv whose output goes onward (j->next). Before conv_prepare. */
 void conv_use_grid(struct conv_pgemm *j, int mean);

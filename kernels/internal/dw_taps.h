@@ -20,17 +20,40 @@ static inline __attribute__((always_inline)) DW_NAME(vec) DW_NAME(splat)(float x
     return __builtin_shuffle((DW_NAME(vec)){x}, (DW_NAME(mask)){0});
 }
 
-/* bias + the taps for the DW_VW outputs from t, through relu (lanes below 0 cleared; NaN is
- * not below 0 and stays). */
+/* The epilogue's clamp: whether there is one, and its bounds in every lane. */
+struct DW_NAME(clamp) {
+    int on;
+    DW_NAME(vec) lo, hi;
+};
+
+static inline __attribute__((always_inline)) struct DW_NAME(clamp) DW_NAME(clamp_of)(
+    const float *clamp) {
+    struct DW_NAME(clamp) c = {clamp != NULL, DW_NAME(splat)(clamp ? clamp[0] : 0.0f),
+                               DW_NAME(splat)(clamp ? clamp[1] : 0.0f)};
+    return c;
+}
+
+/* v clamped lane by lane, as the GEMM's epilogue does (pgemm_tile.h: lo where v < lo, then hi
+ * where v > hi; NaN compares false and stays). */
+static inline __attribute__((always_inline)) DW_NAME(vec) DW_NAME(clamped)(
+    DW_NAME(vec) v, struct DW_NAME(clamp) c) {
+    typedef DW_NAME(mask) mask;
+    if (!c.on) return v;
+    const mask below = v < c.lo;
+    v = (DW_NAME(vec))(((mask)v & ~below) | ((mask)c.lo & below));
+    const mask above = v > c.hi;
+    return (DW_NAME(vec))(((mask)v & ~above) | ((mask)c.hi & above));
+}
+
+/* bias + the taps for the DW_VW outputs from t, clamped. */
 static inline __attribute__((always_inline)) DW_NAME(vec) DW_NAME(one)(
-    const float *p, const int64_t *off, const float *k, int64_t taps, float bias, int relu,
-    int64_t t) {
+    const float *p, const int64_t *off, const float *k, int64_t taps, float bias,
+    struct DW_NAME(clamp) clamp, int64_t t) {
     typedef DW_NAME(vec) vec;
     vec acc = DW_NAME(splat)(bias);
     for (int64_t q = 0; q < taps; ++q)
         acc += DW_NAME(splat)(k[q]) * *(const DW_NAME(uvec) *)(p + off[q] + t);
-    if (relu) acc = (vec)((DW_NAME(mask))acc & ~(DW_NAME(mask))(acc < 0));
-    return acc;
+    return DW_NAME(clamped)(acc, clamp);
 }
 
 /* Outputs t = 0 .. count - 1 into out; reads p up to the last tap's offset + count rounded up
@@ -40,8 +63,9 @@ static inline __attribute__((always_inline)) DW_NAME(vec) DW_NAME(one)(
  * (any window, no array the size of the window). */
 static inline __attribute__((always_inline)) void DW_NAME(taps_of)(
     const float *p, const int64_t *off, const float *k, const int64_t taps, const int hoist,
-    float bias, int relu, float *out, int64_t count) {
+    float bias, const float *clamp_at, float *out, int64_t count) {
     typedef DW_NAME(vec) vec;
+    const struct DW_NAME(clamp) clamp = DW_NAME(clamp_of)(clamp_at);
     enum { U = 4 }; /* vectors computed together: independent chains hide the FMA latency */
     vec wv[hoist ? taps : 1];
     for (int64_t q = 0; hoist && q < taps; ++q) wv[q] = DW_NAME(splat)(k[q]);
@@ -55,28 +79,26 @@ static inline __attribute__((always_inline)) void DW_NAME(taps_of)(
             for (int u = 0; u < U; ++u)
                 acc[u] += w * *(const DW_NAME(uvec) *)(from + u * DW_VW);
         }
-        for (int u = 0; u < U; ++u) {
-            if (relu) acc[u] = (vec)((DW_NAME(mask))acc[u] & ~(DW_NAME(mask))(acc[u] < 0));
-            *(DW_NAME(uvec) *)(out + t + u * DW_VW) = acc[u];
-        }
+        for (int u = 0; u < U; ++u)
+            *(DW_NAME(uvec) *)(out + t + u * DW_VW) = DW_NAME(clamped)(acc[u], clamp);
     }
     for (; t + DW_VW <= count; t += DW_VW)
-        *(DW_NAME(uvec) *)(out + t) = DW_NAME(one)(p, off, k, taps, bias, relu, t);
+        *(DW_NAME(uvec) *)(out + t) = DW_NAME(one)(p, off, k, taps, bias, clamp, t);
     if (t < count) { /* the last, partial vector: computed whole, stored as far as count */
         float last[DW_VW];
-        *(DW_NAME(uvec) *)last = DW_NAME(one)(p, off, k, taps, bias, relu, t);
+        *(DW_NAME(uvec) *)last = DW_NAME(one)(p, off, k, taps, bias, clamp, t);
         for (int64_t i = 0; t + i < count; ++i) out[t + i] = last[i];
     }
 }
 
 static void DW_NAME(taps)(const float *p, const int64_t *off, const float *k, int64_t taps,
-                          float bias, int relu, float *out, int64_t count) {
+                          float bias, const float *clamp, float *out, int64_t count) {
     switch (taps) {
-    case 9: DW_NAME(taps_of)(p, off, k, 9, 1, bias, relu, out, count); break;
-    case 25: DW_NAME(taps_of)(p, off, k, 25, 1, bias, relu, out, count); break;
-    case 3: DW_NAME(taps_of)(p, off, k, 3, 1, bias, relu, out, count); break;
-    case 49: DW_NAME(taps_of)(p, off, k, 49, 1, bias, relu, out, count); break;
-    default: DW_NAME(taps_of)(p, off, k, taps, 0, bias, relu, out, count); break;
+    case 9: DW_NAME(taps_of)(p, off, k, 9, 1, bias, clamp, out, count); break;
+    case 25: DW_NAME(taps_of)(p, off, k, 25, 1, bias, clamp, out, count); break;
+    case 3: DW_NAME(taps_of)(p, off, k, 3, 1, bias, clamp, out, count); break;
+    case 49: DW_NAME(taps_of)(p, off, k, 49, 1, bias, clamp, out, count); break;
+    default: DW_NAME(taps_of)(p, off, k, taps, 0, bias, clamp, out, count); break;
     }
 }
 
@@ -101,9 +123,10 @@ static void DW_NAME(rows)(float *y, const float *grid, int64_t C, int64_t ow, in
  * row at a time. */
 static inline __attribute__((always_inline)) void DW_NAME(pixels_of)(
     const float *p, const int64_t *off, const float *wv, const int64_t taps, const int hoist,
-    const float *bias, int relu, int64_t oh, int64_t ow, int64_t row_step, int64_t col_step,
-    float *out) {
+    const float *bias, const float *clamp_at, int64_t oh, int64_t ow, int64_t row_step,
+    int64_t col_step, float *out) {
     typedef DW_NAME(vec) vec;
+    const struct DW_NAME(clamp) clamp = DW_NAME(clamp_of)(clamp_at);
     enum { U = 4 };
     vec w[hoist ? taps : 1];
     for (int64_t q = 0; hoist && q < taps; ++q) w[q] = *(const DW_NAME(uvec) *)(wv + q * DW_VW);
@@ -121,10 +144,8 @@ static inline __attribute__((always_inline)) void DW_NAME(pixels_of)(
                 for (int u = 0; u < U; ++u)
                     acc[u] += wq * *(const DW_NAME(uvec) *)(from + u * col_step);
             }
-            for (int u = 0; u < U; ++u) {
-                if (relu) acc[u] = (vec)((DW_NAME(mask))acc[u] & ~(DW_NAME(mask))(acc[u] < 0));
-                *(DW_NAME(uvec) *)(o + (ox + u) * DW_VW) = acc[u];
-            }
+            for (int u = 0; u < U; ++u)
+                *(DW_NAME(uvec) *)(o + (ox + u) * DW_VW) = DW_NAME(clamped)(acc[u], clamp);
         }
         for (; ox < ow; ++ox) {
             vec acc = b;
@@ -132,21 +153,20 @@ static inline __attribute__((always_inline)) void DW_NAME(pixels_of)(
                 const vec wq = hoist ? w[q] : *(const DW_NAME(uvec) *)(wv + q * DW_VW);
                 acc += wq * *(const DW_NAME(uvec) *)(row + ox * col_step + off[q]);
             }
-            if (relu) acc = (vec)((DW_NAME(mask))acc & ~(DW_NAME(mask))(acc < 0));
-            *(DW_NAME(uvec) *)(o + ox * DW_VW) = acc;
+            *(DW_NAME(uvec) *)(o + ox * DW_VW) = DW_NAME(clamped)(acc, clamp);
         }
     }
 }
 
 static void DW_NAME(pixels)(const float *p, const int64_t *off, const float *wv, int64_t taps,
-                            const float *bias, int relu, int64_t oh, int64_t ow,
+                            const float *bias, const float *clamp, int64_t oh, int64_t ow,
                             int64_t row_step, int64_t col_step, float *out) {
     switch (taps) {
-    case 9: DW_NAME(pixels_of)(p, off, wv, 9, 1, bias, relu, oh, ow, row_step, col_step, out);
+    case 9: DW_NAME(pixels_of)(p, off, wv, 9, 1, bias, clamp, oh, ow, row_step, col_step, out);
         break;
-    case 25: DW_NAME(pixels_of)(p, off, wv, 25, 1, bias, relu, oh, ow, row_step, col_step, out);
+    case 25: DW_NAME(pixels_of)(p, off, wv, 25, 1, bias, clamp, oh, ow, row_step, col_step, out);
         break;
-    default: DW_NAME(pixels_of)(p, off, wv, taps, 0, bias, relu, oh, ow, row_step, col_step, out);
+    default: DW_NAME(pixels_of)(p, off, wv, taps, 0, bias, clamp, oh, ow, row_step, col_step, out);
         break;
     }
 }

@@ -14,7 +14,8 @@
 struct pg_epilogue {
     const float *row_bias; /* one per row of C (indexed by absolute row), or NULL */
     const float *col_bias; /* one per column of C, or NULL; never both */
-    int relu;
+    int clamp;      /* each value clamped to [lo, hi] (relvm_pgemm's clamp), or not */
+    float lo, hi;
     /* With row_sums, C is not stored (pass NULL for it): each row's sum over the tile's
      * columns is added to row_sums[row] (indexed by absolute row), for a mean taken over a
      * conv's output pixels. */

@@ -22,6 +22,17 @@ static inline __attribute__((always_inline)) PG_NAME(vec) PG_NAME(splat)(float x
     return __builtin_shuffle((PG_NAME(vec)){x}, (PG_NAME(mask)){0});
 }
 
+/* v clamped to [lo, hi] lane by lane: lo where v < lo, then hi where v > hi (NaN compares
+ * false both times and stays NaN, as in the reference; relu's lo of 0 keeps -0). */
+static inline __attribute__((always_inline)) PG_NAME(vec) PG_NAME(clamped)(
+    PG_NAME(vec) v, PG_NAME(vec) lo, PG_NAME(vec) hi) {
+    typedef PG_NAME(mask) mask;
+    const mask below = v < lo;
+    v = (PG_NAME(vec))(((mask)v & ~below) | ((mask)lo & below));
+    const mask above = v > hi;
+    return (PG_NAME(vec))(((mask)v & ~above) | ((mask)hi & above));
+}
+
 /* Rows per tile of this instruction set (relvm_pgemm_pack_rows blocks A by it). */
 static const int PG_NAME(tile_rows) = PG_MR;
 
@@ -59,7 +70,6 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
     int64_t col0, int64_t next) {
     typedef PG_NAME(vec) vec;
     typedef PG_NAME(uvec) uvec;
-    typedef PG_NAME(mask) mask;
     /* A's element (r, p): row-major with stride lda, or (apacked: packed by
      * relvm_pgemm_pack_rows) the block's k columns of `rows` floats each, so a k step's
      * broadcasts read consecutive floats through one pointer. Row-major, the tile holds a
@@ -143,7 +153,8 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
     const vec cb0 = cb ? *(const uvec *)cb : (vec){0};
     const vec cb1 = cb ? *(const uvec *)(cb + PG_VW) : (vec){0};
     /* e's fields in locals: stores into c could alias e, which would reload them every row. */
-    const int relu = e->relu, whole = cols >= PG_TW;
+    const int clamp = e->clamp, whole = cols >= PG_TW;
+    const vec lo = PG_NAME(splat)(e->lo), hi = PG_NAME(splat)(e->hi);
     const float *const row_bias = cb ? NULL : e->row_bias ? e->row_bias + row0 : NULL;
     float *const row_sums = e->row_sums ? e->row_sums + row0 : NULL;
 #pragma GCC unroll 16
@@ -157,9 +168,9 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
             v0 += br;
             v1 += br;
         }
-        if (relu) { /* keep what is not below 0: NaN stays NaN, as in the reference */
-            v0 = (vec)((mask)v0 & ~(v0 < 0));
-            v1 = (vec)((mask)v1 & ~(v1 < 0));
+        if (clamp) {
+            v0 = PG_NAME(clamped)(v0, lo, hi);
+            v1 = PG_NAME(clamped)(v1, lo, hi);
         }
         if (row_sums) { /* c is NULL: sum the row instead */
             if (whole) {

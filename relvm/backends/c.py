@@ -85,7 +85,7 @@ def make_kernel(entry: KernelEntry, constants=None) -> Callable[..., None]:
 
 def fused_kernel(entry: KernelEntry, constants, fallback: Callable[[], Callable]
                  ) -> Callable[..., None] | None:
-    """One C call for a fused ``dense|conv2d -> [bias_add] -> [relu]`` entry (the epilogue
+    """One C call for a fused ``dense|conv2d -> [bias_add] -> [relu | clip]`` entry (the epilogue
     applied in registers by relvm's GEMM), or None for any other fused entry; ``fallback()``
     makes the generic kernel, for shapes the epilogue does not cover."""
     if not packed.supports(entry):

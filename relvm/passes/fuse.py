@@ -29,8 +29,9 @@ _ANCHORS = (OUT_FUSABLE, ELEMWISE, BROADCAST)
 _EPILOGUES = (ELEMWISE, BROADCAST)
 _MEAN_TAILS = ("nn.global_avg_pool2d",)
 _MEAN_ANCHORS = ("nn.conv2d",)
-#: What may follow each conv of a pair (and the pool, after the second only).
-_PAIR_STEPS = ("nn.bias_add", "nn.relu")
+#: What may follow each conv of a pair (and the pool, after the second only): the epilogue
+#: relvm_conv2d_pair applies in registers (a clip is a clamp, relu6 included).
+_PAIR_STEPS = ("nn.bias_add", "nn.relu", "clip")
 #: The most ops one group takes; a longer chain is cut into groups of this many. One generated
 #: loop gains nothing from more, and a chain of 100,000 elementwise ops made one group whose C
 #: the generator refused (too many operands), leaving 100,000 step kernels to build at load.
@@ -53,8 +54,8 @@ def _pairable(e: Expr) -> bool:
 
 
 def _split_pairs(group_of: dict[int, list[Call]]) -> None:
-    """Undo the pairs whose second conv's group grew past bias_add, relu and the pool: the
-    two halves become groups of their own (or no group, when a half is one op)."""
+    """Undo the pairs whose second conv's group grew past bias_add, relu (or clip) and the
+    pool: the two halves become groups of their own (or no group, when a half is one op)."""
     for root, group in list(group_of.items()):
         second = next((i for i, c in enumerate(group) if i and c.op.name == "nn.conv2d"), None)
         if second is None or all(c.op.name in _PAIR_STEPS + _MEAN_TAILS

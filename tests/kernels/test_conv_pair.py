@@ -165,6 +165,15 @@ def _arrays(case, n, seed):
     return x, wa, ba, wb, bb, (oh, ow)
 
 
+RELU = np.array([0, np.inf], np.float32)
+
+
+def _relu(on):
+    """The kernels' clamp argument for relu (0 to infinity), or NULL: no clamp."""
+    ffi = load()[0]
+    return ffi.from_buffer("float[]", RELU) if on else ffi.NULL
+
+
 def _setup(case, n):
     """(ffi, lib, both convs' shape structs, the middle's (oh, ow), a pointer maker)."""
     ffi, lib = load()
@@ -193,8 +202,9 @@ def _pair(case, x, wa, ba, relu_a, wb, bb, relu_b, mean, prepacked=False):
     lib, sa, sb, mid_hw, ptr = _setup(case, n)
     y = np.full((n, b.oc) if mean else (n, b.oc) + b.out_hw(*mid_hw), np.nan, np.float32)
     packs = (_packed(lib, sa, wa), _packed(lib, sb, wb)) if prepacked else (None, None)
-    status = lib.relvm_conv2d_pair(0, sa, sb, ptr(x), ptr(wa), ptr(ba), int(relu_a), ptr(wb),
-                                   ptr(y), ptr(bb), int(relu_b), int(mean), *map(ptr, packs))
+    status = lib.relvm_conv2d_pair(0, sa, sb, ptr(x), ptr(wa), ptr(ba), _relu(relu_a),
+                                   ptr(wb), ptr(y), ptr(bb), _relu(relu_b), int(mean),
+                                   *map(ptr, packs))
     return status, y
 
 
@@ -205,10 +215,10 @@ def _two_convs(case, x, wa, ba, relu_a, wb, bb, relu_b, mean):
     mid = np.full((n, a.oc) + mid_hw, np.nan, np.float32)
     y = np.full((n, b.oc) + b.out_hw(*mid_hw), np.nan, np.float32)
     null = ptr(None)
-    assert lib.relvm_conv2d(0, sa, ptr(x), ptr(wa), ptr(mid), ptr(ba), int(relu_a), null, null,
-                            null) == 0
-    assert lib.relvm_conv2d(0, sb, ptr(mid), ptr(wb), ptr(y), ptr(bb), int(relu_b), null, null,
-                            null) == 0
+    assert lib.relvm_conv2d(0, sa, ptr(x), ptr(wa), ptr(mid), ptr(ba), _relu(relu_a), null,
+                            null, null) == 0
+    assert lib.relvm_conv2d(0, sb, ptr(mid), ptr(wb), ptr(y), ptr(bb), _relu(relu_b), null,
+                            null, null) == 0
     return y.mean(axis=(2, 3)) if mean else y
 
 
@@ -347,8 +357,9 @@ def _call(sa, sb, dtype=0, mean=0):
     buf = np.ones(4096, np.float32)
     y = np.full(4096, 7.0, np.float32)
     p = ffi.from_buffer
-    return lib.relvm_conv2d_pair(dtype, sa, sb, p(buf), p(buf), p(buf), 1, p(buf), p(y), p(buf),
-                                 1, mean, ffi.NULL, ffi.NULL), y
+    relu = _relu(True)
+    return lib.relvm_conv2d_pair(dtype, sa, sb, p(buf), p(buf), p(buf), relu, p(buf), p(y),
+                                 p(buf), relu, mean, ffi.NULL, ffi.NULL), y
 
 
 def _edited(**changes):
@@ -444,10 +455,11 @@ def test_match_reads_the_convnet_pair():
     pair = packed.match(steps)
     assert isinstance(pair, packed.Pair)
     assert pair.weight == 3
-    assert (pair.first.bias, pair.first.axis % 4, pair.first.relu, pair.first.mean) == (
-        2, 1, True, False)
-    assert (pair.second.bias, pair.second.axis % 4, pair.second.relu, pair.second.mean) == (
-        4, 1, True, True)
+    relu = (0.0, float("inf"))
+    assert (pair.first.bias, pair.first.axis % 4, pair.first.clamp, pair.first.mean) == (
+        2, 1, relu, False)
+    assert (pair.second.bias, pair.second.axis % 4, pair.second.clamp, pair.second.mean) == (
+        4, 1, relu, True)
 
 
 @pytest.mark.parametrize("bias_a,relu_a,bias_b,relu_b,mean,weight,bias_at", [
@@ -463,8 +475,9 @@ def test_match_reads_pairs_with_any_epilogues(bias_a, relu_a, bias_b, relu_b, me
     assert isinstance(pair, packed.Pair)
     assert pair.weight == weight
     assert (pair.first.bias, pair.second.bias) == bias_at
-    assert (pair.first.relu, pair.second.relu, pair.first.mean, pair.second.mean) == (
-        relu_a, relu_b, False, mean)
+    clamps = [(0.0, float("inf")) if relu else None for relu in (relu_a, relu_b)]
+    assert [pair.first.clamp, pair.second.clamp] == clamps
+    assert (pair.first.mean, pair.second.mean) == (False, mean)
 
 
 def _malformed():

@@ -16,6 +16,9 @@ from sweeps import draw_window, sweep
 
 from relvm.backends import native
 
+#: The C kernels' clamp argument for relu: 0 to infinity.
+RELU = np.array([0, np.inf], np.float32)
+
 SWEEP = sweep(300)
 TOL = dict(rtol=1e-4, atol=1e-5, scaled=True)
 
@@ -99,7 +102,8 @@ def test_bias_and_relu_in_the_loop(rand, data, weight, attrs, relu):
         dh=1, dw=1, groups=c))
     y = np.full(want.shape, -7.0, np.float32)
     status = lib.relvm_conv2d(0, shape, ffi.from_buffer(x), ffi.from_buffer(w),
-                              ffi.from_buffer(y), ffi.from_buffer(bias), int(relu), ffi.NULL,
+                              ffi.from_buffer(y), ffi.from_buffer(bias),
+                              ffi.from_buffer("float[]", RELU) if relu else ffi.NULL, ffi.NULL,
                               ffi.NULL, ffi.NULL)
     assert status == 0
     np.testing.assert_allclose(y, want.astype(np.float32), rtol=1e-4, atol=1e-4 * np.nanmax(

@@ -250,5 +250,5 @@ def test_transposed_form_weights_packed_off_a_64_byte_boundary(rand):
     y = np.empty(want.shape, np.float32)
     null = ffi.NULL
     assert lib.relvm_conv2d(0, plan, ffi.from_buffer(x), ffi.from_buffer(w), ffi.from_buffer(y),
-                            null, 0, ffi.from_buffer(packed), null, null) == 0
+                            null, null, ffi.from_buffer(packed), null, null) == 0
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)

@@ -18,6 +18,10 @@ from relvm.ops import OPS
 from relvm.runtime.executable import KernelEntry
 from relvm.runtime.vm.kernels import Constants
 
+#: The C kernels' clamp argument for relu: 0 to infinity.
+RELU = np.array([0, np.inf], np.float32)
+
+
 def _listed(v):
     return [_listed(x) for x in v] if isinstance(v, tuple) else v
 
@@ -46,7 +50,8 @@ def _pgemm(a, w, bias=None, per_row=False, relu=False, trans_b=True):
     status = lib.relvm_pgemm(m, n, k, ffi.from_buffer(a), k, ffi.from_buffer(pk),
                              ffi.from_buffer(out), n,
                              ffi.NULL if bias is None else ffi.from_buffer(bias),
-                             int(per_row), int(relu), ffi.NULL, ffi.NULL)
+                             int(per_row), ffi.from_buffer("float[]", RELU) if relu else ffi.NULL,
+                             ffi.NULL, ffi.NULL)
     assert status == 0
     return out
 
@@ -86,20 +91,24 @@ def test_pgemm_non_transposed_b_and_nan():
 
 def test_pgemm_rejects_negative_sizes():
     ffi, lib = load()
-    assert lib.relvm_pgemm(-1, 2, 2, ffi.NULL, 2, ffi.NULL, ffi.NULL, 2, ffi.NULL, 0, 0, ffi.NULL,
-                           ffi.NULL) == -1
+    assert lib.relvm_pgemm(-1, 2, 2, ffi.NULL, 2, ffi.NULL, ffi.NULL, 2, ffi.NULL, 0, ffi.NULL,
+                           ffi.NULL, ffi.NULL) == -1
 
 
 # --- fused entries: one C call --------------------------------------------------------------
 
-def _fused_entry(anchor: str, anchor_attrs: dict, bias_axis: int | None, relu: bool,
+def _fused_entry(anchor: str, anchor_attrs: dict, bias_axis: int | None, relu,
                  n_in: int):
+    """anchor -> [bias_add] -> [relu (relu True) | clip (relu a pair: a_min, a_max)]."""
     steps = [{"op": anchor, "attrs": _attrs(anchor, anchor_attrs),
               "args": [["in", 0], ["in", 1]]}]
     if bias_axis is not None:
         steps.append({"op": "nn.bias_add", "attrs": {"axis": bias_axis},
                       "args": [["step", 0], ["in", 2]]})
-    if relu:
+    if isinstance(relu, tuple):
+        steps.append({"op": "clip", "attrs": _attrs("clip", dict(zip(("a_min", "a_max"), relu))),
+                      "args": [["step", len(steps) - 1]]})
+    elif relu:
         steps.append({"op": "nn.relu", "attrs": {}, "args": [["step", len(steps) - 1]]})
     return KernelEntry("fused_test", "fused", {"steps": steps}, ("float32",) * n_in,
                        ("float32",))
@@ -115,7 +124,7 @@ def _run_fused(entry, arrays, out_shape, constants=None):
 
 @pytest.mark.parametrize("data,units", [((1, 784), 512), ((16, 33), 40), ((2, 3, 17), 5),
                                         ((0, 8), 4)], ids=str)
-@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("relu", [False, True, (0.0, 6.0)], ids=["none", "relu", "relu6"])
 def test_fused_dense_bias_relu_is_one_call(data, units, relu):
     rng = np.random.default_rng(7)
     x = rng.standard_normal(data).astype(np.float32)
@@ -170,7 +179,7 @@ def _conv_case(data, weight, attrs, relu, seed):
     ((2, 8, 10, 10), (8, 1, 3, 3), {"groups": 8, "padding": [1, 1]}),  # depthwise
     ((1, 0, 5, 5), (3, 0, 3, 3), {}),  # no input channels: bias and relu only
 ], ids=str)
-@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("relu", [False, True, (0.0, 6.0)], ids=["none", "relu", "relu6"])
 def test_fused_conv_bias_relu_is_one_call(data, weight, attrs, relu):
     arrays, entry = _conv_case(data, weight, attrs, relu, 11)
     assert packed.supports(entry)
@@ -192,7 +201,7 @@ def test_fused_conv_bias_relu_is_one_call(data, weight, attrs, relu):
     ((1, 3, 40, 40), (40, 3, 3, 3), {"padding": [1, 1]}),  # rows in more than one block
     ((2, 8, 10, 10), (8, 1, 3, 3), {"groups": 8, "padding": [1, 1]}),  # depthwise: chained
 ], ids=str)
-@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("relu", [False, True, (-1.0, 1.5)], ids=["none", "relu", "clip"])
 def test_fused_conv_bias_relu_mean_never_stores_the_conv(data, weight, attrs, relu):
     """conv -> bias_add -> [relu] -> global_avg_pool2d as one call: each output plane averaged
     as its panels are computed."""
@@ -205,6 +214,42 @@ def test_fused_conv_bias_relu_mean_never_stores_the_conv(data, weight, attrs, re
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("bounds", [(0.0, 6.0), (-np.inf, 0.5), (-0.25, np.inf), (2.0, 1.0),
+                                    (1e-3, 1e-3)], ids=str)
+@pytest.mark.parametrize("data,weight,attrs", [
+    ((2, 8, 9, 32), (16, 8, 3, 3), {"padding": [1, 1]}),  # in place
+    ((1, 8, 9, 13), (40, 8, 3, 3), {"padding": [1, 1], "strides": [2, 2]}),  # packed panels
+    ((2, 16, 5, 5), (40, 16, 1, 1), {}),  # transposed
+    ((2, 8, 20, 20), (8, 1, 3, 3), {"groups": 8, "padding": [1, 1]}),  # depthwise, wide grid
+    ((2, 16, 6, 6), (16, 1, 3, 3), {"groups": 16, "padding": [1, 1]}),  # depthwise, blocked
+], ids=str)
+def test_clip_after_a_conv_is_its_epilogue(data, weight, attrs, bounds):
+    """conv -> bias_add -> clip is one C call whose clamp matches the reference's
+    minimum(maximum(x, a_min), a_max) on every path: bounds past the values, one-sided,
+    a_min > a_max (every value a_max), equal bounds, and NaN in the input (it stays NaN)."""
+    arrays, entry = _conv_case(data, weight, attrs, bounds, 13)
+    arrays[0] = arrays[0] * 4
+    arrays[0][0, 0, 1, 1] = np.nan
+    epilogue = packed.match(entry.attrs["steps"])
+    assert packed.supports(entry) and epilogue.clamp == tuple(np.float32(bounds).tolist())
+    op = OPS["nn.conv2d"]
+    out_t = op.infer(op.make_attrs(dict(attrs, channels=weight[0],
+                                        kernel_size=list(weight[2:]))),
+                     TensorType(data, "float32"), TensorType(weight, "float32"))
+    out, want = _run_fused(entry, arrays, tuple(out_t.shape), Constants([arrays[1]]))
+    assert np.isnan(out).any() and (np.isnan(out) == np.isnan(want)).all()
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+    assert np.nanmin(out) >= min(bounds[0], bounds[1]) and np.nanmax(out) <= bounds[1]
+
+
+def test_clip_with_a_nan_bound_is_not_an_epilogue():
+    """The reference spreads a NaN bound to every value, which a clamp would not: such a clip
+    stays a step of its own."""
+    entry = _fused_entry("nn.conv2d", {"channels": 4, "kernel_size": [3, 3]}, 1,
+                         (float("nan"), 6.0), 3)
+    assert packed.match(entry.attrs["steps"]) is None
+
+
 def test_conv_mean_of_empty_planes_is_nan_and_dense_takes_no_mean():
     ffi, lib = load()
     shape = ffi.new("struct relvm_conv2d_shape *", dict(
@@ -213,11 +258,11 @@ def test_conv_mean_of_empty_planes_is_nan_and_dense_takes_no_mean():
     y = np.zeros((2, 5), np.float32)
     x, w = np.zeros(1, np.float32), np.ones((5, 3), np.float32)
     assert lib.relvm_conv2d_mean(0, shape, ffi.from_buffer(x), ffi.from_buffer(w),
-                                 ffi.from_buffer(y), ffi.NULL, 0, ffi.NULL) == 0
+                                 ffi.from_buffer(y), ffi.NULL, ffi.NULL, ffi.NULL) == 0
     assert np.isnan(y).all()
     shape.groups = 3  # depthwise: not this function's
     assert lib.relvm_conv2d_mean(0, shape, ffi.from_buffer(x), ffi.from_buffer(w),
-                                 ffi.from_buffer(y), ffi.NULL, 0, ffi.NULL) == -1
+                                 ffi.from_buffer(y), ffi.NULL, ffi.NULL, ffi.NULL) == -1
     dense_mean = [{"op": "nn.dense", "attrs": {}, "args": [["in", 0], ["in", 1]]},
                   {"op": "nn.global_avg_pool2d", "attrs": {}, "args": [["step", 0]]}]
     assert packed.match(dense_mean) is None

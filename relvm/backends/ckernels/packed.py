@@ -5,9 +5,9 @@ when it is one of the VM's constants (the :class:`~relvm.runtime.kernels.Constan
 the kernel). A weight that is not a constant may change between calls, and packing it every
 time would cost as much as the product, so those calls go to OpenBLAS (a fused entry's generic
 kernel, whose anchor is this same dense kernel without an epilogue). A fused entry
-whose steps are ``dense|conv2d -> [bias_add] -> [relu]`` (the shape of nearly every layer) runs
-as one C call: the bias and relu are applied to each tile of the product while it is still in
-registers, so the output is written once and read never.
+whose steps are ``dense|conv2d -> [bias_add] -> [relu | clip]`` (the shape of nearly every
+layer, relu6 included) runs as one C call: the bias and the clamp are applied to each tile of the
+product while it is still in registers, so the output is written once and read never.
 
 Each kernel states its C call's arguments once, as a list of slots (:func:`fixed`,
 :func:`from_plan`, :func:`pointer`, :func:`packed_weight`); the direct call and a replay's
@@ -19,8 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Sequence
 
+import math
+
 import numpy as np
 
+from ...ops.elementwise import clip_bounds
 from . import linalg
 from .common import attrs_of, check, library, remember
 
@@ -42,14 +45,34 @@ class Post:
 @dataclass(frozen=True)
 class Epilogue:
     """What a fused entry does after its product: add input ``bias`` (if not None) along
-    ``axis``, then relu, then (a conv only, with ``mean``) average each output plane, as
+    ``axis``, then clamp each value to ``clamp`` (lo, hi) if not None (relu: 0 and infinity;
+    clip: its float32 bounds), then (a conv only, with ``mean``) average each output plane, as
     ``nn.global_avg_pool2d`` does, or run ``post`` over each block."""
 
     bias: int | None
     axis: int
-    relu: bool
+    clamp: tuple[float, float] | None
     mean: bool = False
     post: Post | None = None
+
+
+def _clamp_slot(clamp: tuple[float, float] | None) -> tuple:
+    """The C kernels' ``clamp`` argument: NULL, or two floats (kept alive by the slot)."""
+    ffi = library()[0]
+    return fixed(ffi.NULL if clamp is None else ffi.new("float[2]", list(clamp)))
+
+
+def _clamp_of(step: dict) -> tuple[float, float] | None:
+    """The bounds a relu or clip step clamps float32 values to; None for any other step, and
+    for a clip with a NaN bound (which the reference spreads to every value, and a clamp
+    would not)."""
+    if step["op"] == "nn.relu":
+        return (0.0, math.inf)
+    if step["op"] == "clip":
+        lo, hi = (float(step["attrs"].get(k)) for k in ("a_min", "a_max"))
+        if not (math.isnan(lo) or math.isnan(hi)):
+            return tuple(float(v) for v in clip_bounds(lo, hi, "float32"))
+    return None
 
 
 def _post_slots(epilogue: Epilogue | None) -> list[tuple]:
@@ -71,34 +94,36 @@ class Pair:
 
 
 def _epilogue(steps: Sequence[dict], at: int, mean_ok: bool) -> tuple[Epilogue | None, int]:
-    """The ``[bias_add] [relu] [global_avg_pool2d]`` run of steps from ``at`` (each reading
-    the step before it), and where it ends; None when a step there reads something else."""
+    """The ``[bias_add] [relu | clip] [global_avg_pool2d]`` run of steps from ``at`` (each
+    reading the step before it), and where it ends; None when a step there reads something
+    else."""
     def reads_previous(step: dict, more: int) -> bool:
         args = [list(a) for a in step["args"]]
         return args[0] == ["step", at - 1] and len(args) == 1 + more
-    bias, axis, relu, mean = None, -1, False, False
+    bias, axis, clamp, mean = None, -1, None, False
     if at < len(steps) and steps[at]["op"] == "nn.bias_add":
         args = [list(a) for a in steps[at]["args"]]
         if not reads_previous(steps[at], 1) or args[1][0] != "in" or args[1][1] < 2:
             return None, at
         bias, axis = args[1][1], int(steps[at]["attrs"].get("axis", 1))
         at += 1
-    if at < len(steps) and steps[at]["op"] == "nn.relu":
+    if at < len(steps) and _clamp_of(steps[at]) is not None:
         if not reads_previous(steps[at], 0):
             return None, at
-        relu, at = True, at + 1
+        clamp, at = _clamp_of(steps[at]), at + 1
     if mean_ok and at < len(steps) and steps[at]["op"] == "nn.global_avg_pool2d":
         if not reads_previous(steps[at], 0):
             return None, at
         mean, at = True, at + 1
-    return Epilogue(bias, axis, relu, mean), at
+    return Epilogue(bias, axis, clamp, mean), at
 
 
 def match(steps: Sequence[dict]) -> Epilogue | Pair | None:
     """What a one-call kernel does for fused ``steps`` (as in ``FusedOp.steps_json()``):
-    ``anchor(in a, in b) -> [nn.bias_add(step, in c)] -> [nn.relu(step)]``, and for a conv
-    ``-> [nn.global_avg_pool2d(step)]`` (an :class:`Epilogue`); or two convs, the second
-    reading the first's epilogue, ``-> nn.conv2d(step, in d) -> [bias_add] [relu] [pool]``
+    ``anchor(in a, in b) -> [nn.bias_add(step, in c)] -> [nn.relu(step) | clip(step)]``, and
+    for a conv ``-> [nn.global_avg_pool2d(step)]`` (an :class:`Epilogue`); or two convs, the
+    second reading the first's epilogue, ``-> nn.conv2d(step, in d) -> [bias_add] [relu | clip]
+    [pool]``
     (a :class:`Pair`); else None."""
     if not steps or steps[0]["op"] not in ANCHORS:
         return None
@@ -430,7 +455,7 @@ class DensePlan(NamedTuple):
 def make_dense(entry, constants, epilogue: Epilogue | None = None,
                fallback: Callable[[], Callable] | None = None) -> Callable:
     """``kernel(x, w, [bias], out)``: nn.dense (plus ``epilogue``) on relvm's GEMM."""
-    relu = int(bool(epilogue and epilogue.relu))
+    clamp = epilogue.clamp if epilogue else None
     bias_at = epilogue.bias if epilogue else None
 
     def plan_for(shapes):
@@ -440,11 +465,11 @@ def make_dense(entry, constants, epilogue: Epilogue | None = None,
             return None  # a bias along another axis: the generic kernel's business
         return DensePlan(m, n, k)
 
-    # relvm_pgemm(m, n, k, a, lda, packed b, c, ldc, bias, bias_per_row, relu, post,
+    # relvm_pgemm(m, n, k, a, lda, packed b, c, ldc, bias, bias_per_row, clamp, post,
     # post_ctx); a weight that is not a constant goes to OpenBLAS, through the fallback.
     slots = [from_plan("m"), from_plan("n"), from_plan("k"), pointer(0), from_plan("k"),
              packed_weight(1, "k", "n", required=True), pointer(-1), from_plan("n"),
-             pointer(bias_at), fixed(0), fixed(relu)] + _post_slots(epilogue)
+             pointer(bias_at), fixed(0), _clamp_slot(clamp)] + _post_slots(epilogue)
     if fallback is None:  # a plain dense: OpenBLAS for weights that are not constants
         fallback = lambda: linalg._make_gemm(entry, linalg._dense_plan, False, True)  # noqa: E731
     return _kernel(entry.name, plan_for, library()[1].relvm_pgemm, slots,
@@ -459,7 +484,7 @@ def make_conv2d(entry, constants, epilogue: Epilogue | None = None,
     ffi, lib = library()
     attrs = attrs_of(entry)
     mean = bool(epilogue and epilogue.mean)
-    relu = int(bool(epilogue and epilogue.relu))
+    clamp = epilogue.clamp if epilogue else None
     bias_at = epilogue.bias if epilogue else None
 
     def plan_for(shapes):
@@ -471,10 +496,10 @@ def make_conv2d(entry, constants, epilogue: Epilogue | None = None,
             return None  # the mean runs on the GEMM path only: depthwise convs chain
         return plan
 
-    # relvm_conv2d_mean(dtype, shape, x, w, y, bias, relu, wpacked) and relvm_conv2d (the
+    # relvm_conv2d_mean(dtype, shape, x, w, y, bias, clamp, wpacked) and relvm_conv2d (the
     # same, then post, post_ctx); dtype 0: float32, the only one this path takes.
     slots = [fixed(0), from_plan(), pointer(0), pointer(1), pointer(-1), pointer(bias_at),
-             fixed(relu), packed_weight(1)] + ([] if mean else _post_slots(epilogue))
+             _clamp_slot(clamp), packed_weight(1)] + ([] if mean else _post_slots(epilogue))
     conv = lib.relvm_conv2d_mean if mean else lib.relvm_conv2d
     return _kernel(entry.name, plan_for, conv, slots, conv_weights(constants), fallback)
 
@@ -511,11 +536,11 @@ def make_conv_pair(entry, pair: Pair, constants, fallback: Callable[[], Callable
                  shape_b.oh * shape_b.ow)
         return None if 0 in sizes else PairPlan(shape_a, shape_b)
 
-    # relvm_conv2d_pair(dtype, a, b, x, wa, bias_a, relu_a, wb, y, bias_b, relu_b, mean,
+    # relvm_conv2d_pair(dtype, a, b, x, wa, bias_a, clamp_a, wb, y, bias_b, clamp_b, mean,
     # wpacked_a, wpacked_b)
     slots = [fixed(0), from_plan("a"), from_plan("b"), pointer(0), pointer(1), pointer(a.bias),
-             fixed(int(a.relu)), pointer(wb_at), pointer(-1), pointer(b.bias),
-             fixed(int(b.relu)), fixed(int(b.mean)), packed_weight(1, "a"),
+             _clamp_slot(a.clamp), pointer(wb_at), pointer(-1), pointer(b.bias),
+             _clamp_slot(b.clamp), fixed(int(b.mean)), packed_weight(1, "a"),
              packed_weight(wb_at, "b")]
     return _kernel(entry.name, plan_for, lib.relvm_conv2d_pair, slots, conv_weights(constants),
                    fallback)
@@ -562,6 +587,6 @@ def block_anchor(entry, constants, post: Post, whole: Callable[[], None]
             plain(*args)
             whole()
         return product_then_epilogue
-    epilogue = Epilogue(None, -1, False, post=post)
+    epilogue = Epilogue(None, -1, None, post=post)
     make = make_dense if entry.op == "nn.dense" else make_conv2d
     return make(entry, constants, epilogue, fallback)
