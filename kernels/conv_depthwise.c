@@ -203,8 +203,9 @@ static void depthwise_planes(void *ctx, int64_t begin, int64_t end) {
 /* --- the channel-blocked form ----------------------------------------------------------------
  * For small planes, where a plane's own loops cost more than its multiply-adds (a 7 x 7 plane is
  * 49 outputs), a block of `width` channels (one vector) is done at once: the block's planes are
- * transposed to pixel-major (each pixel `width` floats, relvm_transpose_f32) into a zero-bordered
- * padded image, every output pixel is one vector of the block's channels (the taps' weights one
+ * transposed to pixel-major (each pixel `width` floats) straight into the interior of a
+ * zero-bordered padded image (relvm_transpose_f32_runs: a copy of the transposed plane into
+ * the image, row by row, had cost half as much as the transpose), every output pixel is one vector of the block's channels (the taps' weights one
  * vector each), and the result is transposed back to the block's planes. Channel multipliers
  * other than 1 take the wide grid. */
 
@@ -231,16 +232,16 @@ static void depthwise_blocks(void *ctx, int64_t begin, int64_t end) {
     const int64_t ipixels = s->h * s->w, blocks = (s->c + L - 1) / L;
     int64_t rows, cols; /* the padded image's: no stride phases, a pixel is a whole vector */
     conv_padded_extent(s, &rows, &cols);
-    /* The padded image, the block's input pixel-major, its output pixel-major, the taps'
-     * weights and the bias (a vector each), then the tap offsets (int64s). */
-    const int64_t padded = rows * cols * L, dense = ipixels * L, out = opixels * L;
-    const int64_t wv_at = padded + dense + out, off_at = wv_at + (taps + 1) * L;
+    /* The padded image, the block's output pixel-major, the taps' weights and the bias (a
+     * vector each), then the tap offsets (int64s). */
+    const int64_t padded = rows * cols * L, out = opixels * L;
+    const int64_t wv_at = padded + out, off_at = wv_at + (taps + 1) * L;
     float *buf = relvm_conv_scratch_floats((size_t)(off_at + 2 * taps));
     if (!buf) {
         j->failed = 1;
         return;
     }
-    float *image = buf, *pixels = buf + padded, *result = pixels + dense, *wv = buf + wv_at;
+    float *image = buf, *result = buf + padded, *wv = buf + wv_at;
     float *bias = wv + taps * L;
     int64_t *off = (int64_t *)(void *)(buf + off_at);
     for (int64_t i = 0; i < s->kh; ++i)
@@ -251,11 +252,10 @@ static void depthwise_blocks(void *ctx, int64_t begin, int64_t end) {
         const int64_t n = q / blocks, c0 = q % blocks * L, lanes = relvm_min64(L, s->c - c0);
         const int64_t first = n * s->c + c0; /* the block's first plane, in x and in y */
         if (lanes < L) /* the lanes past the channels: zeros, not what an earlier block left */
-            memset(pixels, 0, (size_t)dense * sizeof(float));
-        relvm_transpose_f32(lanes, ipixels, j->x + first * ipixels, ipixels, pixels, L);
-        for (int64_t iy = 0; iy < s->h; ++iy)
-            memcpy(image + ((iy + s->pt) * cols + s->pl) * L, pixels + iy * s->w * L,
-                   (size_t)(s->w * L) * sizeof(float));
+            memset(image, 0, (size_t)padded * sizeof(float));
+        /* the block's planes transposed straight into the image's interior, row after row */
+        relvm_transpose_f32_runs(lanes, ipixels, j->x + first * ipixels, ipixels,
+                                 image + (s->pt * cols + s->pl) * L, L, s->w, cols - s->w);
         for (int64_t t = 0; t < taps; ++t)
             for (int64_t l = 0; l < L; ++l)
                 wv[t * L + l] = l < lanes ? j->w[(c0 + l) * taps + t] : 0.0f;

@@ -117,10 +117,10 @@ RELVM_EXPORT int relvm_copy_strided(int itemsize, int ndim, const int64_t *shape
 typedef float tr_vec __attribute__((vector_size(32), aligned(4)));
 typedef int32_t tr_mask __attribute__((vector_size(32)));
 
-/* The 8 x 8 block at in (rows ldi apart), transposed to out (rows ldo apart): pairs of rows
+/* The 8 x 8 block at in (rows ldi apart), transposed to the rows to[0..7]: pairs of rows
  * interleaved, then pairs of pairs, then the 4-float halves swapped across. */
-static inline __attribute__((always_inline)) void transpose_8x8(const float *in, int64_t ldi,
-                                                                float *out, int64_t ldo) {
+static inline __attribute__((always_inline)) void transpose_8x8_to(const float *in, int64_t ldi,
+                                                                   float *const *to) {
     const tr_mask lo = {0, 8, 1, 9, 4, 12, 5, 13}, hi = {2, 10, 3, 11, 6, 14, 7, 15};
     const tr_mask lo2 = {0, 1, 8, 9, 4, 5, 12, 13}, hi2 = {2, 3, 10, 11, 6, 7, 14, 15};
     const tr_mask first = {0, 1, 2, 3, 8, 9, 10, 11}, second = {4, 5, 6, 7, 12, 13, 14, 15};
@@ -137,9 +137,17 @@ static inline __attribute__((always_inline)) void transpose_8x8(const float *in,
         u[i + 3] = __builtin_shuffle(t[i + 1], t[i + 3], hi2);
     }
     for (int i = 0; i < 4; ++i) {
-        *(tr_vec *)(out + i * ldo) = __builtin_shuffle(u[i], u[i + 4], first);
-        *(tr_vec *)(out + (i + 4) * ldo) = __builtin_shuffle(u[i], u[i + 4], second);
+        *(tr_vec *)to[i] = __builtin_shuffle(u[i], u[i + 4], first);
+        *(tr_vec *)to[i + 4] = __builtin_shuffle(u[i], u[i + 4], second);
     }
+}
+
+/* ... to out's rows ldo apart. */
+static inline __attribute__((always_inline)) void transpose_8x8(const float *in, int64_t ldi,
+                                                                float *out, int64_t ldo) {
+    float *to[8];
+    for (int i = 0; i < 8; ++i) to[i] = out + i * ldo;
+    transpose_8x8_to(in, ldi, to);
 }
 
 RELVM_VECTORIZE void relvm_transpose_f32(int64_t rows, int64_t cols, const float *in,
@@ -153,6 +161,42 @@ RELVM_VECTORIZE void relvm_transpose_f32(int64_t rows, int64_t cols, const float
     }
     for (int64_t r = rows8; r < rows; ++r)
         for (int64_t c = 0; c < cols; ++c) out[c * ldo + r] = in[r * ldi + c];
+}
+
+/* Out row c's place in relvm_transpose_f32_runs: (c + c / run * gap) rows from out. The blocks
+ * walk c up by one row at a time, so the run and the row in it are counted, not divided. */
+struct run_cursor {
+    int64_t at, left; /* c's row of out, and rows left in c's run (c included) */
+};
+
+static inline void cursor_step(struct run_cursor *k, int64_t run, int64_t gap) {
+    ++k->at;
+    if (--k->left == 0) {
+        k->at += gap;
+        k->left = run;
+    }
+}
+
+RELVM_VECTORIZE void relvm_transpose_f32_runs(int64_t rows, int64_t cols, const float *in,
+                                              int64_t ldi, float *out, int64_t ldo, int64_t run,
+                                              int64_t gap) {
+    const int64_t rows8 = rows / 8 * 8, cols8 = cols / 8 * 8;
+    if (run <= 0) return;
+    for (int64_t r = 0; r < rows8; r += 8) {
+        struct run_cursor k = {0, run};
+        for (int64_t c = 0; c < cols8; c += 8) {
+            float *to[8];
+            for (int i = 0; i < 8; ++i, cursor_step(&k, run, gap)) to[i] = out + k.at * ldo + r;
+            transpose_8x8_to(in + r * ldi + c, ldi, to);
+        }
+        for (int64_t c = cols8; c < cols; ++c, cursor_step(&k, run, gap))
+            for (int64_t i = r; i < r + 8; ++i) out[k.at * ldo + i] = in[i * ldi + c];
+    }
+    for (int64_t r = rows8; r < rows; ++r) {
+        struct run_cursor k = {0, run};
+        for (int64_t c = 0; c < cols; ++c, cursor_step(&k, run, gap))
+            out[k.at * ldo + r] = in[r * ldi + c];
+    }
 }
 
 struct bytes_job {

@@ -8,4 +8,10 @@
 
 void relvm_transpose_f32(int64_t rows, int64_t cols, const float *in, int64_t ldi, float *out,
                          int64_t ldo);
+
+/* The same, with out's rows in runs: after every `run` rows, `gap` rows are skipped (left as
+ * they are), so out row c is out + (c + c / run * gap) * ldo. A plane transposed into the
+ * interior of a zero-bordered image (run: its width, gap: the border's columns per row). */
+void relvm_transpose_f32_runs(int64_t rows, int64_t cols, const float *in, int64_t ldi,
+                              float *out, int64_t ldo, int64_t run, int64_t gap);
 #endif
