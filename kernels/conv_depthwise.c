@@ -117,6 +117,15 @@ static inline void copy_floats(float *to, const float *from, int64_t n) {
 static RELVM_VECTORIZE void pad_plane(const struct relvm_conv2d_shape *s, struct dw_geometry g,
                                       const float *x, float *buf) {
     const int64_t sh = s->sh, sw = s->sw;
+    if (sw == 2) { /* a row's even input columns to padded phase pl % 2, its odd ones to the other */
+        for (int64_t iy = 0; iy < s->h; ++iy) {
+            const int64_t r = iy + s->pt;
+            float *row = buf + r % sh * sw * g.phase + r / sh * g.C;
+            deinterleave_row(x + iy * s->w, s->w, row + s->pl % 2 * g.phase + s->pl / 2,
+                             row + (s->pl + 1) % 2 * g.phase + (s->pl + 1) / 2);
+        }
+        return;
+    }
     for (int64_t b = 0; b < sw; ++b) {
         /* The first input column whose padded column is in phase b, its index there, and how
          * many of a row's pixels the phase holds. */
@@ -128,8 +137,6 @@ static RELVM_VECTORIZE void pad_plane(const struct relvm_conv2d_shape *s, struct
             const float *from = x + iy * s->w + first;
             if (sw == 1)
                 copy_floats(dst, from, count);
-            else if (sw == 2)
-                for (int64_t t = 0; t < count; ++t) dst[t] = from[2 * t];
             else
                 for (int64_t t = 0; t < count; ++t) dst[t] = from[t * sw];
         }

@@ -104,25 +104,6 @@ static struct padded_image padded_geometry(const struct relvm_conv2d_shape *s) {
     return p;
 }
 
-typedef float deint_vec __attribute__((vector_size(64), aligned(4)));
-typedef int32_t deint_mask __attribute__((vector_size(64)));
-
-/* Stride 2: a row's even columns go to one phase and its odd columns to the other, 32 input
- * floats (two vectors, two shuffles) at a time. */
-static inline __attribute__((always_inline)) void deinterleave_row(const float *from, int64_t w,
-                                                                   float *even, float *odd) {
-    const deint_mask evens = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
-    const deint_mask odds = evens + 1;
-    int64_t t = 0;
-    for (; t + 32 <= w; t += 32) {
-        const deint_vec v0 = *(const deint_vec *)(from + t);
-        const deint_vec v1 = *(const deint_vec *)(from + t + 16);
-        *(deint_vec *)(even + t / 2) = __builtin_shuffle(v0, v1, evens);
-        *(deint_vec *)(odd + t / 2) = __builtin_shuffle(v0, v1, odds);
-    }
-    for (; t < w; ++t) (t % 2 ? odd : even)[t / 2] = from[t];
-}
-
 /* Where padded column `col` of a row is stored: phase col % sw, index col / sw. */
 static inline int64_t phase_at(const struct relvm_conv2d_shape *s, struct padded_image p,
                                int64_t col) {

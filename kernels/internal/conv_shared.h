@@ -18,6 +18,26 @@ static inline void conv_padded_extent(const struct relvm_conv2d_shape *s, int64_
     *cols = relvm_max64(s->pl + s->w, (s->ow - 1) * s->sw + (s->kw - 1) * s->dw + 1);
 }
 
+typedef float deint_vec __attribute__((vector_size(64), aligned(4)));
+typedef int32_t deint_mask __attribute__((vector_size(64)));
+
+/* Stride 2: a row's even columns go to one phase and its odd columns to the other, 32 input
+ * floats (two vectors, two shuffles) at a time (the padded images of conv_gemm.c and the phase
+ * planes of conv_depthwise.c; inlined into functions compiled per instruction set). */
+static inline __attribute__((always_inline)) void deinterleave_row(const float *from, int64_t w,
+                                                                   float *even, float *odd) {
+    const deint_mask evens = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+    const deint_mask odds = evens + 1;
+    int64_t t = 0;
+    for (; t + 32 <= w; t += 32) {
+        const deint_vec v0 = *(const deint_vec *)(from + t);
+        const deint_vec v1 = *(const deint_vec *)(from + t + 16);
+        *(deint_vec *)(even + t / 2) = __builtin_shuffle(v0, v1, evens);
+        *(deint_vec *)(odd + t / 2) = __builtin_shuffle(v0, v1, odds);
+    }
+    for (; t < w; ++t) (t % 2 ? odd : even)[t / 2] = from[t];
+}
+
 /* The image (its group's channels) copied once into a zero-bordered buffer, each padded row
  * split into sw phases (columns c with c % sw == 0, then 1, ...), so the pixels of an output row
  * read consecutive floats for every tap, whatever the stride: tap (i, j) of output column ox
