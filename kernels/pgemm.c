@@ -153,10 +153,45 @@ RELVM_EXPORT void relvm_pgemm_pack(int trans_b, int64_t k, int64_t n, const void
  * as it is, rather than keep a scratch buffer that large for the life of the thread. */
 #define PG_PACKED_A_FLOATS (1 << 19)
 
+/* What this thread's scratch holds, packed for a call: A's rows from r0 of batch item `item`
+ * (relvm_pgemm_pack_rows), and (relvm_pgemm_batch) panel q of item `b_item`'s B. The pool hands
+ * a thread its tasks in several runs (one function call each, as few as one task per run on
+ * two threads), so what a run packed is kept for the next run of the same call; `call` numbers
+ * the calls, so nothing packed for an earlier one is taken for this one. */
+static _Atomic uint64_t pg_calls;
+static _Thread_local struct {
+    uint64_t call;
+    const float *scratch;
+    int64_t item, r0, b_item, q;
+} packed_for;
+
+/* Whether this thread's scratch (at `scratch`) holds what call `call` packed for (item, r0) of
+ * A; if not, it will once the caller has packed it. */
+static int a_is_packed(uint64_t call, const float *scratch, int64_t item, int64_t r0) {
+    if (packed_for.call != call || packed_for.scratch != scratch) {
+        packed_for.call = call;
+        packed_for.scratch = scratch;
+        packed_for.item = packed_for.r0 = packed_for.b_item = packed_for.q = -1;
+    }
+    const int held = packed_for.item == item && packed_for.r0 == r0;
+    packed_for.item = item;
+    packed_for.r0 = r0;
+    return held;
+}
+
+/* The same for panel q of item b_item's B (after a_is_packed for this call and scratch). */
+static int b_is_packed(int64_t b_item, int64_t q) {
+    const int held = packed_for.b_item == b_item && packed_for.q == q;
+    packed_for.b_item = b_item;
+    packed_for.q = q;
+    return held;
+}
+
 /* Task t is panel t / row_chunks, rows of chunk t % row_chunks. */
 struct pg_job {
     pg_panel_fn *fn;
     int pack_a; /* each thread packs its chunk of A's rows (relvm_pgemm_pack_rows) once */
+    uint64_t call;
     int64_t m, n, k, lda, ldc, row_chunks, chunk_rows;
     const float *a, *packed;
     float *c;
@@ -167,9 +202,8 @@ struct pg_job {
 
 static void pg_tasks(void *ctx, int64_t begin, int64_t end) {
     const struct pg_job *j = ctx;
-    /* This thread's copy of A's rows from packed_r0, packed (NULL: A read as it is). */
+    /* This thread's copy of A's rows, packed (NULL: A read as it is). */
     float *packed_a = j->pack_a ? relvm_scratch_floats((size_t)(j->chunk_rows * j->k)) : NULL;
-    int64_t packed_r0 = -1;
     for (int64_t t = begin; t < end; ++t) {
         const int64_t q = t / j->row_chunks, r0 = t % j->row_chunks * j->chunk_rows;
         const int64_t rows = relvm_min64(j->chunk_rows, j->m - r0);
@@ -177,8 +211,8 @@ static void pg_tasks(void *ctx, int64_t begin, int64_t end) {
         const float *a = j->a + r0 * j->lda;
         int64_t lda = j->lda;
         if (packed_a) {
-            if (r0 != packed_r0) relvm_pgemm_pack_rows(rows, j->k, a, lda, packed_a);
-            packed_r0 = r0;
+            if (!a_is_packed(j->call, packed_a, 0, r0))
+                relvm_pgemm_pack_rows(rows, j->k, a, lda, packed_a);
             a = packed_a;
             lda = PG_A_PACKED;
         }
@@ -194,7 +228,8 @@ RELVM_EXPORT int relvm_pgemm(int64_t m, int64_t n, int64_t k, const void *a, int
                              void *post_ctx) {
     if (m < 0 || n < 0 || k < 0 || lda < 0 || ldc < 0) return RELVM_UNSUPPORTED;
     if (m == 0 || n == 0) return RELVM_OK;
-    struct pg_job j = {relvm_pgemm_panel_kernel(), 0, m, n, k, lda, ldc, 1, m, a, packed, c,
+    struct pg_job j = {relvm_pgemm_panel_kernel(), 0, atomic_fetch_add(&pg_calls, 1) + 1, m, n,
+                       k, lda, ldc, 1, m, a, packed, c,
                        {bias_per_row ? bias : NULL, bias_per_row ? NULL : bias, clamp != NULL,
                         clamp ? clamp[0] : 0.0f, clamp ? clamp[1] : 0.0f, NULL,
                         k * PG_PANEL},
@@ -225,6 +260,7 @@ struct pgb_job {
     pg_panel_fn *fn;
     int trans_a, trans_b;
     int pack_a; /* op(A)'s rows packed (pack_a_rows) by each thread, once per item */
+    uint64_t call;
     int64_t m, n, k, stride_a, stride_b, panels, row_chunks, chunk_rows;
     const float *a, *b;
     float *c;
@@ -274,20 +310,15 @@ static void pgb_tasks(void *ctx, int64_t begin, int64_t end) {
     }
     float *packed_a = panel + k * PG_PANEL; /* 64-byte aligned: k * 128 bytes in */
     const struct pg_epilogue none = {NULL, NULL, 0, 0.0f, 0.0f, NULL, 0};
-    int64_t packed_item = -1, packed_q = -1, packed_a_item = -1, packed_r0 = -1;
     for (int64_t t = begin; t < end; ++t) {
         const int64_t item = t / per_item, rest = t % per_item;
         const int64_t q = rest / j->row_chunks, r0 = rest % j->row_chunks * j->chunk_rows;
         const int64_t rows = relvm_min64(j->chunk_rows, j->m - r0);
         const float *b = j->b + item * j->stride_b, *a = j->a + item * j->stride_a;
-        if (item != packed_item || q != packed_q) {
-            pack_b_panel(b, j->trans_b, k, j->n, q, panel);
-            packed_item = item, packed_q = q;
-        }
-        if (j->pack_a && (item != packed_a_item || r0 != packed_r0)) {
+        /* (A's entry is kept, and checked, even when A is not packed: it names the call) */
+        if (!a_is_packed(j->call, panel, item, r0) && j->pack_a)
             pack_a_rows(a, j->trans_a, j->m, k, r0, rows, packed_a);
-            packed_a_item = item, packed_r0 = r0;
-        }
+        if (!b_is_packed(item, q)) pack_b_panel(b, j->trans_b, k, j->n, q, panel);
         const int64_t col0 = q * PG_PANEL;
         j->fn(rows, k, j->pack_a ? packed_a : a + r0 * k, j->pack_a ? PG_A_PACKED : k, panel,
               j->c + (item * j->m + r0) * j->n + col0, j->n, relvm_min64(PG_PANEL, j->n - col0),
@@ -302,8 +333,9 @@ RELVM_EXPORT int relvm_pgemm_batch(int trans_a, int trans_b, int64_t batch, int6
         return RELVM_UNSUPPORTED;
     if (batch == 0 || m == 0 || n == 0) return RELVM_OK;
     const int64_t panels = (n + PG_PANEL - 1) / PG_PANEL, threads = relvm_threads_get();
-    struct pgb_job j = {relvm_pgemm_panel_kernel(), trans_a, trans_b, 0, m, n, k, stride_a,
-                        stride_b, panels, 1, m, a, b, c, 0};
+    struct pgb_job j = {relvm_pgemm_panel_kernel(), trans_a, trans_b, 0,
+                        atomic_fetch_add(&pg_calls, 1) + 1, m, n, k, stride_a, stride_b, panels,
+                        1, m, a, b, c, 0};
     const int64_t tile = chosen_rows;
     if (batch * panels < 2 * threads && m > tile) { /* too few tasks: split rows too */
         const int64_t want = (2 * threads + batch * panels - 1) / (batch * panels);

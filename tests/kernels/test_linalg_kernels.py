@@ -59,6 +59,16 @@ def test_batch_matmul_broadcasts_batch_dims_of_any_rank(check, rand, ta, tb, ba,
     check("nn.batch_matmul", {"transpose_a": ta, "transpose_b": tb}, [a, b], **GEMM_TOL)
 
 
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, True)])
+def test_products_pack_each_calls_operands_on_two_threads(check, rand, two_threads, ta, tb):
+    """Products whose B changes per call, on two threads (one task per run of the pool): what
+    a thread packed for one call (rows of A, panels of B) is never taken for the next."""
+    for _ in range(3):
+        a = rand((3, 70, 40) if ta else (3, 40, 70))
+        b = rand((3, 90, 70) if tb else (3, 70, 90))
+        check("nn.batch_matmul", {"transpose_a": ta, "transpose_b": tb}, [a, b], **GEMM_TOL)
+
+
 @pytest.mark.parametrize("m,k,n,batch", [(40, 100, 70, 1), (128, 64, 128, 12), (3, 300, 37, 2),
                                          (8, 8, 64, 48), (64, 0, 5, 2), (600, 1000, 40, 2)])
 @pytest.mark.parametrize("ta", [False, True])

@@ -78,6 +78,19 @@ def test_pgemm_matches_float64(m, n, k, epilogue):
                                atol=1e-4 * max(1, k) ** 0.5)
 
 
+@pytest.mark.parametrize("m,n,k", [(40, 200, 64), (37, 40, 300), (5, 96, 17)], ids=str)
+def test_pgemm_packs_each_calls_a_on_two_threads(two_threads, m, n, k):
+    """Each thread packs its rows of A once per call and keeps them across the runs of tasks
+    the pool hands it (one task each, on two threads): calls with new A of the same shape, on
+    the same threads and scratch, never see an earlier call's packing."""
+    rng = np.random.default_rng(m + n + k)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    for _ in range(3):
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        np.testing.assert_allclose(_pgemm(a, w), _expect(a, w), rtol=1e-4,
+                                   atol=1e-4 * max(1, k) ** 0.5)
+
+
 def test_pgemm_non_transposed_b_and_nan():
     rng = np.random.default_rng(1)
     a = rng.standard_normal((9, 20)).astype(np.float32)
