@@ -12,6 +12,7 @@
 #include "pgemm.h"
 #include "internal/pgemm_panel.h"
 #include "internal/scratch.h"
+#include "internal/transpose.h"
 #include "internal/types.h"
 #include "threads.h"
 
@@ -114,8 +115,10 @@ void relvm_pgemm_pack_rows(int64_t m, int64_t k, const float *a, int64_t lda, fl
     const int64_t blocks = (m + chosen_rows - 1) / chosen_rows;
     for (int64_t blk = 0, r0 = 0; blk < blocks; ++blk) {
         const int64_t rows = pg_block_rows(m - r0, blocks - blk);
-        for (int64_t p = 0; p < k; ++p)
-            for (int64_t r = 0; r < rows; ++r) *out++ = a[(r0 + r) * lda + p];
+        /* a block is its rows transposed: 8 x 8 blocks in vectors (a loop reading one float of
+         * each row per k step cost a tenth of a transformer's dense layers on two threads) */
+        relvm_transpose_f32(rows, k, a + r0 * lda, lda, out, rows);
+        out += rows * k;
         r0 += rows;
     }
 }
