@@ -117,7 +117,7 @@ static inline void copy_floats(float *to, const float *from, int64_t n) {
 static RELVM_VECTORIZE void pad_plane(const struct relvm_conv2d_shape *s, struct dw_geometry g,
                                       const float *x, float *buf) {
     const int64_t sh = s->sh, sw = s->sw;
-    if (sw == 2) { /* a row's even input columns to padded phase pl % 2, its odd ones to the other */
+    if (sw == 2) { /* a row's even input columns to phase pl % 2, its odd ones to the other */
         for (int64_t iy = 0; iy < s->h; ++iy) {
             const int64_t r = iy + s->pt;
             float *row = buf + r % sh * sw * g.phase + r / sh * g.C;
@@ -212,9 +212,10 @@ static void depthwise_planes(void *ctx, int64_t begin, int64_t end) {
  * 49 outputs), a block of `width` channels (one vector) is done at once: the block's planes are
  * transposed to pixel-major (each pixel `width` floats) straight into the interior of a
  * zero-bordered padded image (relvm_transpose_f32_runs: a copy of the transposed plane into
- * the image, row by row, had cost half as much as the transpose), every output pixel is one vector of the block's channels (the taps' weights one
- * vector each), and the result is transposed back to the block's planes. Channel multipliers
- * other than 1 take the wide grid. */
+ * the image, row by row, had cost half as much as the transpose), every output pixel is one
+ * vector of the block's channels (the taps' weights one vector each), and the result is
+ * transposed back to the block's planes. Channel multipliers other than 1 take the wide
+ * grid. */
 
 /* Planes take the blocked form up to a padded image of 32 x 32 pixels (64 KB for a block of 16
  * channels), or 64 x 64 with a stride (where the wide grid's phase planes cost more to fill). At

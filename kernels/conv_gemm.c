@@ -668,26 +668,25 @@ struct conv_transposed {
 /* Image `image`'s unrolled input (pixels x k: row px holds what output pixel px's taps read),
  * packed as relvm_pgemm_pack_rows packs a matrix, which the GEMM reads through one pointer and
  * every panel of output channels reuses: block by block of the GEMM's row blocks of pixels, k
- * columns of the block's pixels each. A pointwise conv's column p of a block is a run of
- * channel p's plane. */
+ * columns of the block's pixels each. A pointwise conv's pixels are its input's columns
+ * (relvm_pgemm_pack_columns: column p of a block is a run of channel p's plane). */
 static void unroll(const struct conv_pgemm *j, const float *in, float *u) {
     const struct relvm_conv2d_shape *s = j->s;
     const int64_t plane = s->oh * s->ow, k = j->k, tile = relvm_pgemm_tile_rows();
+    if (j->pointwise) {
+        relvm_pgemm_pack_columns(plane, k, in, plane, u);
+        return;
+    }
     const int64_t blocks = (plane + tile - 1) / tile;
     for (int64_t blk = 0, px0 = 0; blk < blocks; ++blk) {
         const int64_t rows = pg_block_rows(plane - px0, blocks - blk);
-        if (j->pointwise) {
-            for (int64_t p = 0; p < k; ++p, u += rows)
-                for (int64_t r = 0; r < rows; ++r) u[r] = in[p * plane + px0 + r];
-        } else {
-            const float *base[PG_PANEL]; /* rows <= the tile's rows */
-            for (int64_t r = 0; r < rows; ++r) {
-                const int64_t oy = (px0 + r) / s->ow, ox = (px0 + r) % s->ow;
-                base[r] = in + oy * s->sh * j->padded.rs + ox;
-            }
-            for (int64_t p = 0; p < k; ++p, u += rows)
-                for (int64_t r = 0; r < rows; ++r) u[r] = base[r][j->off[p]];
+        const float *base[PG_PANEL]; /* rows <= the tile's rows */
+        for (int64_t r = 0; r < rows; ++r) {
+            const int64_t oy = (px0 + r) / s->ow, ox = (px0 + r) % s->ow;
+            base[r] = in + oy * s->sh * j->padded.rs + ox;
         }
+        for (int64_t p = 0; p < k; ++p, u += rows)
+            for (int64_t r = 0; r < rows; ++r) u[r] = base[r][j->off[p]];
         px0 += rows;
     }
 }

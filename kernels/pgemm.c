@@ -123,6 +123,17 @@ void relvm_pgemm_pack_rows(int64_t m, int64_t k, const float *a, int64_t lda, fl
     }
 }
 
+void relvm_pgemm_pack_columns(int64_t m, int64_t k, const float *a, int64_t lda, float *out) {
+    relvm_pgemm_panel_kernel();
+    const int64_t blocks = (m + chosen_rows - 1) / chosen_rows;
+    for (int64_t blk = 0, r0 = 0; blk < blocks; ++blk) {
+        const int64_t rows = pg_block_rows(m - r0, blocks - blk);
+        for (int64_t p = 0; p < k; ++p, out += rows) /* a run of A's row p */
+            for (int64_t r = 0; r < rows; ++r) out[r] = a[p * lda + r0 + r];
+        r0 += rows;
+    }
+}
+
 RELVM_EXPORT const char *relvm_pgemm_isa(void) {
     relvm_pgemm_panel_kernel();
     return chosen_isa;
@@ -288,18 +299,10 @@ static void pack_b_panel(const float *b, int trans_b, int64_t k, int64_t n, int6
  * relvm_pgemm_pack_rows packs them. */
 static void pack_a_rows(const float *a, int trans_a, int64_t m, int64_t k, int64_t r0,
                         int64_t rows, float *out) {
-    if (!trans_a) {
+    if (trans_a)
+        relvm_pgemm_pack_columns(rows, k, a + r0, m, out);
+    else
         relvm_pgemm_pack_rows(rows, k, a + r0 * k, k, out);
-        return;
-    }
-    /* op(A)'s rows are A's columns: each k step of a block is a run of A's row p */
-    const int64_t blocks = (rows + chosen_rows - 1) / chosen_rows;
-    for (int64_t blk = 0, b0 = r0; blk < blocks; ++blk) {
-        const int64_t n = pg_block_rows(r0 + rows - b0, blocks - blk);
-        for (int64_t p = 0; p < k; ++p, out += n)
-            for (int64_t r = 0; r < n; ++r) out[r] = a[p * m + b0 + r];
-        b0 += n;
-    }
 }
 
 static void pgb_tasks(void *ctx, int64_t begin, int64_t end) {

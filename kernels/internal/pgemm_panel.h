@@ -57,4 +57,8 @@ pg_ipanel_fn *relvm_pgemm_ipanel_kernel(int *width);
 /* A (m x k, row stride lda) as the indirect kernel reads it, into `out` (m * k floats): block
  * by block of the kernel's row blocks, k columns of the block's rows each. */
 void relvm_pgemm_pack_rows(int64_t m, int64_t k, const float *a, int64_t lda, float *out);
+/* The same for the m x k matrix whose column r is A's column r, A stored k x (row stride lda):
+ * row r of the matrix is a[r], a[lda + r], ... (a transposed operand, a pointwise conv's
+ * channel planes). */
+void relvm_pgemm_pack_columns(int64_t m, int64_t k, const float *a, int64_t lda, float *out);
 #endif

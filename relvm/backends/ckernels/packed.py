@@ -16,10 +16,9 @@ bound call (``kernel.bind``) are both made from it, once per plan.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Sequence
-
-import math
 
 import numpy as np
 
@@ -100,17 +99,18 @@ def _epilogue(steps: Sequence[dict], at: int, mean_ok: bool) -> tuple[Epilogue |
     def reads_previous(step: dict, more: int) -> bool:
         args = [list(a) for a in step["args"]]
         return args[0] == ["step", at - 1] and len(args) == 1 + more
-    bias, axis, clamp, mean = None, -1, None, False
+    bias, axis, mean = None, -1, False
     if at < len(steps) and steps[at]["op"] == "nn.bias_add":
         args = [list(a) for a in steps[at]["args"]]
         if not reads_previous(steps[at], 1) or args[1][0] != "in" or args[1][1] < 2:
             return None, at
         bias, axis = args[1][1], int(steps[at]["attrs"].get("axis", 1))
         at += 1
-    if at < len(steps) and _clamp_of(steps[at]) is not None:
+    clamp = _clamp_of(steps[at]) if at < len(steps) else None
+    if clamp is not None:
         if not reads_previous(steps[at], 0):
             return None, at
-        clamp, at = _clamp_of(steps[at]), at + 1
+        at += 1
     if mean_ok and at < len(steps) and steps[at]["op"] == "nn.global_avg_pool2d":
         if not reads_previous(steps[at], 0):
             return None, at
