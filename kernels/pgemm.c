@@ -167,6 +167,15 @@ RELVM_EXPORT void relvm_pgemm_pack(int trans_b, int64_t k, int64_t n, const void
  * as it is, rather than keep a scratch buffer that large for the life of the thread. */
 #define PG_PACKED_A_FLOATS (1 << 19)
 
+/* Rows of A a task covers at most, and floats of them: a tall A is taken in chunks, each packed
+ * once and run against every panel of B while it is in L2 (an LSTM's input projection, 3200 x
+ * 1024 x 256, ran at 51 GFMA/s reading all of A per panel, 66 in chunks of 192 rows). Chunks
+ * of more rows cost again: each panel then writes C rows on more pages than the TLB holds.
+ * Each chunk reads all of B, so a B much larger than A (weights from memory) is not worth it:
+ * A is then read once per panel, from L2 or L3. */
+#define PG_CHUNK_ROWS 384
+#define PG_CHUNK_A_FLOATS (1 << 17)
+
 /* What this thread's scratch holds, packed for a call: A's rows from r0 of batch item `item`
  * (relvm_pgemm_pack_rows), and (relvm_pgemm_batch) panel q of item `b_item`'s B. The pool hands
  * a thread its tasks in several runs (one function call each, as few as one task per run on
@@ -201,12 +210,13 @@ static int b_is_packed(int64_t b_item, int64_t q) {
     return held;
 }
 
-/* Task t is panel t / row_chunks, rows of chunk t % row_chunks. */
+/* Task t is rows of chunk t / panels, panel t % panels: a thread's consecutive tasks share the
+ * chunk of A it packed. */
 struct pg_job {
     pg_panel_fn *fn;
     int pack_a; /* each thread packs its chunk of A's rows (relvm_pgemm_pack_rows) once */
     uint64_t call;
-    int64_t m, n, k, lda, ldc, row_chunks, chunk_rows;
+    int64_t m, n, k, lda, ldc, panels, row_chunks, chunk_rows;
     const float *a, *packed;
     float *c;
     struct pg_epilogue e;
@@ -219,7 +229,7 @@ static void pg_tasks(void *ctx, int64_t begin, int64_t end) {
     /* This thread's copy of A's rows, packed (NULL: A read as it is). */
     float *packed_a = j->pack_a ? relvm_scratch_floats((size_t)(j->chunk_rows * j->k)) : NULL;
     for (int64_t t = begin; t < end; ++t) {
-        const int64_t q = t / j->row_chunks, r0 = t % j->row_chunks * j->chunk_rows;
+        const int64_t q = t % j->panels, r0 = t / j->panels * j->chunk_rows;
         const int64_t rows = relvm_min64(j->chunk_rows, j->m - r0);
         const int64_t col0 = q * PG_PANEL, cols = relvm_min64(PG_PANEL, j->n - col0);
         const float *a = j->a + r0 * j->lda;
@@ -243,20 +253,29 @@ RELVM_EXPORT int relvm_pgemm(int64_t m, int64_t n, int64_t k, const void *a, int
     if (m < 0 || n < 0 || k < 0 || lda < 0 || ldc < 0) return RELVM_UNSUPPORTED;
     if (m == 0 || n == 0) return RELVM_OK;
     struct pg_job j = {relvm_pgemm_panel_kernel(), 0, atomic_fetch_add(&pg_calls, 1) + 1, m, n,
-                       k, lda, ldc, 1, m, a, packed, c,
+                       k, lda, ldc, 0, 1, m, a, packed, c,
                        {bias_per_row ? bias : NULL, bias_per_row ? NULL : bias, clamp != NULL,
                         clamp ? clamp[0] : 0.0f, clamp ? clamp[1] : 0.0f, NULL,
                         k * PG_PANEL},
                        post, post_ctx};
     /* Panels are the natural tasks (each streams its slice of B once); with fewer panels than
      * two per thread, rows are split too, in chunks of at least one tile of the chosen kernel
-     * (chosen_rows, set by relvm_pgemm_panel_kernel above). */
+     * (chosen_rows, set by relvm_pgemm_panel_kernel above); and a tall A is split into chunks
+     * of whole tiles that stay in L2 (PG_CHUNK_ROWS). */
     const int64_t panels = (n + PG_PANEL - 1) / PG_PANEL, threads = relvm_threads_get();
     const int64_t tile = chosen_rows;
+    const int64_t cap = relvm_max64(
+        tile, relvm_min64(PG_CHUNK_ROWS, PG_CHUNK_A_FLOATS / relvm_max64(k, 1)) / tile * tile);
+    j.panels = panels;
     if (panels < 2 * threads && m > tile) {
         const int64_t want = (2 * threads + panels - 1) / panels;
         j.row_chunks = relvm_min64(want, (m + tile - 1) / tile);
         j.chunk_rows = (m + j.row_chunks - 1) / j.row_chunks;
+        j.row_chunks = (m + j.chunk_rows - 1) / j.chunk_rows;
+    }
+    if (j.chunk_rows > cap && n <= 4 * m) { /* (B much larger than A: read B once) */
+        const int64_t chunks = (m + cap - 1) / cap, even = (m + chunks - 1) / chunks;
+        j.chunk_rows = (even + tile - 1) / tile * tile;
         j.row_chunks = (m + j.chunk_rows - 1) / j.chunk_rows;
     }
     j.pack_a = m > 2 && j.chunk_rows * k <= PG_PACKED_A_FLOATS;

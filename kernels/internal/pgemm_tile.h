@@ -88,13 +88,16 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
      * every step). Read in place, the next panel's row is one run of a large image's row, each
      * k row on a page of its own: more streams than the hardware prefetchers follow, so without
      * this the first row block of every panel waited on memory (a 1x1 conv over 80 x 80 pixels
-     * ran at 2/3 the speed of one over 20 x 20). */
+     * ran at 2/3 the speed of one over 20 x 20). Not for a packed panel under a tile of 4 rows
+     * or fewer: its k loop is bound by reading B from L2, and the fetches took load slots from
+     * it (an LSTM's 1 x 256 x 1024 recurrent product ran at 65 GB/s of weights with them, 110
+     * without; from memory it ran as fast either way). */
 #define PG_FETCH_NEXT(P, BP)                                                                   \
     do {                                                                                       \
         if (next && indirect) {                                                                \
             __builtin_prefetch(base0 + off[P] + next);                                         \
             __builtin_prefetch(base0 + off[P] + next + 16);                                    \
-        } else if (next) {                                                                     \
+        } else if (next && rows > 4) {                                                         \
             __builtin_prefetch((BP) + next, 0, 1);                                             \
             __builtin_prefetch((BP) + next + 16, 0, 1);                                        \
         }                                                                                      \

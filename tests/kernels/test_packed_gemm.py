@@ -33,10 +33,13 @@ def _attrs(op: str, attrs: dict) -> dict:
 
 SHAPES = [(1, 1, 1), (1, 512, 784), (3, 10, 512), (12, 32, 7), (13, 33, 300), (25, 100, 3),
           (130, 17, 64), (7, 15, 0), (5, 16, 1), (2, 31, 9), (0, 5, 3), (4, 0, 3),
-          # k in several chunks of PG_KC (128): sums kept in C between them, ragged edges
+          # long k, ragged edges
           (37, 45, 260), (64, 96, 129), (7, 33, 384),
+          # tall A, taken in chunks of rows (PG_CHUNK_ROWS, PG_CHUNK_A_FLOATS), the last one
+          # ragged; and a B too large against A for chunks (n > 4 m): A whole
+          (1000, 70, 200), (450, 33, 300), (600, 40, 1000), (100, 1100, 150),
           # A's rows more than pgemm.c packs per thread (PG_PACKED_A_FLOATS): read as they are
-          (600, 40, 1000)]
+          (40, 400, 14000)]
 
 
 def _pgemm(a, w, bias=None, per_row=False, relu=False, trans_b=True):
@@ -78,7 +81,8 @@ def test_pgemm_matches_float64(m, n, k, epilogue):
                                atol=1e-4 * max(1, k) ** 0.5)
 
 
-@pytest.mark.parametrize("m,n,k", [(40, 200, 64), (37, 40, 300), (5, 96, 17)], ids=str)
+@pytest.mark.parametrize("m,n,k", [(40, 200, 64), (37, 40, 300), (5, 96, 17), (1000, 70, 200)],
+                         ids=str)
 def test_pgemm_packs_each_calls_a_on_two_threads(two_threads, m, n, k):
     """Each thread packs its rows of A once per call and keeps them across the runs of tasks
     the pool hands it (one task each, on two threads): calls with new A of the same shape, on
