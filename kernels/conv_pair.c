@@ -84,7 +84,9 @@ static void conv_pair_items(void *ctx, int64_t begin, int64_t end) {
         }
         for (int64_t g = 0; g < a->s->groups; ++g) {
             const int64_t image = n * a->s->groups + g;
-            const float *in = padded_input(a, image, scratch + per_panel);
+            int64_t rlo, rhi;
+            panel_padded_rows(a, from, hi, &rlo, &rhi);
+            const float *in = padded_input(a, image, scratch + per_panel, rlo, rhi);
             for (int64_t q = from; q < hi; ++q)
                 conv_panel(a, image, q, in, scratch, NULL, mid.data);
         }

@@ -122,7 +122,10 @@ void conv_use_grid(struct conv_pgemm *j, int mean);
 int conv_prepare(struct conv_pgemm *j, int mean);
 int64_t panel_scratch(const struct conv_pgemm *j);
 int64_t padded_scratch(const struct conv_pgemm *j);
-const float *padded_input(const struct conv_pgemm *j, int64_t image, float *buf);
+void panel_padded_rows(const struct conv_pgemm *j, int64_t q0, int64_t q1, int64_t *lo,
+                       int64_t *hi);
+const float *padded_input(const struct conv_pgemm *j, int64_t image, float *buf, int64_t lo,
+                          int64_t hi);
 void conv_panel_rows(const struct conv_pgemm *j, int64_t image, int64_t q, int64_t c0,
                      int64_t c1, const float *in, float *scratch, float *sums, float *onward);
 /* Panel q of `image` through every output channel (chunks [0, j->chunks)). */

@@ -13,6 +13,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sweeps import draw_window, sweep
 
+import relvm
+from relvm.backends.native import load
+from relvm.ops import OPS
+
 SWEEP = sweep(200)
 
 
@@ -38,6 +42,65 @@ def test_conv_sweep(check, conv, seed):
     check("nn.conv2d", attrs, [rng.uniform(-2, 2, data).astype(np.float32),
                                rng.uniform(-2, 2, weight).astype(np.float32)],
           rtol=1e-4, atol=1e-5, scaled=True)
+
+
+def _run(kind, attrs, x, w, out_shape):
+    """relvm_conv2d ("conv") or relvm_conv2d_mean ("mean") called directly: a fresh output
+    buffer each call, weights packed by the call."""
+    ffi, lib = load()
+    n, c, h, wd = x.shape
+    oc, _, kh, kw = w.shape
+    pt, pl, pb, pr = attrs["padding"]
+    sh, sw = attrs["strides"]
+    oh, ow = (h + pt + pb - kh) // sh + 1, (wd + pl + pr - kw) // sw + 1
+    shape = ffi.new("struct relvm_conv2d_shape *", dict(
+        n=n, c=c, h=h, w=wd, oc=oc, kh=kh, kw=kw, oh=oh, ow=ow, sh=sh, sw=sw, pt=pt, pl=pl,
+        dh=1, dw=1, groups=1))
+    y = np.full(out_shape, 12345.0, np.float32)
+    args = (0, shape, ffi.from_buffer(x), ffi.from_buffer(w), ffi.from_buffer(y), ffi.NULL,
+            ffi.NULL, ffi.NULL)
+    status = (lib.relvm_conv2d(*args, ffi.NULL, ffi.NULL) if kind == "conv"
+              else lib.relvm_conv2d_mean(*args))
+    assert status == 0
+    return y
+
+
+@pytest.mark.parametrize("geometry", [
+    # (data, weight, strides, padding): the grid form, packed strided panels, panels in place,
+    # a large image in many bands, weights in two chunks
+    ((1, 5, 23, 19), (7, 5, 3, 3), [1, 1], [1, 1, 1, 1]),
+    ((2, 4, 41, 37), (9, 4, 3, 3), [2, 2], [1, 1, 1, 1]),
+    ((1, 3, 30, 64), (6, 3, 3, 3), [1, 1], [1, 1, 1, 1]),
+    ((1, 16, 80, 80), (32, 16, 3, 3), [2, 2], [1, 1, 1, 1]),
+    ((1, 6, 40, 33), (100, 6, 5, 5), [1, 2], [2, 1, 2, 1]),
+], ids=["grid", "strided", "in-place", "bands", "chunks"])
+@pytest.mark.parametrize("nthreads", [1, 2])
+def test_conv_pads_only_the_rows_its_panels_read(c_kernel, nthreads, geometry):
+    """Each thread pads the bands of rows its panels read, as it reaches them: rows it never
+    padded hold whatever the scratch held (here NaN from a first call over NaN input), and no
+    output, nor a mean over the output, may see them. Two threads start in the middle of an
+    image."""
+    data, weight, strides, padding = geometry
+    attrs = {"strides": strides, "padding": padding, "dilation": [1, 1], "groups": 1}
+    op = OPS["nn.conv2d"]
+    rng = np.random.default_rng(7)
+    w = rng.uniform(-1, 1, weight).astype(np.float32)
+    before = relvm.get_num_threads()
+    relvm.set_num_threads(nthreads)
+    try:
+        for kind in ("conv", "mean"):
+            for x in (np.full(data, np.nan, np.float32),
+                      rng.uniform(-2, 2, data).astype(np.float32)):
+                want = op.reference(op.make_attrs(attrs), x, w)
+                if kind == "mean":
+                    want = want.mean(axis=(2, 3), dtype=np.float64)
+                got = _run(kind, attrs, x, w, want.shape)
+                if np.isnan(x).all():
+                    assert np.isnan(got).all()
+                    continue
+                np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    finally:
+        relvm.set_num_threads(before)
 
 
 @pytest.mark.parametrize("isa", ["avx2", "sse2"])
