@@ -16,6 +16,7 @@
 #include "internal/scratch.h"
 #include "internal/types.h"
 #include "internal/vmath.h"
+#include "threads.h"
 
 /* v = act(clip(v)) over n floats: one loop per activation, so each vectorizes. */
 static RELVM_VECTORIZE void activate(int64_t kind, float a, float b, int clip, float bound,
@@ -75,7 +76,7 @@ struct rnn_state {
     float *rec;     /* (batch, G*H): h R^T for the current step */
     float *h, *c;   /* (batch, H) states */
     float *rh;      /* GRU: (batch, H) reset * h, then its product with R_h */
-    float *g;       /* (G*H) one row's gate values */
+    float *g;       /* (G*H) one row's gate values, one such row per row chunk */
     float *bias;    /* (G*H) the projection's bias */
     float *w_pack;  /* W packed for the GEMM, when the caller gave none */
     float *r_pack;  /* R likewise */
@@ -84,8 +85,20 @@ struct rnn_state {
 
 static size_t part(int64_t floats) { return ((size_t)floats + 15) / 16 * 16; }
 
+/* Batch rows a thread's share of a step should have at least: with fewer, one product over
+ * every row, split by panels of R, is faster than each thread reading all of R for its rows. */
+#define RNN_ROWS_PER_THREAD 8
+
+/* Row chunks each step runs on: one, or (several threads, a large batch) one per thread, each
+ * its own product and gate math, so the gates do not run on one thread while the others wait. */
+static int64_t row_chunks(const struct relvm_rnn *s) {
+    const int64_t threads = relvm_threads_get();
+    if (threads < 2 || s->batch < 2 * RNN_ROWS_PER_THREAD) return 1;
+    return relvm_min64(threads, s->batch / RNN_ROWS_PER_THREAD);
+}
+
 static int carve(struct rnn_state *m, const struct relvm_rnn *s, int64_t gates, int pack_w,
-                 int pack_r) {
+                 int pack_r, int64_t chunks) {
     const int64_t H = s->hidden, GH = gates * H, bh = s->batch * H;
     const int second = s->gru && !s->linear_before_reset;
     /* The packings as relvm_rnn_pack writes them (a GRU's R_h alone too, used or not). */
@@ -93,7 +106,8 @@ static int carve(struct rnn_state *m, const struct relvm_rnn *s, int64_t gates, 
     relvm_rnn_packed_sizes(gates, s->input, H, &w_floats, &r_floats);
     const size_t sizes[9] = {
         part(s->seq * s->batch * GH), part(s->batch * GH), part(bh), part(bh), part(bh),
-        part(GH), part(GH), part(pack_w ? w_floats : 0), part(pack_r ? r_floats : 0)};
+        (size_t)chunks * part(GH), part(GH), part(pack_w ? w_floats : 0),
+        part(pack_r ? r_floats : 0)};
     size_t total = 0;
     for (int i = 0; i < 9; ++i) total += sizes[i];
     float *p = relvm_scratch_floats(total);
@@ -186,39 +200,70 @@ static int64_t first_product_width(const struct relvm_rnn *s, int64_t GH) {
     return s->gru && !s->linear_before_reset ? 2 * s->hidden : GH;
 }
 
-/* One step t for every sequence still running. */
-static void run_step(const struct relvm_rnn *s, struct rnn_state *m, int64_t t,
-                     const float *r_pack, const float *rh_pack, const float *rb_h,
-                     const int64_t *lens, const float *peephole, float *y) {
-    const int64_t H = s->hidden, G = s->gru ? 3 : 4, GH = G * H;
-    relvm_pgemm(s->batch, first_product_width(s, GH), H, m->h, H, r_pack, m->rec, GH, NULL, 0,
-                NULL, NULL, NULL);
-    for (int64_t bi = 0; bi < s->batch; ++bi) {
-        const int64_t at = step_of(s, lens, bi, t);
+/* What one step shares with the threads that run its row chunks. */
+struct rnn_step {
+    const struct relvm_rnn *s;
+    struct rnn_state *m;
+    int64_t t, chunks;
+    const float *r_pack, *rh_pack, *rb_h, *peephole;
+    const int64_t *lens;
+    float *y;
+};
+
+/* Step t for batch rows [b0, b1) of every sequence still running, with gate scratch g. Rows
+ * read and write only their own rows of the state, so chunks of rows run at once. */
+static void step_rows(const struct rnn_step *st, int64_t b0, int64_t b1, float *g) {
+    const struct relvm_rnn *s = st->s;
+    struct rnn_state *m = st->m;
+    const int64_t H = s->hidden, G = s->gru ? 3 : 4, GH = G * H, rows = b1 - b0;
+    relvm_pgemm(rows, first_product_width(s, GH), H, m->h + b0 * H, H, st->r_pack,
+                m->rec + b0 * GH, GH, NULL, 0, NULL, NULL, NULL);
+    for (int64_t bi = b0; bi < b1; ++bi) {
+        const int64_t at = step_of(s, st->lens, bi, st->t);
         if (at < 0) continue;
         const float *xg = m->xw + (at * s->batch + bi) * GH, *rg = m->rec + bi * GH;
-        if (!s->gru) lstm_row(s, xg, rg, peephole, m->g, m->h + bi * H, m->c + bi * H);
-        else gru_first(s, xg, rg, rb_h, m->g, m->h + bi * H, m->rh + bi * H);
+        if (!s->gru) lstm_row(s, xg, rg, st->peephole, g, m->h + bi * H, m->c + bi * H);
+        else gru_first(s, xg, rg, st->rb_h, g, m->h + bi * H, m->rh + bi * H);
         if (s->gru && !s->linear_before_reset) /* keep z for the second pass, in columns */
-            memcpy(m->rec + bi * GH + 2 * H, m->g, (size_t)H * sizeof(float)); /* 2H.. of rec */
+            memcpy(m->rec + bi * GH + 2 * H, g, (size_t)H * sizeof(float)); /* 2H.. of rec */
     }
     if (s->gru && !s->linear_before_reset) {
         float *rhr = m->rec; /* (reset * h) R_h^T into columns 0..H of rec's rows */
-        relvm_pgemm(s->batch, H, H, m->rh, H, rh_pack, rhr, GH, NULL, 0, NULL, NULL, NULL);
-        for (int64_t bi = 0; bi < s->batch; ++bi) {
-            const int64_t at = step_of(s, lens, bi, t);
+        relvm_pgemm(rows, H, H, m->rh + b0 * H, H, st->rh_pack, rhr + b0 * GH, GH, NULL, 0,
+                    NULL, NULL, NULL);
+        for (int64_t bi = b0; bi < b1; ++bi) {
+            const int64_t at = step_of(s, st->lens, bi, st->t);
             if (at < 0) continue;
-            memcpy(m->g, m->rec + bi * GH + 2 * H, (size_t)H * sizeof(float)); /* z */
-            gru_second(s, m->xw + (at * s->batch + bi) * GH, rhr + bi * GH, m->g,
-                       m->h + bi * H);
+            memcpy(g, m->rec + bi * GH + 2 * H, (size_t)H * sizeof(float)); /* z */
+            gru_second(s, m->xw + (at * s->batch + bi) * GH, rhr + bi * GH, g, m->h + bi * H);
         }
     }
-    for (int64_t bi = 0; bi < s->batch; ++bi) {
-        const int64_t at = step_of(s, lens, bi, t);
-        if (at >= 0)
-            memcpy(y + ((at * s->dirs + s->dir) * s->batch + bi) * H, m->h + bi * H,
-                   (size_t)H * sizeof(float));
+    for (int64_t bi = b0; bi < b1; ++bi) {
+        const int64_t at = step_of(s, st->lens, bi, st->t);
+        if (at < 0) continue;
+        memcpy(st->y + ((at * s->dirs + s->dir) * s->batch + bi) * H, m->h + bi * H,
+               (size_t)H * sizeof(float));
     }
+}
+
+static void step_chunks(void *ctx, int64_t begin, int64_t end) {
+    const struct rnn_step *st = ctx;
+    const int64_t batch = st->s->batch, gh = (st->s->gru ? 3 : 4) * st->s->hidden;
+    for (int64_t c = begin; c < end; ++c)
+        step_rows(st, batch * c / st->chunks, batch * (c + 1) / st->chunks,
+                  st->m->g + c * (int64_t)part(gh));
+}
+
+/* One step t for every sequence still running: one product over the batch (its panels split
+ * among the threads) and the gate math row by row; or, on several threads with a large batch,
+ * a chunk of rows per thread, each with its own product (on that thread alone) and gates. */
+static void run_step(struct rnn_step *st, int64_t t) {
+    st->t = t;
+    if (st->chunks == 1) {
+        step_rows(st, 0, st->s->batch, st->m->g);
+        return;
+    }
+    relvm_parallel_for(st->chunks, 1, step_chunks, st);
 }
 
 static int valid_rnn(const struct relvm_rnn *s) {
@@ -258,9 +303,9 @@ RELVM_EXPORT int relvm_rnn_direction(const struct relvm_rnn *s, const float *x, 
     if (!valid_rnn(s) || (!s->gru && (!c0 || !peephole || !c_last))) return RELVM_UNSUPPORTED;
     for (int64_t bi = 0; bi < s->batch; ++bi)
         if (lens[bi] < 0 || lens[bi] > s->seq) return RELVM_BAD_INDEX;
-    const int64_t H = s->hidden, G = s->gru ? 3 : 4, GH = G * H;
+    const int64_t H = s->hidden, G = s->gru ? 3 : 4, GH = G * H, chunks = row_chunks(s);
     struct rnn_state m;
-    if (carve(&m, s, G, !w_packed, !r_packed) != RELVM_OK) return RELVM_NO_MEMORY;
+    if (carve(&m, s, G, !w_packed, !r_packed, chunks) != RELVM_OK) return RELVM_NO_MEMORY;
     if (!w_packed || !r_packed)
         relvm_rnn_pack(G, s->input, H, w, r, w_packed ? NULL : m.w_pack,
                        r_packed ? NULL : m.r_pack);
@@ -277,8 +322,8 @@ RELVM_EXPORT int relvm_rnn_direction(const struct relvm_rnn *s, const float *x, 
         relvm_pgemm(s->seq * s->batch, GH, s->input, x, s->input, wp, m.xw, GH, m.bias, 0,
                     NULL, NULL, NULL);
     start_states(s, &m, h0, c0);
-    for (int64_t t = 0; t < s->seq; ++t)
-        run_step(s, &m, t, rp, rhp, b + GH + 2 * H, lens, peephole, y);
+    struct rnn_step st = {s, &m, 0, chunks, rp, rhp, b + GH + 2 * H, peephole, lens, y};
+    for (int64_t t = 0; t < s->seq; ++t) run_step(&st, t);
     memcpy(h_last, m.h, (size_t)(s->batch * H) * sizeof(float));
     if (c_last) memcpy(c_last, m.c, (size_t)(s->batch * H) * sizeof(float));
     return RELVM_OK;

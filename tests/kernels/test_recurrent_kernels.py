@@ -64,3 +64,27 @@ def test_sequence_lens_out_of_range_is_an_error(c_kernel, rand):
                       ["float32", "float32"])
     with pytest.raises(ValueError, match="must lie in"):
         kernel(*ins, np.empty((3, 1, 2, 4), np.float32), np.empty((1, 2, 4), np.float32))
+
+
+@pytest.mark.parametrize("op,lbr", [("nn.lstm", False), ("nn.gru", False), ("nn.gru", True)])
+@pytest.mark.parametrize("nthreads", [1, 2, 3])
+def test_large_batches_run_a_chunk_of_rows_per_thread(check, rand, op, lbr, nthreads):
+    """On several threads a batch of 16 rows or more runs each step as a chunk of rows per
+    thread (its product, its gates, its second product for a GRU without linear_before_reset):
+    chunks of uneven size, sequences ending at different steps, both directions."""
+    import relvm
+
+    before = relvm.get_num_threads()
+    relvm.set_num_threads(nthreads)
+    try:
+        for batch in (16, 37):
+            lens = [(7 * i) % 9 + 1 for i in range(batch)]
+            ins = _inputs(rand, op, 9, batch, 5, 12, 2, lens)
+            attrs = {"hidden_size": 12, "direction": "bidirectional"}
+            if op == "nn.gru":
+                attrs["linear_before_reset"] = lbr
+            else:
+                attrs["clip"] = 2.5
+            check(op, attrs, ins, **TOL)
+    finally:
+        relvm.set_num_threads(before)
