@@ -18,6 +18,13 @@
   ``nn.matmul(a, W)`` by a constant ``W`` becomes ``nn.dense(a, W^T)``, whose constant weights
   the C backend packs once per VM rather than on every call (GPT-2's and ONNX ``Gemm``'s
   layers, 2-3x faster when the weights are larger than the caches).
+- Elementwise ops move before reshapes (``simplify``): ``f(squeeze(x))`` of a one-input,
+  shape-preserving elementwise ``f`` (relu, sigmoid, cast, ...) becomes ``squeeze(f(x))`` (also
+  through ``expand_dims`` and ``reshape``) when the reshape and ``x`` have no other use, so
+  ``f`` fuses into what computed ``x``; and ``expand_dims(squeeze(x, [a]), a)`` of the same
+  type as ``x`` is ``x``. A Conv1d lowered to ``expand_dims -> conv2d -> squeeze`` then keeps
+  its bias and activation in the conv's epilogue, and consecutive Conv1ds meet as conv2ds
+  (silero-vad's encoder ran a separate relu after each of its convs).
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from ..ir.nodes import Call, Constant, Expr, Module, Tuple, TupleGetItem, post_o
 from ..ir.types import TensorType, tensor_types
 from ..ops.dynamic import arange_length
 from ..ops import values
-from ..ops.registry import OPS, Op
+from ..ops.registry import ELEMWISE, OPS, Op
 from .rewrite import Rewriter, rewrite_module
 
 
@@ -129,10 +136,28 @@ def fold_constants(module: Module) -> Module:
 
 
 class _Simplify(Rewriter):
+    def __init__(self, uses: dict[int, int]):
+        super().__init__()
+        self.uses = uses
+        self.original: dict[int, int] = {}  # id(rebuilt call) -> id(the call it stands for)
+
+    def uses_of(self, e: Expr) -> int:
+        """How many times the input module uses the expression e stands for (a call rebuilt
+        because an argument upstream was simplified -- GELU's power -- counts as the original)."""
+        return self.uses.get(self.original.get(id(e), id(e)), 0)
+
+    def rebuilt(self, old: Call, new: Call) -> Call:
+        # A call rebuilt because an argument was simplified keeps its type (no rewrite here
+        # changes a type), so a rewrite of it or after it still sees the types; and it counts
+        # the uses of the call it stands for.
+        if old.checked_type is not None:
+            new.with_type(old.checked_type)
+        self.original[id(new)] = self.original.get(id(old), id(old))
+        return new
+
     def visit_Call(self, call: Call) -> Expr:
         new = super().visit_Call(call)
-        # A call rebuilt because an argument was simplified keeps its type (no rewrite here
-        # changes a type), so a rewrite after it still sees its operand's type.
+        # What a rewrite made in its place has its type too (reshape(f(x)) for f(reshape(x))).
         if new is not call and new.checked_type is None and call.checked_type is not None:
             new.with_type(call.checked_type)
         return new
@@ -142,7 +167,33 @@ class _Simplify(Rewriter):
             return _small_power(call)
         if call.op is OPS["nn.matmul"]:
             return _matmul_by_constant(call)
+        if call.op is OPS["expand_dims"]:
+            return _undo_squeeze(call)
+        if isinstance(call.op, Op) and call.op.pattern == ELEMWISE:
+            return self._before_reshape(call)
         return call
+
+    def _before_reshape(self, call: Call) -> Expr:
+        """reshape(f(x)) for f(reshape(x)): see the module docstring."""
+        if len(call.args) != 1:
+            return call
+        inner = call.args[0]
+        if not (isinstance(inner, Call) and inner.op in _RESHAPES and len(inner.args) == 1
+                and self.uses_of(inner) == 1):
+            return call
+        x = inner.args[0]
+        t, r, xt = call.checked_type, inner.checked_type, x.checked_type
+        # f keeps its operand's shape (not `full`, whose input is a fill value), and x is used
+        # by the reshape alone (else both x and f(x) would be kept).
+        if not (isinstance(t, TensorType) and isinstance(r, TensorType)
+                and isinstance(xt, TensorType) and tuple(t.shape) == tuple(r.shape)
+                and self.uses_of(x) == 1):
+            return call
+        moved = Call(call.op, (x,), call.attrs, span=call.span)
+        moved.with_type(TensorType(tuple(xt.shape), t.dtype))
+        outer = Call(inner.op, (moved,), inner.attrs, span=inner.span)
+        outer.with_type(t)
+        return outer
 
 
 def _small_power(call: Call) -> Expr:
@@ -181,8 +232,30 @@ def _matmul_by_constant(call: Call) -> Expr:
     return Call(OPS["nn.dense"], (call.args[0], weight), attrs, span=call.span)
 
 
+#: Ops that only reshape: the elements in the same order (see _Simplify._before_reshape).
+_RESHAPES = (OPS["squeeze"], OPS["expand_dims"], OPS["reshape"])
+
+
+def _undo_squeeze(call: Call) -> Expr:
+    """x for expand_dims(squeeze(x, axis=[a]), axis=a) when the result has x's type."""
+    inner = call.args[0]
+    if not (isinstance(inner, Call) and inner.op is OPS["squeeze"]
+            and call.attrs.num_newaxis == 1 and inner.attrs.axis is not None
+            and len(inner.attrs.axis) == 1):
+        return call
+    x = inner.args[0]
+    t, xt = call.checked_type, x.checked_type
+    if not (isinstance(t, TensorType) and isinstance(xt, TensorType) and t.ndim == xt.ndim):
+        return call
+    ndim = xt.ndim
+    if inner.attrs.axis[0] % ndim != call.attrs.axis % ndim or tuple(t.shape) != tuple(xt.shape) \
+            or t.dtype != xt.dtype:
+        return call
+    return x
+
+
 def simplify(module: Module) -> Module:
-    return rewrite_module(module, _Simplify)
+    return rewrite_module(module, _Simplify, uses=use_counts(module))
 
 
 class _FoldBatchNorm(Rewriter):

@@ -49,8 +49,12 @@ class Rewriter:
         op = call.op if not isinstance(call.op, Expr) else self(call.op)
         args = tuple(self(a) for a in call.args)
         if op is not call.op or any(a is not b for a, b in zip(args, call.args)):
-            call = Call(op, args, call.attrs, span=call.span)
+            call = self.rebuilt(call, Call(op, args, call.attrs, span=call.span))
         return self.rewrite_call(call)
+
+    def rebuilt(self, old: Call, new: Call) -> Call:
+        """Hook: ``new``, the call ``old`` with its rewritten children, before rewrite_call."""
+        return new
 
     def rewrite_call(self, call: Call) -> Expr:
         """Hook: the call with its children already rewritten."""

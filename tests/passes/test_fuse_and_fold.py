@@ -469,3 +469,74 @@ def test_a_matmul_by_an_input_or_of_a_transposed_a_stays_matmul() -> None:
         params = {"y": rand(4, 4)} if "transpose_a" in text else {}  # then y is a weight
         exe = relvm.build(mod, params=params, backend="numpy")
         assert kernels_of(exe) == ["nn.matmul"]
+
+
+CONV1D = """def @main(%x: Tensor[(n, 4, w), float32], %w1: Tensor[(6, 4, 3), float32],
+          %b1: Tensor[(6), float32], %w2: Tensor[(5, 6, 3), float32]) {
+  %0 = expand_dims(%x, axis=2);
+  %1 = expand_dims(%w1, axis=2);
+  %2 = nn.conv2d(%0, %1, padding=[0, 1, 0, 1]);
+  %3 = nn.bias_add(%2, %b1);
+  %4 = squeeze(%3, axis=[2]);
+  %5 = nn.relu(%4);
+  %6 = expand_dims(%5, axis=2);
+  %7 = expand_dims(%w2, axis=2);
+  %8 = nn.conv2d(%6, %7, strides=[1, 2], padding=[0, 1, 0, 1]);
+  %9 = squeeze(%8, axis=[2]);
+  sigmoid(%9)
+}"""
+
+
+def _conv1d_reference(x, w1, b1, w2):
+    def conv1d(x, w, stride):
+        xp = np.pad(x, ((0, 0), (0, 0), (1, 1)))
+        width = (xp.shape[2] - w.shape[2]) // stride + 1
+        cols = np.stack([xp[:, :, i * stride:i * stride + w.shape[2]] for i in range(width)], 2)
+        return np.einsum("ncwk,ock->now", cols, w)
+
+    y = np.maximum(conv1d(x, w1, 1) + b1[None, :, None], 0)
+    return 1 / (1 + np.exp(-conv1d(y, w2, 2)))
+
+
+@pytest.mark.e2e
+def test_conv1d_lowered_through_conv2d_keeps_its_epilogue() -> None:
+    # expand_dims -> conv2d -> bias_add -> squeeze -> relu: the relu moves before the squeeze
+    # (into the conv's epilogue), and the squeeze -> expand_dims between the convs cancels.
+    w1, b1, w2 = rand(6, 4, 3, seed=1), rand(6, seed=2), rand(5, 6, 3, seed=3)
+    exe = relvm.build(relvm.parse(CONV1D), params={"w1": w1, "b1": b1, "w2": w2})
+    names = kernels_of(exe)
+    assert "nn.relu" not in names and not any(n.startswith("squeeze") for n in names[:-1])
+    steps = [s["op"] for s in exe_fused_steps(exe)]
+    assert steps.count("nn.relu") == 1 and "expand_dims" not in steps
+    vm = relvm.VirtualMachine(exe)
+    for n, width in ((1, 9), (3, 16)):
+        x = rand(n, 4, width, seed=width)
+        np.testing.assert_allclose(vm.invoke("main", x), _conv1d_reference(x, w1, b1, w2),
+                                   rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("text, moves", [
+    # the reshape's input is used again: f stays after it (x and f(x) would both be kept)
+    ("%0 = squeeze(%x, axis=[1]); %1 = nn.relu(%0); (%1, %x)", False),
+    # the reshape is used again
+    ("%0 = squeeze(%x, axis=[1]); %1 = nn.relu(%0); (%1, %0)", False),
+    # a cast moves (its result has the cast's dtype), and so through reshape
+    ('%0 = reshape(%x, newshape=[-1, 3]); cast(%0, dtype="float64")', True),
+    ("%0 = squeeze(%x, axis=[1]); %1 = add(%0, 1f); %1", False),   # not one input
+])
+def test_elementwise_ops_move_before_reshapes_only_when_alone(text, moves) -> None:
+    mod = relvm.parse(f"def @main(%x: Tensor[(2, 1, 3), float32]) {{ {text} }}")
+    from relvm.compiler import optimize
+
+    body = str(optimize(mod, {}, fuse=False).functions["main"].body)
+    moved = body.index("squeeze" if "squeeze" in text else "reshape") > body.index(
+        "relu" if "relu" in text else "cast" if "cast" in text else "add")
+    assert moved == moves, body
+    x = rand(2, 1, 3)
+    got = relvm.VirtualMachine(relvm.build(mod)).invoke("main", x)
+    first = got[0] if isinstance(got, (list, tuple)) else got
+    squeezed = x.reshape(2, 3)
+    want = (np.maximum(squeezed, 0) if "relu" in text else squeezed.astype(np.float64)
+            if "cast" in text else squeezed + 1)
+    np.testing.assert_allclose(np.asarray(first), want, rtol=1e-6)
