@@ -139,12 +139,16 @@ class _Simplify(Rewriter):
     def __init__(self, uses: dict[int, int]):
         super().__init__()
         self.uses = uses
-        self.original: dict[int, int] = {}  # id(rebuilt call) -> id(the call it stands for)
+        # id(rebuilt call) -> (that call, id of the input call it stands for). The rebuilt call
+        # is kept alive here: one dropped by a rewrite could otherwise be freed and its id given
+        # to a new expression, which would then count the uses of a call it is not.
+        self.original: dict[int, tuple[Call, int]] = {}
 
     def uses_of(self, e: Expr) -> int:
         """How many times the input module uses the expression e stands for (a call rebuilt
         because an argument upstream was simplified -- GELU's power -- counts as the original)."""
-        return self.uses.get(self.original.get(id(e), id(e)), 0)
+        rebuilt = self.original.get(id(e))
+        return self.uses.get(rebuilt[1] if rebuilt is not None else id(e), 0)
 
     def rebuilt(self, old: Call, new: Call) -> Call:
         # A call rebuilt because an argument was simplified keeps its type (no rewrite here
@@ -152,12 +156,13 @@ class _Simplify(Rewriter):
         # the uses of the call it stands for.
         if old.checked_type is not None:
             new.with_type(old.checked_type)
-        self.original[id(new)] = self.original.get(id(old), id(old))
+        self.original[id(new)] = (new, id(old))  # old is the input module's (Rewriter.visit_Call)
         return new
 
     def visit_Call(self, call: Call) -> Expr:
         new = super().visit_Call(call)
-        # What a rewrite made in its place has its type too (reshape(f(x)) for f(reshape(x))).
+        # What a rewrite made in its place has its type too: the products of a small power, the
+        # dense layer of a matmul by a constant (the reshape moves type what they build).
         if new is not call and new.checked_type is None and call.checked_type is not None:
             new.with_type(call.checked_type)
         return new

@@ -1,7 +1,8 @@
 """What the kernel sweeps share (test_pool_sweep.py, test_depthwise_sweep.py,
 test_conv_sweep.py): their hypothesis settings, and the 2-d window each draws -- taps, strides,
 dilation, asymmetric padding and an input size, the padding grown where the padded input would
-not hold one window (the ops refuse less)."""
+not hold one window (the ops refuse less). Also the conv kernels' shape struct, for the tests
+that call them directly (these and test_conv_pair.py, test_packed_gemm.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,16 @@ def sweep(examples: int) -> settings:
     return settings(max_examples=examples, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow,
                                            HealthCheck.function_scoped_fixture])
+
+
+def conv_shape(ffi, *, n: int, c: int, h: int, w: int, oc: int, kh: int, kw: int, oh: int,
+               ow: int, sh: int = 1, sw: int = 1, pt: int = 0, pl: int = 0, dh: int = 1,
+               dw: int = 1, groups: int = 1):
+    """A `struct relvm_conv2d_shape *` (kernels/conv.h) for relvm_conv2d and its kin; the
+    defaults are a plain conv's: stride and dilation 1, no top or left padding, one group."""
+    return ffi.new("struct relvm_conv2d_shape *", dict(
+        n=n, c=c, h=h, w=w, oc=oc, kh=kh, kw=kw, oh=oh, ow=ow, sh=sh, sw=sw, pt=pt, pl=pl,
+        dh=dh, dw=dw, groups=groups))
 
 
 class Window(NamedTuple):

@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 import pytest
+from sweeps import conv_shape
 
 from relvm.backends import c
 from relvm.backends.ckernels import packed
@@ -60,9 +61,8 @@ class Conv(NamedTuple):
         (kh, kw), (sh, sw), (dh, dw) = _two(self.k), _two(self.stride), _two(self.dilation)
         pt, pl, _, _ = self.pads()
         oh, ow = self.out_hw(h, w)
-        return ffi.new("struct relvm_conv2d_shape *", dict(
-            n=n, c=c, h=h, w=w, oc=self.oc, kh=kh, kw=kw, oh=oh, ow=ow, sh=sh, sw=sw, pt=pt,
-            pl=pl, dh=dh, dw=dw, groups=self.groups))
+        return conv_shape(ffi, n=n, c=c, h=h, w=w, oc=self.oc, kh=kh, kw=kw, oh=oh, ow=ow,
+                          sh=sh, sw=sw, pt=pt, pl=pl, dh=dh, dw=dw, groups=self.groups)
 
     def relay_attrs(self):
         pt, pl, pb, pr = self.pads()

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from sweeps import draw_window, sweep
+from sweeps import conv_shape, draw_window, sweep
 
 import relvm
 from relvm.backends.native import load
@@ -53,9 +53,8 @@ def _run(kind, attrs, x, w, out_shape):
     pt, pl, pb, pr = attrs["padding"]
     sh, sw = attrs["strides"]
     oh, ow = (h + pt + pb - kh) // sh + 1, (wd + pl + pr - kw) // sw + 1
-    shape = ffi.new("struct relvm_conv2d_shape *", dict(
-        n=n, c=c, h=h, w=wd, oc=oc, kh=kh, kw=kw, oh=oh, ow=ow, sh=sh, sw=sw, pt=pt, pl=pl,
-        dh=1, dw=1, groups=1))
+    shape = conv_shape(ffi, n=n, c=c, h=h, w=wd, oc=oc, kh=kh, kw=kw, oh=oh, ow=ow, sh=sh,
+                       sw=sw, pt=pt, pl=pl)
     y = np.full(out_shape, 12345.0, np.float32)
     args = (0, shape, ffi.from_buffer(x), ffi.from_buffer(w), ffi.from_buffer(y), ffi.NULL,
             ffi.NULL, ffi.NULL)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from sweeps import draw_window, sweep
+from sweeps import conv_shape, draw_window, sweep
 
 from relvm.backends import native
 
@@ -96,10 +96,9 @@ def test_bias_and_relu_in_the_loop(rand, data, weight, attrs, relu):
     attrs["padding"] = [pads[0], pads[1], pads[2], pads[3]]
     want = _direct(x, w, bias, relu, attrs)
     n, c, h, wd = data
-    shape = ffi.new("struct relvm_conv2d_shape *", dict(
-        n=n, c=c, h=h, w=wd, oc=weight[0], kh=weight[2], kw=weight[3], oh=want.shape[2],
-        ow=want.shape[3], sh=attrs["strides"][0], sw=attrs["strides"][1], pt=pads[0], pl=pads[1],
-        dh=1, dw=1, groups=c))
+    shape = conv_shape(ffi, n=n, c=c, h=h, w=wd, oc=weight[0], kh=weight[2], kw=weight[3],
+                       oh=want.shape[2], ow=want.shape[3], sh=attrs["strides"][0],
+                       sw=attrs["strides"][1], pt=pads[0], pl=pads[1], groups=c)
     y = np.full(want.shape, -7.0, np.float32)
     status = lib.relvm_conv2d(0, shape, ffi.from_buffer(x), ffi.from_buffer(w),
                               ffi.from_buffer(y), ffi.from_buffer(bias),

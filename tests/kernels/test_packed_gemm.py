@@ -7,6 +7,7 @@ AVX2 and SSE2 ones too (in a subprocess, since the choice is made once per proce
 
 import numpy as np
 import pytest
+from sweeps import conv_shape
 
 import relvm
 from relvm.backends import c
@@ -269,9 +270,7 @@ def test_clip_with_a_nan_bound_is_not_an_epilogue():
 
 def test_conv_mean_of_empty_planes_is_nan_and_dense_takes_no_mean():
     ffi, lib = load()
-    shape = ffi.new("struct relvm_conv2d_shape *", dict(
-        n=2, c=3, h=0, w=4, oc=5, kh=1, kw=1, oh=0, ow=4, sh=1, sw=1, pt=0, pl=0, dh=1, dw=1,
-        groups=1))
+    shape = conv_shape(ffi, n=2, c=3, h=0, w=4, oc=5, kh=1, kw=1, oh=0, ow=4)
     y = np.zeros((2, 5), np.float32)
     x, w = np.zeros(1, np.float32), np.ones((5, 3), np.float32)
     assert lib.relvm_conv2d_mean(0, shape, ffi.from_buffer(x), ffi.from_buffer(w),
@@ -321,9 +320,8 @@ def test_conv_weights_packed_once_for_every_batch_size():
 
     def plan(n, width, stride=1):
         out = (width + 2 - 3) // stride + 1
-        return ffi.new("struct relvm_conv2d_shape *", dict(
-            n=n, c=3, h=8, w=width, oc=8, kh=3, kw=3, oh=(8 - 1) // stride + 1, ow=out,
-            sh=stride, sw=stride, pt=1, pl=1, dh=1, dw=1, groups=1))
+        return conv_shape(ffi, n=n, c=3, h=8, w=width, oc=8, kh=3, kw=3,
+                          oh=(8 - 1) // stride + 1, ow=out, sh=stride, sw=stride, pt=1, pl=1)
     kept = packed.conv_weights(Constants([w]))
     one, many = kept.get(w, plan(1, 32)), kept.get(w, plan(16, 32))
     assert one is not None and one is many
