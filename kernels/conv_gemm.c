@@ -93,6 +93,22 @@ static int is_transposed(const struct relvm_conv2d_shape *s) {
            (is_pointwise(s) || plane < PG_PANEL);
 }
 
+/* The direct form (conv_direct_tasks): the transposed form's orientation, output pixels by
+ * 32-channel panels of the weights, with the pixels' taps read in place. For a window (a
+ * pointwise conv's pixels are no run of the padded image) whose group's output channels fill
+ * their panels to within a sixteenth (YOLO's 80-channel heads would compute 96), and whose k
+ * is at least DIRECT_MIN_K: each output is then transposed from the form's pixel-major sums
+ * into y, which a short k does not pay for (a 3 x 3 conv of 32 channels over 80 x 80 and a
+ * 7 x 7 stem of 3 channels ran 1.1x slower direct; 64 channels and more, 0.82-0.96x). */
+#define DIRECT_MIN_K 512
+
+static int is_direct(const struct relvm_conv2d_shape *s) {
+    const int64_t ocg = s->oc / s->groups, k = s->c / s->groups * s->kh * s->kw;
+    const int64_t filled = (ocg + PG_PANEL - 1) / PG_PANEL * PG_PANEL;
+    return !is_depthwise(s) && s->kh * s->kw > 1 && s->oh * s->ow > 0 && ocg > 0 &&
+           ocg * 16 >= filled * 15 && k >= DIRECT_MIN_K;
+}
+
 static struct padded_image padded_geometry(const struct relvm_conv2d_shape *s) {
     struct padded_image p;
     p.data = NULL;
@@ -716,6 +732,9 @@ struct conv_transposed {
     const float *panels; /* each group's weights, pack_panels */
     const float *bias;
     int mean;
+    /* The direct form (conv_direct_tasks): output rows per band, and bands per plane; 0: the
+     * transposed form. */
+    int64_t band_rows, bands;
 };
 
 /* Image `image`'s unrolled input (pixels x k: row px holds what output pixel px's taps read),
@@ -789,10 +808,81 @@ static void conv_transposed_tasks(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
+/* --- the direct form (is_direct) -------------------------------------------------------------
+ * Output pixels times the weights packed as the transposed form's panels (k x 32 output
+ * channels), the pixels read in place: along an output row, the taps of consecutive pixels are
+ * consecutive floats of the padded image (phase-split by the column stride), so a tile of
+ * consecutive pixels reads each k step through one pointer (relvm_pgemm_apanel_kernel). No
+ * pixel is computed and dropped: the usual form's grid computes rs - ow columns of every row
+ * for nothing (2 of 9 at 7 x 7, 2 of 16 at 14 x 14) and its 32-pixel panels run part empty on
+ * small planes, while here a row is tiles of at most the kernel's rows of pixels. A task is a
+ * band of output rows of one image against one panel; k runs in blocks of DIRECT_KC taps over
+ * the band's rows, so a block's weights (DIRECT_KC x 32 floats, 18 KB) and the band's partial
+ * sums (its pixels x 32 floats) stay in L1 while every tile reuses them, where whole-k tiles
+ * streamed the panel from L2 for each tile (on this machine's busy L2, 1.2-1.5x slower). The
+ * band's sums are then transposed into y's planes, and the fused post runs over them. */
+#define DIRECT_KC 144
+#define DIRECT_BAND_PIXELS 64 /* a band: whole output rows, at least this many pixels */
+
+static void conv_direct_tasks(void *ctx, int64_t begin, int64_t end) {
+    struct conv_transposed *tj = ctx;
+    struct conv_pgemm *j = &tj->j;
+    const struct relvm_conv2d_shape *s = j->s;
+    const int64_t plane = s->oh * s->ow, ocg = s->oc / s->groups, k = j->k;
+    const int64_t panels = (ocg + PG_PANEL - 1) / PG_PANEL, bands = tj->bands;
+    const int64_t stage = (tj->band_rows * s->ow * PG_PANEL + 15) / 16 * 16;
+    float *scratch = relvm_scratch_floats((size_t)(stage + padded_scratch(j)));
+    if (!scratch) {
+        j->failed = 1;
+        return;
+    }
+    float *c = scratch, *padded = scratch + stage;
+    pg_apanel_fn *apanel = relvm_pgemm_apanel_kernel();
+    const int64_t rs = j->padded.rs;
+    for (int64_t t = begin; t < end; ++t) {
+        const int64_t image = t / (panels * bands), q = t / bands % panels, b = t % bands;
+        const int64_t g = image % s->groups, n = image / s->groups;
+        const int64_t oy0 = b * tj->band_rows, oy1 = relvm_min64(s->oh, oy0 + tj->band_rows);
+        const int64_t lo = oy0 * s->sh;
+        const int64_t hi = relvm_min64(j->padded.ph, (oy1 - 1) * s->sh + (s->kh - 1) * s->dh + 1);
+        const float *in = padded_input(j, image, padded, lo, hi);
+        const int64_t col0 = q * PG_PANEL, cols = relvm_min64(PG_PANEL, ocg - col0);
+        const struct pg_epilogue e = {NULL, tj->bias ? tj->bias + g * ocg : NULL, j->e.clamp,
+                                      j->e.lo, j->e.hi, NULL, 0};
+        const float *panel = tj->panels + g * panels_size(s) + q * k * PG_PANEL;
+        for (int64_t p0 = 0; p0 < k;) {
+            const int64_t kb = k - p0 <= DIRECT_KC + DIRECT_KC / 2 ? k - p0 : DIRECT_KC;
+            const int part = kb == k ? 0 : p0 == 0 ? 1 : p0 + kb == k ? 3 : 2;
+            for (int64_t oy = oy0; oy < oy1; ++oy)
+                apanel(s->ow, kb, in + oy * s->sh * rs, j->off + p0, panel + p0 * PG_PANEL,
+                       c + (oy - oy0) * s->ow * PG_PANEL, PG_PANEL, cols, &e, 0, col0, part);
+            p0 += kb;
+        }
+        const int64_t ch0 = n * s->oc + g * ocg + col0, npix = (oy1 - oy0) * s->ow;
+        if (tj->mean) { /* one band a plane (conv_transposed) */
+            for (int64_t ch = 0; ch < cols; ++ch) {
+                float total = 0.0f;
+                for (int64_t px = 0; px < plane; ++px) total += c[px * PG_PANEL + ch];
+                j->y[ch0 + ch] = total / (float)plane;
+            }
+            continue;
+        }
+        relvm_transpose_f32(npix, cols, c, PG_PANEL, j->y + ch0 * plane + oy0 * s->ow, plane);
+        if (j->post) j->post(j->post_ctx, ch0 * plane + oy0 * s->ow, cols, npix, plane);
+    }
+}
+
+/* The transposed form, or (`direct`) the direct form: both read the weights as dense panels. */
 static int conv_transposed(const struct relvm_conv2d_shape *s, const float *x, const float *w,
                            const float *wpanels, float *y, const float *bias, const float *clamp,
-                           int mean, relvm_block_fn *post, void *post_ctx) {
-    struct conv_transposed tj = {conv_job(s, x, w, NULL, y, NULL, clamp), wpanels, bias, mean};
+                           int mean, relvm_block_fn *post, void *post_ctx, int direct) {
+    struct conv_transposed tj = {conv_job(s, x, w, NULL, y, NULL, clamp), wpanels, bias, mean,
+                                 0, 0};
+    if (direct) {
+        tj.band_rows = mean ? s->oh
+                            : relvm_min64(s->oh, (DIRECT_BAND_PIXELS + s->ow - 1) / s->ow);
+        tj.bands = (s->oh + tj.band_rows - 1) / tj.band_rows;
+    }
     struct conv_pgemm *j = &tj.j;
     j->ifn = NULL;
     j->offsets_only = 1; /* no weights packed for the usual form */
@@ -814,9 +904,15 @@ static int conv_transposed(const struct relvm_conv2d_shape *s, const float *x, c
         return RELVM_NO_MEMORY;
     }
     const int64_t panels = (s->oc / s->groups + PG_PANEL - 1) / PG_PANEL;
-    const int64_t fmas = relvm_max64(1, s->oh * s->ow * PG_PANEL * relvm_max64(1, j->k));
-    relvm_parallel_for(s->n * s->groups * panels, relvm_max64(1, PG_GRAIN_FMAS / fmas),
-                       conv_transposed_tasks, &tj);
+    if (direct) {
+        const int64_t fmas = relvm_max64(1, tj.band_rows * s->ow * PG_PANEL * j->k);
+        relvm_parallel_for(s->n * s->groups * panels * tj.bands,
+                           relvm_max64(1, PG_GRAIN_FMAS / fmas), conv_direct_tasks, &tj);
+    } else {
+        const int64_t fmas = relvm_max64(1, s->oh * s->ow * PG_PANEL * relvm_max64(1, j->k));
+        relvm_parallel_for(s->n * s->groups * panels, relvm_max64(1, PG_GRAIN_FMAS / fmas),
+                           conv_transposed_tasks, &tj);
+    }
     conv_release(j);
     free(owned);
     return j->failed ? RELVM_NO_MEMORY : RELVM_OK;
@@ -896,8 +992,10 @@ static int conv_pgemm(const struct relvm_conv2d_shape *s, const float *x, const 
 static int conv_pgemm_shape(const struct relvm_conv2d_shape *s, const float *x, const float *w,
                             const float *wpacked, float *y, const float *bias, const float *clamp,
                             int mean, relvm_block_fn *post, void *post_ctx) {
+    if (is_direct(s))
+        return conv_transposed(s, x, w, wpacked, y, bias, clamp, mean, post, post_ctx, 1);
     if (is_transposed(s))
-        return conv_transposed(s, x, w, wpacked, y, bias, clamp, mean, post, post_ctx);
+        return conv_transposed(s, x, w, wpacked, y, bias, clamp, mean, post, post_ctx, 0);
     struct conv_pgemm j = conv_job(s, x, w, wpacked, y, bias, clamp);
     j.post = post;
     j.post_ctx = post_ctx;
@@ -977,7 +1075,7 @@ RELVM_EXPORT int relvm_conv2d_mean(int dtype, const struct relvm_conv2d_shape *s
 RELVM_EXPORT int relvm_conv2d_weights_form(const struct relvm_conv2d_shape *s) {
     if (!valid_shape(s) || s->c == 0 || is_depthwise(s)) return 0;
     const struct relvm_conv2d_shape t = run_shape(s);
-    return is_transposed(&t) ? 2 : 1;
+    return is_direct(&t) || is_transposed(&t) ? 2 : 1;
 }
 
 RELVM_EXPORT int64_t relvm_conv2d_packed_size(const struct relvm_conv2d_shape *s) {

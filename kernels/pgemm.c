@@ -61,6 +61,7 @@
 static pthread_once_t choose_once = PTHREAD_ONCE_INIT;
 static pg_panel_fn *chosen;
 static pg_ipanel_fn *chosen_indirect;
+static pg_apanel_fn *chosen_in_place;
 static int chosen_width, chosen_rows;
 static const char *chosen_isa = "sse2";
 
@@ -69,6 +70,7 @@ static const char *chosen_isa = "sse2";
 static void choose(void) {
     pg_panel_fn *fn = panel_base;
     pg_ipanel_fn *indirect = ipanel_base;
+    pg_apanel_fn *in_place = apanel_base;
     int width = 4, rows = tile_rows_base;
 #ifdef PG_MULTI_ISA
     const char *cap = getenv("RELVM_PGEMM_ISA");
@@ -77,12 +79,14 @@ static void choose(void) {
     if (upto >= 2 && __builtin_cpu_supports("avx512f")) {
         fn = panel_avx512;
         indirect = ipanel_avx512;
+        in_place = apanel_avx512;
         width = 16;
         rows = tile_rows_avx512;
         chosen_isa = "avx512f";
     } else if (upto >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         fn = panel_avx2;
         indirect = ipanel_avx2;
+        in_place = apanel_avx2;
         width = 8;
         rows = tile_rows_avx2;
         chosen_isa = "avx2";
@@ -90,6 +94,7 @@ static void choose(void) {
 #endif
     chosen = fn;
     chosen_indirect = indirect;
+    chosen_in_place = in_place;
     chosen_width = width;
     chosen_rows = rows;
 }
@@ -103,6 +108,11 @@ pg_ipanel_fn *relvm_pgemm_ipanel_kernel(int *width) {
     relvm_pgemm_panel_kernel();
     *width = chosen_width;
     return chosen_indirect;
+}
+
+pg_apanel_fn *relvm_pgemm_apanel_kernel(void) {
+    relvm_pgemm_panel_kernel();
+    return chosen_in_place;
 }
 
 int relvm_pgemm_tile_rows(void) {

@@ -48,12 +48,23 @@ typedef void pg_ipanel_fn(int64_t m, int64_t k, const float *a, int64_t lda,
                           const float *const *bases, const int64_t *off, float *c, int64_t ldc,
                           int64_t cols, const struct pg_epilogue *e, int64_t row0, int64_t col0);
 
+/* The same with A read in place and B a packed panel: A's element (r, p) is a[off[p] + r]
+ * (a conv's direct form, conv_gemm.c: m consecutive output pixels of a row, k taps). k is one
+ * block of the whole product's k when `part` says so (1 first, 2 middle, 3 last; 0 all of it):
+ * blocks but the first add to the sums in C, blocks but the last leave their sums there, and
+ * only the last applies the epilogue. C is stored (no row sums). */
+typedef void pg_apanel_fn(int64_t m, int64_t k, const float *a, const int64_t *off,
+                          const float *panel, float *c, int64_t ldc, int64_t cols,
+                          const struct pg_epilogue *e, int64_t row0, int64_t col0, int part);
+
 /* The inner kernel for the best instruction set this CPU has. */
 pg_panel_fn *relvm_pgemm_panel_kernel(void);
 /* Rows per register tile of that kernel (relvm_pgemm_pack_rows blocks A by it). */
 int relvm_pgemm_tile_rows(void);
 /* Its indirect form, and (in *width) how many floats each of its vectors holds. */
 pg_ipanel_fn *relvm_pgemm_ipanel_kernel(int *width);
+/* Its form with A in place. */
+pg_apanel_fn *relvm_pgemm_apanel_kernel(void);
 /* A (m x k, row stride lda) as the indirect kernel reads it, into `out` (m * k floats): block
  * by block of the kernel's row blocks, k columns of the block's rows each. */
 void relvm_pgemm_pack_rows(int64_t m, int64_t k, const float *a, int64_t lda, float *out);

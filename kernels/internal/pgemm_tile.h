@@ -62,12 +62,17 @@ static inline __attribute__((always_inline)) float PG_NAME(lanes_sum)(PG_NAME(ve
  * B's row p is read from the packed panel (panel + p * PG_PANEL + col) or, when `indirect`
  * (a constant at each call), as two vectors at base0 + off[p] and base1 + off[p]: a conv reads
  * its input in place that way (see conv_gemm.c). A is packed by relvm_pgemm_pack_rows when
- * `apacked` (a constant too; always with `indirect`). */
+ * `apacked` is 1 (a constant too; always with `indirect`), or, when it is 2, read in place:
+ * element (r, p) at a[off[p] + r] (a conv's direct form: rows are consecutive output pixels of
+ * an output row, p the taps, and a the row's first pixel in the padded input).
+ * `part` splits k into blocks (the caller's k is one block): 0 all of k; 1 its first block, 2 a
+ * middle one, 3 the last. Blocks but the first start from the sums in C, blocks but the last
+ * store their sums as they are; the epilogue runs once, after the last. */
 static inline __attribute__((always_inline)) void PG_NAME(tile)(
     const int rows, const int indirect, const int apacked, int64_t k, const float *a, int64_t lda,
     const float *panel, const float *base0, const float *base1, const int64_t *off,
     int64_t col, float *c, int64_t ldc, int64_t cols, const struct pg_epilogue *e, int64_t row0,
-    int64_t col0, int64_t next) {
+    int64_t col0, int64_t next, const int part) {
     typedef PG_NAME(vec) vec;
     typedef PG_NAME(uvec) uvec;
     /* A's element (r, p): row-major with stride lda, or (apacked: packed by
@@ -75,10 +80,27 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
      * broadcasts read consecutive floats through one pointer. Row-major, the tile holds a
      * pointer per row: 12 of them with the loop's own are more than x86-64 has registers, and
      * GCC reloaded some from the stack inside the k loop. */
-#define PG_A(r, p) (apacked ? a[(p) * rows + (r)] : a[(r) * lda + (p)])
+#define PG_A(r, p)                                                                             \
+    (apacked == 2 ? a[off[p] + (r)] : apacked ? a[(p) * rows + (r)] : a[(r) * lda + (p)])
     vec acc[PG_MR][2];
+    if (part >= 2) { /* a later block of k: from the sums so far */
 #pragma GCC unroll 16
-    for (int r = 0; r < rows; ++r) acc[r][0] = acc[r][1] = (vec){0};
+        for (int r = 0; r < rows; ++r) {
+            const float *cr = c + r * ldc + col;
+            if (cols >= PG_TW) {
+                acc[r][0] = *(const uvec *)cr;
+                acc[r][1] = *(const uvec *)(cr + PG_VW);
+            } else { /* the last panel's ragged edge: no further than its columns */
+                float tmp[PG_TW] = {0};
+                for (int64_t j = 0; j < cols; ++j) tmp[j] = cr[j];
+                acc[r][0] = *(const uvec *)tmp;
+                acc[r][1] = *(const uvec *)(tmp + PG_VW);
+            }
+        }
+    } else {
+#pragma GCC unroll 16
+        for (int r = 0; r < rows; ++r) acc[r][0] = acc[r][1] = (vec){0};
+    }
     const float *b = panel + col;
     /* Row p of the next panel (`next` floats on; 0: none), fetched while this one computes,
      * so weights that come from memory on every call (a model larger than the caches) stream
@@ -144,6 +166,22 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
             acc[r][0] += ar * b0;
             acc[r][1] += ar * b1;
         }
+    }
+    if (part == 1 || part == 2) { /* not the last block of k: the sums as they are */
+#pragma GCC unroll 16
+        for (int r = 0; r < rows; ++r) {
+            float *cr = c + r * ldc + col;
+            if (cols >= PG_TW) {
+                *(uvec *)cr = acc[r][0];
+                *(uvec *)(cr + PG_VW) = acc[r][1];
+            } else {
+                float tmp[PG_TW];
+                *(uvec *)tmp = acc[r][0];
+                *(uvec *)(tmp + PG_VW) = acc[r][1];
+                for (int64_t j = 0; j < cols; ++j) cr[j] = tmp[j];
+            }
+        }
+        return;
     }
     /* The epilogue, row by row on copies: GCC keeps acc in registers only when nothing
      * after the k loop indexes it as memory (a tile spilled to the stack costs 30% on short k). */
@@ -216,7 +254,7 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
     int64_t r = 0;                                                                             \
     for (int64_t blk = 0; blk < blocks; ++blk) {                                               \
         const int rows = (int)pg_block_rows(m - r, blocks - blk);                              \
-        const float *ab = a + r * (APACKED ? k : lda);                                         \
+        const float *ab = a + r * (APACKED == 1 ? k : APACKED == 2 ? 1 : lda);                 \
         float *cb = c ? c + r * ldc : NULL; /* NULL: row sums, see pg_epilogue */              \
         for (int64_t col = 0; col < cols; col += PG_TW) {                                      \
             const int64_t left = cols - col;                                                   \
@@ -236,7 +274,7 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
 #define PG_CASE(INDIRECT, APACKED, R)                                                          \
     case R:                                                                                    \
         PG_NAME(tile)(R, INDIRECT, APACKED, k, ab, lda, panel, b0, b1, off, col, cb, ldc,      \
-                      left, e, row0 + r, col0, next);                                          \
+                      left, e, row0 + r, col0, next, part);                                    \
         break;
 /* A case per tile height the row blocks can have: 1 to PG_MR. */
 #if PG_MR > 12
@@ -256,6 +294,7 @@ static void PG_NAME(panel)(int64_t m, int64_t k, const float *a, int64_t lda,
                            const struct pg_epilogue *e, int64_t row0, int64_t col0) {
     const float *const *bases = NULL;
     const int64_t *off = NULL;
+    const int part = 0;
     if (lda == PG_A_PACKED) {
         PG_PANEL_BODY(0, 1)
     } else {
@@ -268,7 +307,16 @@ static void PG_NAME(ipanel)(int64_t m, int64_t k, const float *a, int64_t lda,
                             int64_t ldc, int64_t cols, const struct pg_epilogue *e,
                             int64_t row0, int64_t col0) {
     const float *panel = NULL;
+    const int part = 0;
     PG_PANEL_BODY(1, 1)
+}
+
+static void PG_NAME(apanel)(int64_t m, int64_t k, const float *a, const int64_t *off,
+                            const float *panel, float *c, int64_t ldc, int64_t cols,
+                            const struct pg_epilogue *e, int64_t row0, int64_t col0, int part) {
+    const float *const *bases = NULL;
+    const int64_t lda = 0;
+    PG_PANEL_BODY(0, 2)
 }
 
 #undef PG_PANEL_BODY

@@ -44,6 +44,33 @@ def test_conv_sweep(check, conv, seed):
           rtol=1e-4, atol=1e-5, scaled=True)
 
 
+@st.composite
+def direct_convs(draw):
+    """Convs whose k (input channels of a group x taps) is 512 or more: the direct form
+    (kernels/conv_gemm.c, is_direct) when a group's output channels fill their 32-channel panels
+    to within a sixteenth (30-32, 62-64, 96), which the draw of ocg makes likely; k in blocks of
+    144 with a shorter or longer last block, bands of output rows, strides, dilation, groups."""
+    win = draw_window(draw, taps=3, stride=2, dilation=2, pad=2, h=(1, 9), w=(1, 21))
+    taps = win.kh * win.kw
+    groups = draw(st.integers(1, 2))
+    icg = draw(st.integers(-(-512 // taps), -(-512 // taps) + 70))
+    ocg = draw(st.sampled_from([30, 31, 32, 33, 62, 64, 96]))
+    attrs = {"strides": [win.sh, win.sw], "dilation": [win.dh, win.dw],
+             "padding": win.padding, "groups": groups}
+    n = draw(st.integers(1, 2))
+    return (n, icg * groups, win.h, win.w), (ocg * groups, icg, win.kh, win.kw), attrs
+
+
+@sweep(40)
+@given(conv=direct_convs(), seed=st.integers(0, 2**32 - 1))
+def test_conv_direct_sweep(check, conv, seed):
+    data, weight, attrs = conv
+    rng = np.random.default_rng(seed)
+    check("nn.conv2d", attrs, [rng.uniform(-2, 2, data).astype(np.float32),
+                               rng.uniform(-2, 2, weight).astype(np.float32)],
+          rtol=1e-4, atol=1e-5, scaled=True)
+
+
 def _run(kind, attrs, x, w, out_shape):
     """relvm_conv2d ("conv") or relvm_conv2d_mean ("mean") called directly: a fresh output
     buffer each call, weights packed by the call."""
@@ -72,7 +99,9 @@ def _run(kind, attrs, x, w, out_shape):
     ((1, 3, 30, 64), (6, 3, 3, 3), [1, 1], [1, 1, 1, 1]),
     ((1, 16, 80, 80), (32, 16, 3, 3), [2, 2], [1, 1, 1, 1]),
     ((1, 6, 40, 33), (100, 6, 5, 5), [1, 2], [2, 1, 2, 1]),
-], ids=["grid", "strided", "in-place", "bands", "chunks"])
+    ((1, 64, 30, 23), (64, 64, 3, 3), [1, 1], [1, 1, 1, 1]),
+    ((2, 60, 29, 31), (62, 60, 3, 3), [2, 2], [1, 0, 1, 2]),
+], ids=["grid", "strided", "in-place", "bands", "chunks", "direct", "direct-strided"])
 @pytest.mark.parametrize("nthreads", [1, 2])
 def test_conv_pads_only_the_rows_its_panels_read(c_kernel, nthreads, geometry):
     """Each thread pads the bands of rows its panels read, as it reaches them: rows it never

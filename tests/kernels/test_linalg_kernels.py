@@ -218,15 +218,20 @@ def test_conv2d_transpose(check, rand, data, weight, attrs):
     ((1, 129, 1, 3), (128, 129, 1, 3), {"padding": [0, 1]}, 2),   # 3 pixels: transposed
     ((1, 1, 1, 576), (258, 1, 1, 256), {"strides": [1, 128]}, 2),  # one channel, 256 taps
     ((1, 2048, 7, 7), (512, 2048, 1, 1), {}, 2),                   # pointwise, 7 x 7
-    ((1, 64, 56, 56), (64, 64, 3, 3), {"padding": [1, 1]}, 1),      # stride 1: on the grid
-    ((1, 64, 58, 58), (64, 64, 3, 3), {"padding": [1, 1], "strides": [2, 2]}, 1),  # panels
+    ((1, 32, 80, 80), (32, 32, 3, 3), {"padding": [1, 1]}, 1),      # k of 288: on the grid
+    ((1, 16, 58, 58), (64, 16, 3, 3), {"padding": [1, 1], "strides": [2, 2]}, 1),  # panels
     ((1, 24, 56, 56), (144, 24, 1, 1), {}, 1),                       # pointwise: in place
-    ((1, 256, 14, 14), (256, 256, 3, 3), {"padding": [1, 1]}, 1),   # the grid, not a gather
+    ((1, 64, 20, 20), (80, 64, 3, 3), {"padding": [1, 1]}, 1),      # 80 channels: the grid
+    ((1, 64, 56, 56), (64, 64, 3, 3), {"padding": [1, 1]}, 2),      # k of 576: direct
+    ((1, 64, 58, 58), (64, 64, 3, 3), {"padding": [1, 1], "strides": [2, 2]}, 2),  # direct
+    ((1, 256, 14, 14), (256, 256, 3, 3), {"padding": [1, 1]}, 2),   # direct, not a gather
     ((1, 8, 3, 3), (8, 1, 3, 3), {"groups": 8, "padding": [1, 1]}, 0),  # depthwise loop
 ])
 def test_the_conv_form_follows_the_plane(data, weight, attrs, form):
     """Which GEMM form a conv takes (relvm_conv2d_weights_form; the numbers are the other
-    tests'): the transposed one where 32-pixel panels would run mostly empty."""
+    tests'): the dense-panel weights of the transposed form where 32-pixel panels would run
+    mostly empty, and of the direct form for windows with a k of 512 or more whose channels
+    fill their panels; the usual row blocks otherwise."""
     from relvm.backends.ckernels.common import library
     from relvm.backends.ckernels.linalg import _conv_plan
     from relvm.ops import OPS
