@@ -99,14 +99,21 @@ static int is_transposed(const struct relvm_conv2d_shape *s) {
  * their panels to within a sixteenth (YOLO's 80-channel heads would compute 96), and whose k
  * is at least DIRECT_MIN_K: each output is then transposed from the form's pixel-major sums
  * into y, which a short k does not pay for (a 3 x 3 conv of 32 channels over 80 x 80 and a
- * 7 x 7 stem of 3 channels ran 1.1x slower direct; 64 channels and more, 0.82-0.96x). */
+ * 7 x 7 stem of 3 channels ran 1.1x slower direct; 64 channels and more, 0.82-0.96x). With
+ * AVX2 or SSE2 vectors (8 or 4 floats), output rows of whole vectors are read in place by the
+ * usual form with nothing dropped, and it keeps them: with AVX2's tiles of 6 pixels the
+ * direct form ran 3x3 convs of 64 channels over 56 x 56 and 80 x 80 1.04-1.12x slower, and
+ * those over 20 x 20 and 7 x 7 and strided ones 0.94-0.98x. */
 #define DIRECT_MIN_K 512
 
 static int is_direct(const struct relvm_conv2d_shape *s) {
     const int64_t ocg = s->oc / s->groups, k = s->c / s->groups * s->kh * s->kw;
     const int64_t filled = (ocg + PG_PANEL - 1) / PG_PANEL * PG_PANEL;
+    int width;
+    relvm_pgemm_ipanel_kernel(&width);
     return !is_depthwise(s) && s->kh * s->kw > 1 && s->oh * s->ow > 0 && ocg > 0 &&
-           ocg * 16 >= filled * 15 && k >= DIRECT_MIN_K;
+           ocg * 16 >= filled * 15 && k >= DIRECT_MIN_K &&
+           (width >= 16 || !reads_in_place(s, width));
 }
 
 static struct padded_image padded_geometry(const struct relvm_conv2d_shape *s) {
