@@ -97,6 +97,7 @@ CONV = """def @main(%x: Tensor[(n, {c}, {h}, {w}), float32], %wt: Tensor[({oc}, 
     (8, 64, 4, 4, 3, 2, 1, 2),       # grouped, strided, small: transposed
     (64, 64, 9, 11, 3, 1, 1, 1),     # k of 576: the direct form, k in blocks, rows in bands
     (120, 62, 7, 9, 3, 2, 1, 2),     # direct, grouped, strided, a ragged panel of channels
+    (600, 64, 14, 14, 1, 1, 0, 1),   # pointwise, 600 -> 64 channels: direct, a band one run
 ])
 @pytest.mark.parametrize("n", [1, 3])
 @pytest.mark.parametrize("residual", ["full", "channels", "scalar", "batch_one"])
@@ -160,6 +161,7 @@ def test_the_chain_sees_every_element_once_on_one_and_two_threads():
     (24, 100, 30, 30, 1, 1, 0, 1),    # pointwise over 900 pixels
     (8, 40, 41, 64, 3, 2, 1, 1),      # strided, read in place
     (64, 96, 23, 29, 3, 1, 1, 1),     # the direct form: bands of rows, three panels
+    (576, 96, 14, 14, 1, 1, 0, 1),    # pointwise direct: bands of several rows as one run
 ])
 def test_conv_chains_over_large_planes_see_every_pixel_once(c, oc, h, w, k, s, p, g):
     """A conv runs its chain over runs of consecutive panels of a chunk at once (up to 256

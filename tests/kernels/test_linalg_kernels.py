@@ -227,6 +227,8 @@ def test_conv2d_transpose(check, rand, data, weight, attrs):
     ((1, 64, 56, 56), (64, 64, 3, 3), {"padding": [1, 1]}, {"avx512f": 2, "avx2": 1, "sse2": 1}),
     ((1, 64, 58, 58), (64, 64, 3, 3), {"padding": [1, 1], "strides": [2, 2]}, 2),  # direct
     ((1, 256, 14, 14), (256, 256, 3, 3), {"padding": [1, 1]}, 2),   # direct, not a gather
+    ((1, 576, 14, 14), (96, 576, 1, 1), {}, 2),  # direct (AVX-512), else transposed
+    ((1, 512, 7, 7), (2048, 512, 1, 1), {}, 2),                    # more out: transposed
     ((1, 8, 3, 3), (8, 1, 3, 3), {"groups": 8, "padding": [1, 1]}, 0),  # depthwise loop
 ])
 def test_the_conv_form_follows_the_plane(data, weight, attrs, form):
