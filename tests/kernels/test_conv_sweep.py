@@ -34,14 +34,19 @@ def convs(draw):
     return (n, icg * groups, win.h, win.w), (ocg * groups, icg, win.kh, win.kw), attrs
 
 
-@SWEEP
-@given(conv=convs(), seed=st.integers(0, 2**32 - 1))
-def test_conv_sweep(check, conv, seed):
+def _check_conv(check, conv, seed):
+    """One drawn conv, C kernel against the NumPy reference."""
     data, weight, attrs = conv
     rng = np.random.default_rng(seed)
     check("nn.conv2d", attrs, [rng.uniform(-2, 2, data).astype(np.float32),
                                rng.uniform(-2, 2, weight).astype(np.float32)],
           rtol=1e-4, atol=1e-5, scaled=True)
+
+
+@SWEEP
+@given(conv=convs(), seed=st.integers(0, 2**32 - 1))
+def test_conv_sweep(check, conv, seed):
+    _check_conv(check, conv, seed)
 
 
 @st.composite
@@ -64,11 +69,7 @@ def direct_convs(draw):
 @sweep(40)
 @given(conv=direct_convs(), seed=st.integers(0, 2**32 - 1))
 def test_conv_direct_sweep(check, conv, seed):
-    data, weight, attrs = conv
-    rng = np.random.default_rng(seed)
-    check("nn.conv2d", attrs, [rng.uniform(-2, 2, data).astype(np.float32),
-                               rng.uniform(-2, 2, weight).astype(np.float32)],
-          rtol=1e-4, atol=1e-5, scaled=True)
+    _check_conv(check, conv, seed)
 
 
 def _run(kind, attrs, x, w, out_shape):
