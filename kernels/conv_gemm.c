@@ -121,9 +121,8 @@ static int is_direct(const struct relvm_conv2d_shape *s) {
     const int64_t filled = (ocg + PG_PANEL - 1) / PG_PANEL * PG_PANEL;
     int width;
     relvm_pgemm_ipanel_kernel(&width);
-    return !is_depthwise(s) && (s->kh * s->kw > 1 || pointwise_direct(s)) && s->oh * s->ow > 0 &&
-           ocg > 0 &&
-           ocg * 16 >= filled * 15 && k >= DIRECT_MIN_K &&
+    return !is_depthwise(s) && (s->kh * s->kw > 1 || pointwise_direct(s)) &&
+           s->oh * s->ow > 0 && ocg > 0 && ocg * 16 >= filled * 15 && k >= DIRECT_MIN_K &&
            (width >= 16 || !reads_in_place(s, width));
 }
 
@@ -781,6 +780,25 @@ static void unroll(const struct conv_pgemm *j, const float *in, float *u) {
     }
 }
 
+/* Channels [ch0, ch0 + cols) of y at pixels [p0, p0 + npix) of their planes, from c (pixel-major,
+ * PG_PANEL floats a pixel), and the fused post over them; or, for a mean (c then holds every
+ * pixel of the planes), each channel's mean. What the transposed and direct forms finish with. */
+static void store_pixel_major(const struct conv_transposed *tj, const float *c, int64_t ch0,
+                              int64_t cols, int64_t p0, int64_t npix) {
+    const struct conv_pgemm *j = &tj->j;
+    const int64_t plane = j->s->oh * j->s->ow;
+    if (tj->mean) {
+        for (int64_t ch = 0; ch < cols; ++ch) {
+            float total = 0.0f;
+            for (int64_t px = 0; px < plane; ++px) total += c[px * PG_PANEL + ch];
+            j->y[ch0 + ch] = total / (float)plane;
+        }
+        return;
+    }
+    relvm_transpose_f32(npix, cols, c, PG_PANEL, j->y + ch0 * plane + p0, plane);
+    if (j->post) j->post(j->post_ctx, ch0 * plane + p0, cols, npix, plane);
+}
+
 /* Task t: image t / panels (n * groups + g), 32 output channels t % panels. */
 static void conv_transposed_tasks(void *ctx, int64_t begin, int64_t end) {
     struct conv_transposed *tj = ctx;
@@ -811,18 +829,8 @@ static void conv_transposed_tasks(void *ctx, int64_t begin, int64_t end) {
                                       j->e.lo, j->e.hi, NULL, j->k * PG_PANEL};
         j->fn(plane, j->k, u, PG_A_PACKED, tj->panels + g * panels_size(s) + q * j->k * PG_PANEL,
               c, PG_PANEL, cols, &e, 0, col0);
-        const int64_t ch0 = n * s->oc + g * ocg + col0; /* y's first plane (or mean) here */
-        if (tj->mean) {
-            for (int64_t ch = 0; ch < cols; ++ch) {
-                float total = 0.0f;
-                for (int64_t px = 0; px < plane; ++px) total += c[px * PG_PANEL + ch];
-                j->y[ch0 + ch] = total / (float)plane;
-            }
-            continue;
-        }
-        /* C (pixels x channels) into y's planes */
-        relvm_transpose_f32(plane, cols, c, PG_PANEL, j->y + ch0 * plane, plane);
-        if (j->post) j->post(j->post_ctx, ch0 * plane, cols, plane, plane);
+        /* C (pixels x channels) into y's planes, or their means */
+        store_pixel_major(tj, c, n * s->oc + g * ocg + col0, cols, 0, plane);
     }
 }
 
@@ -846,7 +854,7 @@ static void conv_direct_tasks(void *ctx, int64_t begin, int64_t end) {
     struct conv_transposed *tj = ctx;
     struct conv_pgemm *j = &tj->j;
     const struct relvm_conv2d_shape *s = j->s;
-    const int64_t plane = s->oh * s->ow, ocg = s->oc / s->groups, k = j->k;
+    const int64_t ocg = s->oc / s->groups, k = j->k;
     const int64_t panels = (ocg + PG_PANEL - 1) / PG_PANEL, bands = tj->bands;
     const int64_t stage = (tj->band_rows * s->ow * PG_PANEL + 15) / 16 * 16;
     float *scratch = relvm_scratch_floats((size_t)(stage + padded_scratch(j)));
@@ -880,17 +888,9 @@ static void conv_direct_tasks(void *ctx, int64_t begin, int64_t end) {
                            c + (oy - oy0) * s->ow * PG_PANEL, PG_PANEL, cols, &e, 0, col0, part);
             p0 += kb;
         }
-        const int64_t ch0 = n * s->oc + g * ocg + col0, npix = (oy1 - oy0) * s->ow;
-        if (tj->mean) { /* one band a plane (conv_transposed) */
-            for (int64_t ch = 0; ch < cols; ++ch) {
-                float total = 0.0f;
-                for (int64_t px = 0; px < plane; ++px) total += c[px * PG_PANEL + ch];
-                j->y[ch0 + ch] = total / (float)plane;
-            }
-            continue;
-        }
-        relvm_transpose_f32(npix, cols, c, PG_PANEL, j->y + ch0 * plane + oy0 * s->ow, plane);
-        if (j->post) j->post(j->post_ctx, ch0 * plane + oy0 * s->ow, cols, npix, plane);
+        /* a mean has one band a plane (conv_transposed) */
+        store_pixel_major(tj, c, n * s->oc + g * ocg + col0, cols, oy0 * s->ow,
+                          (oy1 - oy0) * s->ow);
     }
 }
 
