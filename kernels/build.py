@@ -2,10 +2,10 @@
 
 Each ``kernels/<name>.c`` has its declarations in ``kernels/<name>.h`` beside it (the conv
 sources, one per algorithm -- ``conv_gemm.c``, ``conv_pair.c``, ``conv_depthwise.c``,
-``conv_transpose.c`` -- share ``conv.h``); the headers are the single place a C signature is
-written: they are both ``#include``d by the C sources and read here as the cffi ``cdef``
-(preprocessor lines dropped). Helpers shared between sources live in ``kernels/internal/`` and
-are not part of the cdef. Kernels are compiled with warnings as
+``conv_transpose.c``, ``conv_nhwc.c`` -- share ``conv.h``); the headers are the single place a
+C signature is written: they are both ``#include``d by the C sources and read here as the cffi
+``cdef`` (preprocessor lines dropped). Helpers shared between sources live in
+``kernels/internal/`` and are not part of the cdef. Kernels are compiled with warnings as
 errors; hot loops use GCC ``target_clones`` so one binary runs on any x86-64 and picks AVX-512 or
 AVX2 at load time where the CPU has them.
 

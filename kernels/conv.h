@@ -64,6 +64,24 @@ int relvm_conv2d_pair(int dtype, const struct relvm_conv2d_shape *a,
                       const void *bias_b, const float *clamp_b, int mean, const void *wpacked_a,
                       const void *wpacked_b);
 
+/* nn.conv2d over NHWC data (conv_nhwc.c): x (n, h, w, c), y (n, oh, ow, oc), w OIHW (oc,
+ * c / groups, kh, kw) as for relvm_conv2d, with the same geometry struct, bias, clamp and post
+ * (each finished block of y: a row of output pixels by a panel of its channels, offsets from
+ * y's start). Output channels are the vectors: depthwise convs (one input channel per group,
+ * as many output channels) run a vector of channels per output pixel, the rest relvm's GEMM
+ * with A read in place. `wpacked` is w as relvm_conv2d_nhwc_pack_weights packs it for s (a
+ * constant weight, packed once), or NULL: w is packed by the call. */
+int relvm_conv2d_nhwc(int dtype, const struct relvm_conv2d_shape *s, const void *x,
+                      const void *w, void *y, const void *bias, const float *clamp,
+                      const void *wpacked, relvm_block_fn *post, void *post_ctx);
+
+/* Floats relvm_conv2d_nhwc_pack_weights writes for s (0 for a conv without input channels). */
+int64_t relvm_conv2d_nhwc_packed_size(const struct relvm_conv2d_shape *s);
+
+/* w (oc, c / groups, kh, kw) into `packed` (64-byte aligned), as relvm_conv2d_nhwc reads it. */
+void relvm_conv2d_nhwc_pack_weights(const struct relvm_conv2d_shape *s, const void *w,
+                                    void *packed);
+
 /* y = conv2d_transpose(x, w) for float32, with w in IOHW layout (c, oc / groups, kh, kw) and
  * the same geometry struct: c/h/w describe the data, oc/oh/ow the output, pt/pl the crop at the
  * top/left. sgemm gives every input pixel's contribution through every tap (W^T x), then col2im

@@ -4,6 +4,9 @@
  * once.
  * The inner kernel is one source (internal/pgemm_tile.h) compiled for AVX-512, AVX2+FMA and
  * SSE2; the CPU picks at run time, so the library runs on any x86-64. */
+#if defined(__x86_64__)
+#include <immintrin.h> /* the masked loads and stores of a panel's ragged edge */
+#endif
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -62,6 +65,7 @@ static pthread_once_t choose_once = PTHREAD_ONCE_INIT;
 static pg_panel_fn *chosen;
 static pg_ipanel_fn *chosen_indirect;
 static pg_apanel_fn *chosen_in_place;
+static pg_rpanel_fn *chosen_rows_in_place;
 static int chosen_width, chosen_rows;
 static const char *chosen_isa = "sse2";
 
@@ -71,6 +75,7 @@ static void choose(void) {
     pg_panel_fn *fn = panel_base;
     pg_ipanel_fn *indirect = ipanel_base;
     pg_apanel_fn *in_place = apanel_base;
+    pg_rpanel_fn *rows_in_place = rpanel_base;
     int width = 4, rows = tile_rows_base;
 #ifdef PG_MULTI_ISA
     const char *cap = getenv("RELVM_PGEMM_ISA");
@@ -80,6 +85,7 @@ static void choose(void) {
         fn = panel_avx512;
         indirect = ipanel_avx512;
         in_place = apanel_avx512;
+        rows_in_place = rpanel_avx512;
         width = 16;
         rows = tile_rows_avx512;
         chosen_isa = "avx512f";
@@ -87,6 +93,7 @@ static void choose(void) {
         fn = panel_avx2;
         indirect = ipanel_avx2;
         in_place = apanel_avx2;
+        rows_in_place = rpanel_avx2;
         width = 8;
         rows = tile_rows_avx2;
         chosen_isa = "avx2";
@@ -95,6 +102,7 @@ static void choose(void) {
     chosen = fn;
     chosen_indirect = indirect;
     chosen_in_place = in_place;
+    chosen_rows_in_place = rows_in_place;
     chosen_width = width;
     chosen_rows = rows;
 }
@@ -113,6 +121,11 @@ pg_ipanel_fn *relvm_pgemm_ipanel_kernel(int *width) {
 pg_apanel_fn *relvm_pgemm_apanel_kernel(void) {
     relvm_pgemm_panel_kernel();
     return chosen_in_place;
+}
+
+pg_rpanel_fn *relvm_pgemm_rpanel_kernel(void) {
+    relvm_pgemm_panel_kernel();
+    return chosen_rows_in_place;
 }
 
 int relvm_pgemm_tile_rows(void) {

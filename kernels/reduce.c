@@ -202,10 +202,20 @@ static int64_t offset_of(int64_t p, int ndim, const int64_t *shape, const int64_
                 start_##S(j->op, &s[l]);                                                      \
                 acc[l] = 0;                                                                   \
             }                                                                                 \
+            /* the reduced positions in order, their offset stepped (an odometer), not        \
+             * divided out of r: per row of a channels-last global pool, the divisions had    \
+             * cost more than the row's adds */                                               \
+            int64_t at[NEST_MAX_DIMS] = {0}, off = 0;                                         \
             for (int64_t r = 0; r < j->count; ++r) {                                          \
-                const T *x = base + offset_of(r, j->nred, j->red_shape, j->red_stride);       \
+                const T *x = base + off;                                                      \
                 if (fast) sum_lanes_##S(acc, x, n);                                           \
                 else for (int64_t l = 0; l < n; ++l) fold_##S(j->op, j->last, &s[l], x[l], r); \
+                for (int d = j->nred - 1; d >= 0; --d) {                                      \
+                    off += j->red_stride[d];                                                  \
+                    if (++at[d] < j->red_shape[d]) break;                                     \
+                    off -= at[d] * j->red_stride[d];                                          \
+                    at[d] = 0;                                                                \
+                }                                                                             \
             }                                                                                 \
             for (int64_t l = 0; l < n; ++l) {                                                 \
                 if (fast) s[l].acc = acc[l];                                                  \

@@ -69,8 +69,20 @@ static void copy_row(void *ctx, char *const *p, int64_t n) {
     }
 COPY_BLOCK(copy_block_1, uint8_t)
 COPY_BLOCK(copy_block_2, uint16_t)
-COPY_BLOCK(copy_block_4, uint32_t)
 COPY_BLOCK(copy_block_8, uint64_t)
+
+/* 4-byte items (float32, the NCHW <-> NHWC transposes around channels-last convs): rows
+ * [r0, r1) of the block in 32 x 32 tiles, each in 8 x 8 vector transposes
+ * (relvm_transpose_f32: out[c][r] = in[r][c], here in = src with rows c, out = dst with rows r).
+ * The scalar tiles ran at 5-9 GB/s. */
+static void copy_block_4_rows(const struct copy_job *j, const float *src, float *dst, int64_t r0,
+                              int64_t r1) {
+    for (int64_t r = r0; r < r1; r += TILE)
+        for (int64_t c = 0; c < j->cols; c += TILE)
+            relvm_transpose_f32(relvm_min64(TILE, j->cols - c), relvm_min64(TILE, r1 - r),
+                                src + r + c * j->src_col_step, j->src_col_step,
+                                dst + r * j->dst_row_step + c, j->dst_row_step);
+}
 
 static void copy_block(void *ctx, char *const *p, int64_t n) {
     const struct copy_job *j = ctx;
@@ -78,8 +90,28 @@ static void copy_block(void *ctx, char *const *p, int64_t n) {
     switch (j->itemsize) {
     case 1: copy_block_1(j, (const uint8_t *)p[0], (uint8_t *)p[1]); break;
     case 2: copy_block_2(j, (const uint16_t *)p[0], (uint16_t *)p[1]); break;
-    case 4: copy_block_4(j, (const uint32_t *)p[0], (uint32_t *)p[1]); break;
+    case 4: copy_block_4_rows(j, (const float *)p[0], (float *)p[1], 0, j->rows); break;
     default: copy_block_8(j, (const uint64_t *)p[0], (uint64_t *)p[1]);
+    }
+}
+
+/* One block of 4-byte items split across the threads by TILE x TILE tiles, row-major. */
+struct one_block {
+    const struct copy_job *j;
+    const float *src;
+    float *dst;
+};
+
+/* Task t: tile row t / col_tiles, tile column t % col_tiles (TILE x TILE). */
+static void copy_one_block(void *ctx, int64_t begin, int64_t end) {
+    const struct one_block *b = ctx;
+    const struct copy_job *j = b->j;
+    const int64_t col_tiles = (j->cols + TILE - 1) / TILE;
+    for (int64_t t = begin; t < end; ++t) {
+        const int64_t r = t / col_tiles * TILE, c = t % col_tiles * TILE;
+        relvm_transpose_f32(relvm_min64(TILE, j->cols - c), relvm_min64(TILE, j->rows - r),
+                            b->src + r + c * j->src_col_step, j->src_col_step,
+                            b->dst + r * j->dst_row_step + c, j->dst_row_step);
     }
 }
 
@@ -101,6 +133,14 @@ RELVM_EXPORT int relvm_copy_strided(int itemsize, int ndim, const int64_t *shape
         j.dst_row_step = dst_strides[last - 1];
         t.shape[last - 1] = 1;
         t.shape[last] = 1;
+        int64_t outer = 1;
+        for (int d = 0; d < last - 1; ++d) outer *= shape[d];
+        if (outer == 1 && itemsize == 4) { /* one block (one image): its rows split */
+            struct one_block b = {&j, src, dst};
+            const int64_t tiles = (j.rows + TILE - 1) / TILE * ((j.cols + TILE - 1) / TILE);
+            relvm_parallel_for(tiles, RELVM_GRAIN / (TILE * TILE), copy_one_block, &b);
+            return RELVM_OK;
+        }
         nest_operand(&t, 0, src, itemsize, src_strides);
         nest_operand(&t, 1, dst, itemsize, dst_strides);
         nest_run(&t, copy_block, &j, RELVM_GRAIN / (j.rows * j.cols) + 1);

@@ -57,6 +57,13 @@ typedef void pg_apanel_fn(int64_t m, int64_t k, const float *a, const int64_t *o
                           const float *panel, float *c, int64_t ldc, int64_t cols,
                           const struct pg_epilogue *e, int64_t row0, int64_t col0, int part);
 
+/* The same with A read in place, row-major with stride lda (element (r, p) at a[r * lda + p]:
+ * an NHWC conv's output pixels, each reading its taps' channels as one run, conv_nhwc.c), B a
+ * packed panel and k split by `part` as for pg_apanel_fn. */
+typedef void pg_rpanel_fn(int64_t m, int64_t k, const float *a, int64_t lda, const float *panel,
+                          float *c, int64_t ldc, int64_t cols, const struct pg_epilogue *e,
+                          int64_t row0, int64_t col0, int part);
+
 /* The inner kernel for the best instruction set this CPU has. */
 pg_panel_fn *relvm_pgemm_panel_kernel(void);
 /* Rows per register tile of that kernel (relvm_pgemm_pack_rows blocks A by it). */
@@ -65,6 +72,8 @@ int relvm_pgemm_tile_rows(void);
 pg_ipanel_fn *relvm_pgemm_ipanel_kernel(int *width);
 /* Its form with A in place. */
 pg_apanel_fn *relvm_pgemm_apanel_kernel(void);
+/* Its form with A in place, row-major. */
+pg_rpanel_fn *relvm_pgemm_rpanel_kernel(void);
 /* A (m x k, row stride lda) as the indirect kernel reads it, into `out` (m * k floats): block
  * by block of the kernel's row blocks, k columns of the block's rows each. */
 void relvm_pgemm_pack_rows(int64_t m, int64_t k, const float *a, int64_t lda, float *out);

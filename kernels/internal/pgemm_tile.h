@@ -33,6 +33,55 @@ static inline __attribute__((always_inline)) PG_NAME(vec) PG_NAME(clamped)(
     return (PG_NAME(vec))(((mask)v & ~above) | ((mask)hi & above));
 }
 
+/* The first n (0 <= n <= PG_VW) floats at p into a vector, zeros after them, and a vector's
+ * first n lanes stored to p: nothing past p + n is touched (the last panel's ragged edge).
+ * Masked with AVX-512 and AVX2; float by float with SSE2. */
+static inline __attribute__((always_inline)) PG_NAME(vec) PG_NAME(load_part)(const float *p,
+                                                                             int64_t n) {
+#if PG_VW == 16
+    return (PG_NAME(vec))_mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1u), p);
+#elif PG_VW == 8
+    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return (PG_NAME(vec))_mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n),
+                                                                  lanes));
+#else
+    float tmp[PG_VW] = {0};
+    for (int64_t j = 0; j < n; ++j) tmp[j] = p[j];
+    return *(const PG_NAME(uvec) *)tmp;
+#endif
+}
+
+static inline __attribute__((always_inline)) void PG_NAME(store_part)(float *p, PG_NAME(vec) v,
+                                                                       int64_t n) {
+#if PG_VW == 16
+    _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1u), (__m512)v);
+#elif PG_VW == 8
+    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    _mm256_maskstore_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), lanes), (__m256)v);
+#else
+    float tmp[PG_VW];
+    *(PG_NAME(uvec) *)tmp = v;
+    for (int64_t j = 0; j < n; ++j) p[j] = tmp[j];
+#endif
+}
+
+/* The two vectors of a tile row from c's first `cols` (< PG_TW) floats, and back. */
+static inline __attribute__((always_inline)) void PG_NAME(load_ragged)(
+    const float *c, int64_t cols, PG_NAME(vec) *v0, PG_NAME(vec) *v1) {
+    *v0 = cols >= PG_VW ? *(const PG_NAME(uvec) *)c : PG_NAME(load_part)(c, cols);
+    *v1 = cols > PG_VW ? PG_NAME(load_part)(c + PG_VW, cols - PG_VW) : (PG_NAME(vec)){0};
+}
+
+static inline __attribute__((always_inline)) void PG_NAME(store_ragged)(
+    float *c, int64_t cols, PG_NAME(vec) v0, PG_NAME(vec) v1) {
+    if (cols >= PG_VW) {
+        *(PG_NAME(uvec) *)c = v0;
+        PG_NAME(store_part)(c + PG_VW, v1, cols - PG_VW);
+    } else {
+        PG_NAME(store_part)(c, v0, cols);
+    }
+}
+
 /* Rows per tile of this instruction set (relvm_pgemm_pack_rows blocks A by it). */
 static const int PG_NAME(tile_rows) = PG_MR;
 
@@ -72,7 +121,7 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
     const int rows, const int indirect, const int apacked, int64_t k, const float *a, int64_t lda,
     const float *panel, const float *base0, const float *base1, const int64_t *off,
     int64_t col, float *c, int64_t ldc, int64_t cols, const struct pg_epilogue *e, int64_t row0,
-    int64_t col0, int64_t next, const int part) {
+    int64_t col0, int64_t next, const int part, const int half) {
     typedef PG_NAME(vec) vec;
     typedef PG_NAME(uvec) uvec;
     /* A's element (r, p): row-major with stride lda, or (apacked: packed by
@@ -91,10 +140,7 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
                 acc[r][0] = *(const uvec *)cr;
                 acc[r][1] = *(const uvec *)(cr + PG_VW);
             } else { /* the last panel's ragged edge: no further than its columns */
-                float tmp[PG_TW] = {0};
-                for (int64_t j = 0; j < cols; ++j) tmp[j] = cr[j];
-                acc[r][0] = *(const uvec *)tmp;
-                acc[r][1] = *(const uvec *)(tmp + PG_VW);
+                PG_NAME(load_ragged)(cr, cols, &acc[r][0], &acc[r][1]);
             }
         }
     } else {
@@ -139,14 +185,15 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
             for (int u = 0; u < 4; ++u) {
                 const float *bu = b + u * PG_PANEL;
                 const vec b0 = indirect ? *(const uvec *)(base0 + off[p + u]) : *(const vec *)bu;
-                const vec b1 = indirect ? *(const uvec *)(base1 + off[p + u])
-                                        : *(const vec *)(bu + PG_VW);
+                const vec b1 = half       ? (vec){0}
+                               : indirect ? *(const uvec *)(base1 + off[p + u])
+                                          : *(const vec *)(bu + PG_VW);
 #pragma GCC unroll 2
                 for (int r = 0; r < rows; ++r) {
                     const vec ar = PG_NAME(splat)(PG_A(r, p + u));
                     vec *sum = u == 0 ? acc[r] : part[u - 1][r];
                     sum[0] += ar * b0;
-                    sum[1] += ar * b1;
+                    if (!half) sum[1] += ar * b1;
                 }
             }
         }
@@ -159,12 +206,14 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
     for (; p < k; ++p, b += PG_PANEL) {
         PG_FETCH_NEXT(p, b);
         const vec b0 = indirect ? *(const uvec *)(base0 + off[p]) : *(const vec *)b;
-        const vec b1 = indirect ? *(const uvec *)(base1 + off[p]) : *(const vec *)(b + PG_VW);
+        const vec b1 = half       ? (vec){0}
+                       : indirect ? *(const uvec *)(base1 + off[p])
+                                  : *(const vec *)(b + PG_VW);
 #pragma GCC unroll 16
         for (int r = 0; r < rows; ++r) {
             const vec ar = PG_NAME(splat)(PG_A(r, p));
             acc[r][0] += ar * b0;
-            acc[r][1] += ar * b1;
+            if (!half) acc[r][1] += ar * b1;
         }
     }
     if (part == 1 || part == 2) { /* not the last block of k: the sums as they are */
@@ -175,10 +224,7 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
                 *(uvec *)cr = acc[r][0];
                 *(uvec *)(cr + PG_VW) = acc[r][1];
             } else {
-                float tmp[PG_TW];
-                *(uvec *)tmp = acc[r][0];
-                *(uvec *)(tmp + PG_VW) = acc[r][1];
-                for (int64_t j = 0; j < cols; ++j) cr[j] = tmp[j];
+                PG_NAME(store_ragged)(cr, cols, acc[r][0], acc[r][1]);
             }
         }
         return;
@@ -234,10 +280,7 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
             *(uvec *)cr = v0;
             *(uvec *)(cr + PG_VW) = v1;
         } else { /* the last panel's ragged edge */
-            float tmp[PG_TW];
-            *(uvec *)tmp = v0;
-            *(uvec *)(tmp + PG_VW) = v1;
-            for (int64_t j = 0; j < cols; ++j) cr[j] = tmp[j];
+            PG_NAME(store_ragged)(cr, cols, v0, v1);
         }
     }
 }
@@ -249,7 +292,7 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
  * are balanced (pg_block_rows: ceil(m / PG_MR) blocks of nearly equal height, not full tiles
  * and a short rest) so no tile runs nearly empty. With `indirect`, vector v of the panel's row p is read at bases[v] + off[p] instead,
  * and A is packed by relvm_pgemm_pack_rows (lda is unused). */
-#define PG_PANEL_BODY(INDIRECT, APACKED)                                                       \
+#define PG_PANEL_BODY(INDIRECT, APACKED, SWITCH)                                               \
     const int64_t blocks = (m + PG_MR - 1) / PG_MR;                                            \
     int64_t r = 0;                                                                             \
     for (int64_t blk = 0; blk < blocks; ++blk) {                                               \
@@ -262,19 +305,40 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
             const float *b1 = INDIRECT ? bases[col / PG_VW + 1] : NULL;                        \
             /* a panel read in place is fetched ahead once: by its first tile */               \
             const int64_t next = !INDIRECT || (blk == 0 && col == 0) ? e->next_panel : 0;      \
-            switch (rows) {                                                                    \
-                PG_CASE(INDIRECT, APACKED, 1) PG_CASE(INDIRECT, APACKED, 2)                    \
-                PG_CASE(INDIRECT, APACKED, 3) PG_CASE(INDIRECT, APACKED, 4)                    \
-                PG_MORE_CASES(INDIRECT, APACKED)                                               \
-            default: break;                                                                    \
-            }                                                                                  \
+            SWITCH(INDIRECT, APACKED)                                                          \
         }                                                                                      \
         r += rows;                                                                             \
+    }
+/* The tile for the block's height, two vectors of columns. */
+#define PG_SWITCH_FULL(INDIRECT, APACKED)                                                      \
+    {                                                                                          \
+        enum { half = 0 };                                                                     \
+        switch (rows) {                                                                        \
+            PG_CASE(INDIRECT, APACKED, 1) PG_CASE(INDIRECT, APACKED, 2)                        \
+            PG_CASE(INDIRECT, APACKED, 3) PG_CASE(INDIRECT, APACKED, 4)                        \
+            PG_MORE_CASES(INDIRECT, APACKED)                                                   \
+        default: break;                                                                        \
+        }                                                                                      \
+    }
+/* The same, or for a last panel of one vector of columns or fewer (a 16- or 24-channel layer,
+ * 144 = 4.5 panels) a tile that runs only that vector's multiply-adds. Only the kernels an NHWC
+ * conv or a dense layer use (panel, rpanel): each doubles the tiles compiled. */
+#define PG_SWITCH_HALF(INDIRECT, APACKED)                                                      \
+    if (left > PG_VW) {                                                                        \
+        PG_SWITCH_FULL(INDIRECT, APACKED)                                                      \
+    } else {                                                                                   \
+        enum { half = 1 };                                                                     \
+        switch (rows) {                                                                        \
+            PG_CASE(INDIRECT, APACKED, 1) PG_CASE(INDIRECT, APACKED, 2)                        \
+            PG_CASE(INDIRECT, APACKED, 3) PG_CASE(INDIRECT, APACKED, 4)                        \
+            PG_MORE_CASES(INDIRECT, APACKED)                                                   \
+        default: break;                                                                        \
+        }                                                                                      \
     }
 #define PG_CASE(INDIRECT, APACKED, R)                                                          \
     case R:                                                                                    \
         PG_NAME(tile)(R, INDIRECT, APACKED, k, ab, lda, panel, b0, b1, off, col, cb, ldc,      \
-                      left, e, row0 + r, col0, next, part);                                    \
+                      left, e, row0 + r, col0, next, part, half);                              \
         break;
 /* A case per tile height the row blocks can have: 1 to PG_MR. */
 #if PG_MR > 12
@@ -296,9 +360,9 @@ static void PG_NAME(panel)(int64_t m, int64_t k, const float *a, int64_t lda,
     const int64_t *off = NULL;
     const int part = 0;
     if (lda == PG_A_PACKED) {
-        PG_PANEL_BODY(0, 1)
+        PG_PANEL_BODY(0, 1, PG_SWITCH_HALF)
     } else {
-        PG_PANEL_BODY(0, 0)
+        PG_PANEL_BODY(0, 0, PG_SWITCH_FULL)
     }
 }
 
@@ -308,7 +372,7 @@ static void PG_NAME(ipanel)(int64_t m, int64_t k, const float *a, int64_t lda,
                             int64_t row0, int64_t col0) {
     const float *panel = NULL;
     const int part = 0;
-    PG_PANEL_BODY(1, 1)
+    PG_PANEL_BODY(1, 1, PG_SWITCH_FULL)
 }
 
 static void PG_NAME(apanel)(int64_t m, int64_t k, const float *a, const int64_t *off,
@@ -316,10 +380,20 @@ static void PG_NAME(apanel)(int64_t m, int64_t k, const float *a, const int64_t 
                             const struct pg_epilogue *e, int64_t row0, int64_t col0, int part) {
     const float *const *bases = NULL;
     const int64_t lda = 0;
-    PG_PANEL_BODY(0, 2)
+    PG_PANEL_BODY(0, 2, PG_SWITCH_FULL)
+}
+
+static void PG_NAME(rpanel)(int64_t m, int64_t k, const float *a, int64_t lda,
+                            const float *panel, float *c, int64_t ldc, int64_t cols,
+                            const struct pg_epilogue *e, int64_t row0, int64_t col0, int part) {
+    const float *const *bases = NULL;
+    const int64_t *off = NULL;
+    PG_PANEL_BODY(0, 0, PG_SWITCH_HALF)
 }
 
 #undef PG_PANEL_BODY
+#undef PG_SWITCH_FULL
+#undef PG_SWITCH_HALF
 #undef PG_CASE
 #undef PG_MORE_CASES
 #undef PG_TW

@@ -1,8 +1,11 @@
-"""Convolution: nn.conv2d (NCHW data, OIHW weight, groups and dilation).
+"""Convolution: nn.conv2d (NCHW or NHWC data, OIHW weight, groups and dilation).
 
-Only the NCHW data and OIHW kernel layouts are implemented; Relay's layout attributes are
-accepted and any other layout is an attribute error. The window attributes are those of
-``window.py``. Convolution accumulates in float64 and rounds once to the output dtype.
+``data_layout`` is ``"NCHW"`` (the default, ONNX's) or ``"NHWC"`` (channels last: data
+``(N, H, W, C)`` and output ``(N, OH, OW, OC)``, what the channels-last pass,
+``passes/layout.py``, turns conv chains into); the weight is OIHW either way, and
+``out_layout`` is empty or the data's layout. Any other layout is an attribute error. The window
+attributes are those of ``window.py``. Convolution accumulates in float64 and rounds once to the
+output dtype.
 """
 
 from __future__ import annotations
@@ -53,20 +56,47 @@ def check_kernel_size(attrs, weight: TensorType, kh: Dim, kw: Dim) -> None:
                               f"has ({D.dim_str(kh)}, {D.dim_str(kw)})")
 
 
+#: The axes of NHWC data in NCHW order, and back.
+TO_NCHW, TO_NHWC = (0, 3, 1, 2), (0, 2, 3, 1)
+
+
+def channels_last(attrs) -> bool:
+    """Whether a conv's data and output are NHWC."""
+    return attrs.data_layout == "NHWC"
+
+
+def _check_out_layout(attrs) -> None:
+    if attrs.out_layout not in ("", attrs.data_layout):
+        raise OpTypeError(f"out_layout {attrs.out_layout!r} must be empty or the data layout "
+                          f"{attrs.data_layout!r}")
+
+
 def _conv2d_type(attrs, d, w):
     data, weight = tensor_arg(d, "data"), tensor_arg(w, "weight")
     dtype = same_dtype(("data", data), ("weight", weight))
     check_dtype(data, "data", *_FLOAT)
     check_rank(data, "data", 4)
     check_rank(weight, "weight", 4)
+    _check_out_layout(attrs)
+    nhwc = channels_last(attrs)
+    if nhwc:  # the checks and the window rules read NCHW
+        data = TensorType(tuple(data.shape[a] for a in TO_NCHW), data.dtype)
     _check_conv_weight(attrs, data, weight)
     strides, dilation, _ = conv2d_geometry(attrs)
     oh, ow = spatial_out(data, weight.shape[2:], strides, dilation, attrs.padding, False,
                           "kernel")
-    return TensorType((data.shape[0], weight.shape[0], oh, ow), out_dtype(attrs, dtype))
+    n, oc = data.shape[0], weight.shape[0]
+    return TensorType((n, oh, ow, oc) if nhwc else (n, oc, oh, ow), out_dtype(attrs, dtype))
 
 
 def _conv2d_ref(attrs, x, w):
+    if channels_last(attrs):
+        return np.ascontiguousarray(_conv2d_nchw_ref(attrs, x.transpose(TO_NCHW), w)
+                                    .transpose(TO_NHWC))
+    return _conv2d_nchw_ref(attrs, x, w)
+
+
+def _conv2d_nchw_ref(attrs, x, w):
     strides, dilation, pads = conv2d_geometry(attrs)
     g, (n, c) = attrs.groups, x.shape[:2]
     out_c, in_c, kh, kw = w.shape
@@ -89,7 +119,8 @@ register("nn.conv2d", inputs=("data", "weight"), infer=_conv2d_type, reference=_
              attr("strides", INT_OR_INTS, (1, 1)), attr("padding", INT_OR_INTS, (0, 0)),
              attr("dilation", INT_OR_INTS, (1, 1)), attr("groups", INT, 1),
              attr("channels", OPT_INT), attr("kernel_size", OPT_INT_OR_INTS),
-             attr("data_layout", choice("NCHW"), "NCHW"),
+             attr("data_layout", choice("NCHW", "NHWC"), "NCHW"),
              attr("kernel_layout", choice("OIHW"), "OIHW"),
-             attr("out_layout", choice("", "NCHW"), ""), attr("out_dtype", DTYPE_OR_EMPTY, "")],
-         doc="2-D convolution, NCHW data and OIHW weight, with groups and dilation")
+             attr("out_layout", choice("", "NCHW", "NHWC"), ""),
+             attr("out_dtype", DTYPE_OR_EMPTY, "")],
+         doc="2-D convolution, NCHW (or NHWC) data and OIHW weight, with groups and dilation")

@@ -50,7 +50,13 @@ def _is_op_call(e: Expr, patterns: tuple[str, ...]) -> bool:
 def _pairable(e: Expr) -> bool:
     """A conv that can be either half of a conv pair: float32, one group of channels."""
     return (_is_op_call(e, (OUT_FUSABLE,)) and e.op.name == "nn.conv2d"
-            and e.attrs.get("groups", 1) == 1 and e.checked_type.dtype == "float32")
+            and e.attrs.get("groups", 1) == 1 and e.checked_type.dtype == "float32"
+            and _nchw(e))
+
+
+def _nchw(e: Call) -> bool:
+    """A conv whose data is NCHW (the pair and the mean read NCHW planes)."""
+    return e.op.name != "nn.conv2d" or e.attrs.get("data_layout", "NCHW") == "NCHW"
 
 
 def _split_pairs(group_of: dict[int, list[Call]]) -> None:
@@ -92,7 +98,8 @@ def find_groups(module: Module) -> dict[int, list[Call]]:
                 # complete here; pools are opaque, so nothing joins after it).
                 a = n.args[0]
                 group = group_of.get(id(a)) or ([a] if _is_op_call(a, (OUT_FUSABLE,)) else None)
-                if group and group[0].op.name in _MEAN_ANCHORS and sole_consumer(a, n):
+                if (group and group[0].op.name in _MEAN_ANCHORS and _nchw(group[0])
+                        and sole_consumer(a, n)):
                     group_of.pop(id(a), None)
                     group_of[id(n)] = group + [n]
                 continue

@@ -34,6 +34,15 @@ def test_reduce_dtypes(check, rand, op, dtype, axis, exclude):
           rtol=1e-4, atol=1e-5, scaled=True)
 
 
+@pytest.mark.parametrize("op", ["mean", "sum", "max"])
+@pytest.mark.parametrize("shape", [(1, 112, 112, 32), (2, 7, 7, 1280), (3, 5, 6, 7)], ids=str)
+def test_channels_last_global_pool(check, rand, op, shape):
+    """Over H and W of NHWC data (the channels-last pass's global average pool): the kept
+    channels contiguous, the reduced positions stepped through two dims."""
+    check(op, {"axis": [1, 2], "keepdims": True}, [rand(shape)], rtol=1e-5, atol=1e-5,
+          scaled=True)
+
+
 @pytest.mark.parametrize("op", ["sum", "prod"])
 @pytest.mark.parametrize("dtype", ["int8", "uint8", "int32"])
 def test_integer_sums_wrap(check, rand, op, dtype):

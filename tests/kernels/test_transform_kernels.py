@@ -27,6 +27,16 @@ def test_transpose(check, rand, shape, axes, dtype):
     check("transpose", {"axes": axes}, [rand(shape, dtype)])
 
 
+# NCHW <-> NHWC, the channels-last pass's transposes: one image (its 32 x 32 tiles shared out
+# between the threads) and several (the images shared out), ragged tiles, 3 channels.
+@pytest.mark.parametrize("shape", [(1, 32, 112, 112), (1, 3, 20, 21), (2, 40, 7, 7),
+                                   (1, 1280, 7, 7), (3, 33, 9, 10), (1, 7, 1, 1)], ids=str)
+@pytest.mark.parametrize("axes", [[0, 2, 3, 1], [0, 3, 1, 2]], ids=str)
+@pytest.mark.parametrize("dtype", ["float32", "int32", "float64"])
+def test_channels_last_transposes(check, rand, shape, axes, dtype):
+    check("transpose", {"axes": axes}, [rand(shape, dtype)])
+
+
 @pytest.mark.parametrize("shapes,axis", [([(2, 3), (2, 5)], 1), ([(2, 3), (4, 3), (1, 3)], 0),
                                          ([(2, 0, 3), (2, 4, 3)], 1), ([(3,), (4,)], -1),
                                          ([(2, 3, 4)], 2), ([(1, 2, 3), (1, 2, 3)], 2)], ids=str)

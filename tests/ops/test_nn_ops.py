@@ -253,6 +253,30 @@ def test_conv2d_reference(xs, ws, attrs):
     np.testing.assert_allclose(out, expect, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("xs,ws,attrs", CONV_CASES)
+def test_conv2d_nhwc_reference_is_the_nchw_one_transposed(xs, ws, attrs):
+    """data_layout="NHWC": data (n, h, w, c), output (n, oh, ow, oc), the same numbers."""
+    x, wt = rand(*xs), rand(*ws)
+    nchw = run("nn.conv2d", x, wt, **attrs)
+    nhwc = check_against_type("nn.conv2d", [np.ascontiguousarray(x.transpose(0, 2, 3, 1)), wt],
+                              {**attrs, "data_layout": "NHWC"})
+    np.testing.assert_array_equal(nhwc, nchw.transpose(0, 2, 3, 1))
+
+
+def test_conv2d_nhwc_symbolic_output_dims():
+    t = infer("nn.conv2d", T((n, h, w, 3)), T((16, 3, 3, 3)), strides=[2, 2], padding=[1, 1],
+              data_layout="NHWC")
+    assert t.shape[0] == D.as_expr(n) and t.shape[3] == 16
+    assert t.shape[1] == D.floordiv(h + 1, 2) and t.shape[2] == D.floordiv(w + 1, 2)
+    with pytest.raises(OpTypeError, match="input channels differ"):
+        infer("nn.conv2d", T((n, 3, 8, 8)), T((16, 3, 3, 3)), data_layout="NHWC")
+    with pytest.raises(OpTypeError, match="out_layout 'NCHW' must be empty or the data layout"):
+        infer("nn.conv2d", T((n, h, w, 3)), T((16, 3, 3, 3)), data_layout="NHWC",
+              out_layout="NCHW")
+    with pytest.raises(AttrError, match="data_layout"):
+        infer("nn.conv2d", T((n, h, w, 3)), T((16, 3, 3, 3)), data_layout="NCWH")
+
+
 def test_conv2d_float64_and_float16_dtypes():
     x, wt = rand(1, 2, 4, 4, dtype="float64"), rand(3, 2, 3, 3, dtype="float64")
     out = check_against_type("nn.conv2d", [x, wt], {})
@@ -297,8 +321,9 @@ def test_layout_attrs():
     attrs = OPS["nn.conv2d"].make_attrs({"data_layout": "NCHW", "kernel_layout": "OIHW",
                                           "out_layout": "", "out_dtype": ""})
     assert attrs.data_layout == "NCHW"
-    with pytest.raises(AttrError, match="'data_layout' expects one of 'NCHW', got 'NHWC'"):
-        OPS["nn.conv2d"].make_attrs({"data_layout": "NHWC"})
+    assert OPS["nn.conv2d"].make_attrs({"data_layout": "NHWC"}).data_layout == "NHWC"
+    with pytest.raises(AttrError, match="'data_layout' expects one of 'NCHW', 'NHWC', got 'NCWH'"):
+        OPS["nn.conv2d"].make_attrs({"data_layout": "NCWH"})
     with pytest.raises(AttrError, match="layout"):
         OPS["nn.max_pool2d"].make_attrs({"layout": "NHWC"})
     # Printed Relay writes lists; they normalize to the tuple defaults.

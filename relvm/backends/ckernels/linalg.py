@@ -158,13 +158,18 @@ def _conv_plan(ffi, attrs, x, w, out, mean: bool = False, check_out: bool = True
     g = attrs.groups
     if len(x) != 4 or len(w) != 4:
         raise shape_error("nn.conv2d needs 4-d data and weight", data=x, weight=w)
-    n, c, h, wd = x
+    nhwc = conv_ops.channels_last(attrs)
+    if nhwc:  # (n, h, w, c): the same geometry struct, read by relvm_conv2d_nhwc
+        n, h, wd, c = x
+    else:
+        n, c, h, wd = x
     oc, ic, kh, kw = w
     if c != ic * g or oc % g:
         raise ValueError(f"input channels differ: data {x} vs weight {w} with groups={g}")
-    oh, ow = window.runtime_out(_Shape(x), (kh, kw), strides, dilation, pads, False,
-                                    "kernel")
-    if check_out and out != ((n, oc, 1, 1) if mean else (n, oc, oh, ow)):
+    oh, ow = window.runtime_out(_Shape((n, c, h, wd)), (kh, kw), strides, dilation, pads, False,
+                                "kernel")
+    want = (n, oc, 1, 1) if mean else (n, oh, ow, oc) if nhwc else (n, oc, oh, ow)
+    if check_out and out != want:
         raise shape_error("nn.conv2d: wrong output shape", data=x, weight=w, output=out)
     (sh, dh), (sw, dw) = (_same_windows(size, k, st, d, p) for size, k, st, d, p in
                           zip((h, wd), (kh, kw), strides, dilation, pads))

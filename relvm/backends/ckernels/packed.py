@@ -212,6 +212,15 @@ def conv_weights(constants) -> PackedWeights:
                                     lib.relvm_conv2d_weights_form(s)))
 
 
+def conv_nhwc_weights(constants) -> PackedWeights:
+    """An NHWC conv's constant weights as relvm_conv2d_nhwc reads them (GEMM panels, k
+    tap-major; a depthwise conv's tap-major): ``get(w, shape_plan)``."""
+    lib = library()[1]
+    return PackedWeights(constants, "conv_nhwc", lib.relvm_conv2d_nhwc_packed_size,
+                         lib.relvm_conv2d_nhwc_pack_weights,
+                         lambda s: (s.oc, s.c, s.groups, s.kh, s.kw))
+
+
 def bind_call(c_function: Callable, c_args: Sequence[Any], at: dict[int, int],
               arrays: Sequence[np.ndarray], fixed: Sequence[bool], what: str
               ) -> Callable | None:
@@ -483,23 +492,31 @@ def make_conv2d(entry, constants, epilogue: Epilogue | None = None,
     constant weight is packed once (other weights are packed by each call)."""
     ffi, lib = library()
     attrs = attrs_of(entry)
+    nhwc = linalg.conv_ops.channels_last(attrs)
     mean = bool(epilogue and epilogue.mean)
     clamp = epilogue.clamp if epilogue else None
     bias_at = epilogue.bias if epilogue else None
+    channel_axis = 3 if nhwc else 1
 
     def plan_for(shapes):
         x, w, out, b = _layer(shapes, bias_at)
+        if mean and nhwc:
+            return None  # the mean averages NCHW planes
         plan = linalg._conv_plan(ffi, attrs, x, w, out, mean)
-        if b is not None and (b != (out[1],) or epilogue.axis % 4 != 1):
+        if b is not None and (b != (w[0],) or epilogue.axis % 4 != channel_axis):
             return None
         if mean and (plan.c == 0 or plan.c == plan.groups):
             return None  # the mean runs on the GEMM path only: depthwise convs chain
         return plan
 
-    # relvm_conv2d_mean(dtype, shape, x, w, y, bias, clamp, wpacked) and relvm_conv2d (the
-    # same, then post, post_ctx); dtype 0: float32, the only one this path takes.
+    # relvm_conv2d_mean(dtype, shape, x, w, y, bias, clamp, wpacked) and relvm_conv2d (and
+    # relvm_conv2d_nhwc: the same, then post, post_ctx); dtype 0: float32, the only one this
+    # path takes.
     slots = [fixed(0), from_plan(), pointer(0), pointer(1), pointer(-1), pointer(bias_at),
              _clamp_slot(clamp), packed_weight(1)] + ([] if mean else _post_slots(epilogue))
+    if nhwc:
+        return _kernel(entry.name, plan_for, lib.relvm_conv2d_nhwc, slots,
+                       conv_nhwc_weights(constants), fallback)
     conv = lib.relvm_conv2d_mean if mean else lib.relvm_conv2d
     return _kernel(entry.name, plan_for, conv, slots, conv_weights(constants), fallback)
 

@@ -1,0 +1,597 @@
+/* nn.conv2d over NHWC data (relvm_conv2d_nhwc, conv.h). Channels are the fastest axis, so an
+ * output pixel's channels are one run of the output and a tap's input channels one run of the
+ * input, whatever the plane's size: the vectors run along channels, never along a row of
+ * pixels (no lanes lost to a 7- or 14-pixel row, no transposes in or out of pixel panels).
+ *
+ * - Depthwise form (one input channel per group, as many output channels): each output pixel
+ *   a vector of channels at a time, bias + the taps' weights (packed tap-major, taps x C) times
+ *   the pixels they read (internal/dw_nhwc.h); the pixels whose taps all read inside the image
+ *   with the weights in registers over the row, the border pixels through a list of their taps.
+ * - GEMM form (every other conv), output pixels x a group's output channels in panels of 32
+ *   (the weights packed as GEMM panels, k tap-major), on relvm's GEMM tile (pgemm_tile.h):
+ *   - a 1x1 conv of stride 1 and no padding is one GEMM over the pixels of all images, A the
+ *     input itself, read in place, or, with few input channels (a short k loop, where the
+ *     tile's pointer per row of A counts), packed once per chunk of pixels;
+ *   - otherwise, along an output row, pixel r's tap (i, j) reads its channels at a fixed offset
+ *     plus r * sw * C, so each tap is a GEMM step whose A is the input itself (row stride
+ *     sw * C), the taps of a row summed in its output (the tile's `part`; padding is a tap's
+ *     shorter run of pixels);
+ *   - with fewer than NHWC_DIRECT_MIN_IC input channels per group, a tap's step is too short
+ *     for loading and storing the sums around it, and each output row is unrolled instead (its
+ *     pixels' taps side by side in a scratch row, zeros for padding) into one GEMM over k.
+ * Tasks are chunks of pixels or bands of output rows by panel, panel by panel when the weights
+ * are large (read once, fetched ahead) or chunk by chunk (each output pixel's channels written
+ * together). The bias and clamp run in the tile's epilogue; `post` over each finished block
+ * (whole rows of a chunk's channels where a task runs them all) while it is in cache. */
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "relvm_config.h"
+#include "conv.h"
+#include "internal/conv_shared.h"
+#include "internal/pgemm_panel.h"
+#include "internal/types.h"
+#include "threads.h"
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define DWN_MULTI_ISA 1
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")
+#define DWN_SUFFIX avx512
+#define DWN_VW 16
+#include "internal/dw_nhwc.h"
+#undef DWN_SUFFIX
+#undef DWN_VW
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#define DWN_SUFFIX avx2
+#define DWN_VW 8
+#include "internal/dw_nhwc.h"
+#undef DWN_SUFFIX
+#undef DWN_VW
+#pragma GCC pop_options
+#endif
+
+#define DWN_SUFFIX base
+#define DWN_VW 4
+#include "internal/dw_nhwc.h"
+#undef DWN_SUFFIX
+#undef DWN_VW
+
+/* Input channels per group below which the GEMM form unrolls each output row (see above): a
+ * tap's step of k = 16 channels against loading and storing its C rows ran at half speed. */
+#define NHWC_DIRECT_MIN_IC 32
+
+/* Output pixels an unrolled row takes at once (its scratch: this many x the whole k). */
+#define NHWC_UNROLL_PIXELS 128
+
+typedef void dwn_pixels_fn(int64_t count, const int64_t *nt, const float *const *in,
+                           const float *const *wt, int64_t taps, int64_t C, const float *bias,
+                           const float *clamp, float *out);
+
+typedef void dwn_inner_fn(int64_t count, const float *p, int64_t step, const int64_t *off,
+                          const float *wt, int64_t taps, int64_t C, const float *bias,
+                          const float *clamp, float *out);
+
+/* The depthwise loops for the GEMM's instruction set (RELVM_PGEMM_ISA chooses a lesser one for
+ * both), and their vector width. */
+struct dwn_kernels {
+    dwn_pixels_fn *pixels; /* any pixels, taps listed one by one */
+    dwn_inner_fn *inner;   /* a row's pixels whose taps all read inside the image */
+    int64_t width;
+};
+
+static struct dwn_kernels dwn_kernels(void) {
+    int w = 4;
+    relvm_pgemm_ipanel_kernel(&w);
+#ifdef DWN_MULTI_ISA
+    if (w == 16) return (struct dwn_kernels){pixels_avx512, inner_avx512, 16};
+    if (w == 8) return (struct dwn_kernels){pixels_avx2, inner_avx2, 8};
+#endif
+    return (struct dwn_kernels){pixels_base, inner_base, 4};
+}
+
+static int nhwc_depthwise(const struct relvm_conv2d_shape *s) {
+    return s->c > 0 && s->groups == s->c && s->oc == s->c;
+}
+
+static int64_t div_floor(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+/* The output columns [lo, hi) whose tap column j reads inside the image (0 <= ix < w). */
+static void tap_columns(const struct relvm_conv2d_shape *s, int64_t j, int64_t *lo,
+                        int64_t *hi) {
+    const int64_t shift = j * s->dw - s->pl; /* ix = ox * sw + shift */
+    *lo = relvm_max64(0, div_floor(-shift + s->sw - 1, s->sw));
+    *hi = relvm_min64(s->ow, div_floor(s->w - 1 - shift, s->sw) + 1);
+    if (*hi < *lo) *hi = *lo;
+}
+
+/* --- depthwise form --------------------------------------------------------------------- */
+
+struct dwn_job {
+    const struct relvm_conv2d_shape *s;
+    const float *x, *wt, *bias, *clamp;
+    float *y;
+    relvm_block_fn *post;
+    void *post_ctx;
+    int64_t band; /* output rows per task */
+    _Atomic int failed;
+};
+
+/* Pixels [ox0, ox1) of output row oy, their taps one by one: the input pixel each tap reads
+ * and its weights (pixel ox's at (ox - ox0) * taps). */
+static void dwn_row_taps(const struct relvm_conv2d_shape *s, const float *image, const float *wt,
+                         int64_t oy, int64_t ox0, int64_t ox1, int64_t *nt, const float **in,
+                         const float **wts) {
+    const int64_t taps = s->kh * s->kw, C = s->c;
+    for (int64_t ox = ox0; ox < ox1; ++ox) {
+        int64_t n = 0;
+        const float **pin = in + (ox - ox0) * taps, **pw = wts + (ox - ox0) * taps;
+        for (int64_t i = 0; i < s->kh; ++i) {
+            const int64_t iy = oy * s->sh - s->pt + i * s->dh;
+            if (iy < 0 || iy >= s->h) continue;
+            for (int64_t j = 0; j < s->kw; ++j) {
+                const int64_t ix = ox * s->sw - s->pl + j * s->dw;
+                if (ix < 0 || ix >= s->w) continue;
+                pin[n] = image + (iy * s->w + ix) * C;
+                pw[n] = wt + (i * s->kw + j) * C;
+                ++n;
+            }
+        }
+        nt[ox - ox0] = n;
+    }
+}
+
+/* Channels fewer than a vector: one at a time. */
+static void dwn_pixels_narrow(int64_t count, const int64_t *nt, const float *const *in,
+                              const float *const *wt, int64_t taps, int64_t C, const float *bias,
+                              const float *clamp, float *out) {
+    for (int64_t q = 0; q < count; ++q)
+        for (int64_t c = 0; c < C; ++c) {
+            float acc = bias ? bias[c] : 0.0f;
+            for (int64_t t = 0; t < nt[q]; ++t) acc += wt[q * taps + t][c] * in[q * taps + t][c];
+            if (clamp) {
+                if (acc < clamp[0]) acc = clamp[0];
+                if (acc > clamp[1]) acc = clamp[1];
+            }
+            out[q * C + c] = acc;
+        }
+}
+
+/* Item q is band q % bands of image q / bands. */
+static void dwn_tasks(void *ctx, int64_t begin, int64_t end) {
+    struct dwn_job *j = ctx;
+    const struct relvm_conv2d_shape *s = j->s;
+    const int64_t taps = s->kh * s->kw, C = s->c, bands = (s->oh + j->band - 1) / j->band;
+    const struct dwn_kernels k = dwn_kernels();
+    const int narrow = C < k.width;
+    dwn_pixels_fn *pixels = narrow ? dwn_pixels_narrow : k.pixels;
+    /* The output columns whose taps all read inside the image (on a row whose taps do). */
+    int64_t xa = 0, xb = s->ow;
+    for (int64_t jj = 0; jj < s->kw; ++jj) {
+        int64_t lo, hi;
+        tap_columns(s, jj, &lo, &hi);
+        xa = relvm_max64(xa, lo);
+        xb = relvm_min64(xb, hi);
+    }
+    const int interior = !narrow && xb > xa;
+    /* The interior's tap offsets (int64s), then per pixel of a row: its tap count, then its
+     * taps' input and weight pointers. */
+    const int64_t words = taps + s->ow + 2 * s->ow * taps;
+    float *buf = relvm_conv_scratch_floats((size_t)(2 * words));
+    if (!buf) {
+        j->failed = 1;
+        return;
+    }
+    int64_t *off = (int64_t *)(void *)buf;
+    int64_t *nt = off + taps;
+    const float **in = (const float **)(void *)(nt + s->ow);
+    const float **wts = in + s->ow * taps;
+    for (int64_t i = 0; i < s->kh; ++i)
+        for (int64_t jj = 0; jj < s->kw; ++jj)
+            off[i * s->kw + jj] = (i * s->dh * s->w + jj * s->dw) * C;
+    for (int64_t q = begin; q < end; ++q) {
+        const int64_t n = q / bands, oy0 = q % bands * j->band;
+        const int64_t oy1 = relvm_min64(s->oh, oy0 + j->band);
+        const float *image = j->x + n * s->h * s->w * C;
+        for (int64_t oy = oy0; oy < oy1; ++oy) {
+            const int64_t at = ((n * s->oh + oy) * s->ow) * C, iy0 = oy * s->sh - s->pt;
+            float *yrow = j->y + at;
+            const int rows_inside = iy0 >= 0 && iy0 + (s->kh - 1) * s->dh < s->h;
+            const int fast = rows_inside && interior;
+            const int64_t a = fast ? xa : s->ow, b = fast ? xb : s->ow;
+            if (a > 0) { /* the left border (or the whole row) */
+                dwn_row_taps(s, image, j->wt, oy, 0, a, nt, in, wts);
+                pixels(a, nt, in, wts, taps, C, j->bias, j->clamp, yrow);
+            }
+            if (b > a)
+                k.inner(b - a, image + (iy0 * s->w + a * s->sw - s->pl) * C, s->sw * C, off,
+                        j->wt, taps, C, j->bias, j->clamp, yrow + a * C);
+            if (s->ow > b) { /* the right border */
+                dwn_row_taps(s, image, j->wt, oy, b, s->ow, nt, in, wts);
+                pixels(s->ow - b, nt, in, wts, taps, C, j->bias, j->clamp, yrow + b * C);
+            }
+            if (j->post) j->post(j->post_ctx, at, 1, s->ow * C, s->ow * C);
+        }
+    }
+}
+
+/* w (C, 1, kh, kw) tap-major: packed[t * C + c] = w[c][t]. */
+static void dwn_pack(const struct relvm_conv2d_shape *s, const float *w, float *packed) {
+    const int64_t taps = s->kh * s->kw;
+    for (int64_t c = 0; c < s->c; ++c)
+        for (int64_t t = 0; t < taps; ++t) packed[t * s->c + c] = w[c * taps + t];
+}
+
+static int dwn_conv(const struct relvm_conv2d_shape *s, const float *x, const float *wt,
+                    float *y, const float *bias, const float *clamp, relvm_block_fn *post,
+                    void *post_ctx) {
+    const int64_t row_work = relvm_max64(1, s->ow * s->c * s->kh * s->kw);
+    const int64_t band = relvm_max64(1, relvm_min64(s->oh, RELVM_GRAIN / row_work));
+    struct dwn_job j = {s, x, wt, bias, clamp, y, post, post_ctx, band, 0};
+    const int64_t bands = (s->oh + band - 1) / band;
+    relvm_parallel_for(s->n * bands, 1, dwn_tasks, &j);
+    return j.failed ? RELVM_NO_MEMORY : RELVM_OK;
+}
+
+/* --- GEMM form -------------------------------------------------------------------------- */
+
+struct nhwc_job {
+    const struct relvm_conv2d_shape *s;
+    const float *x, *wp, *bias, *clamp;
+    float *y;
+    relvm_block_fn *post;
+    void *post_ctx;
+    pg_rpanel_fn *fn;               /* the tile, A read in place */
+    uint64_t call;                  /* numbers the call (the packed chunk a thread keeps) */
+    int64_t icg, ocg, taps, k;      /* k = taps * icg, one group's */
+    int64_t panels;                 /* panels of 32 output channels per group */
+    int flat;                       /* a 1x1 conv of stride 1, no padding: A is x itself */
+    int unroll;                     /* rows unrolled (few input channels per group) */
+    int pack;                       /* (flat) A packed (relvm_pgemm_pack_rows) per chunk */
+    int64_t chunk, chunks;          /* pixels (flat) or output rows (a band) per task */
+    int panel_major;                /* tasks panel by panel (else chunk by chunk) */
+    _Atomic int failed;
+};
+
+static int64_t nhwc_panels(const struct relvm_conv2d_shape *s) {
+    return (s->oc / s->groups + PG_PANEL - 1) / PG_PANEL;
+}
+
+/* w (oc, icg, kh, kw) as GEMM panels: group g's panel q is taps * icg rows (tap-major, then
+ * input channel) of PG_PANEL output channels, zero past the group's channels. */
+static void nhwc_pack(const struct relvm_conv2d_shape *s, const float *w, float *packed) {
+    const int64_t icg = s->c / s->groups, ocg = s->oc / s->groups, taps = s->kh * s->kw;
+    const int64_t panels = nhwc_panels(s), k = taps * icg;
+    for (int64_t g = 0; g < s->groups; ++g)
+        for (int64_t q = 0; q < panels; ++q) {
+            float *panel = packed + (g * panels + q) * k * PG_PANEL;
+            for (int64_t t = 0; t < taps; ++t)
+                for (int64_t ic = 0; ic < icg; ++ic) {
+                    float *row = panel + (t * icg + ic) * PG_PANEL;
+                    for (int64_t col = 0; col < PG_PANEL; ++col) {
+                        const int64_t o = q * PG_PANEL + col;
+                        row[col] = o < ocg ? w[((g * ocg + o) * icg + ic) * taps + t] : 0.0f;
+                    }
+                }
+        }
+}
+
+/* The epilogue of group g's panels; with `fetch`, the tile fetches the next panel's rows as
+ * it reads its own (weights from memory, a large model's, stream behind the arithmetic). */
+static struct pg_epilogue nhwc_epilogue(const struct nhwc_job *j, int64_t g, int fetch) {
+    const struct pg_epilogue e = {NULL, j->bias ? j->bias + g * j->ocg : NULL, j->clamp != NULL,
+                                  j->clamp ? j->clamp[0] : 0.0f, j->clamp ? j->clamp[1] : 0.0f,
+                                  NULL, fetch ? j->k * PG_PANEL : 0};
+    return e;
+}
+
+/* Tap t of output row oy (image at the group's first channel) against panel q: its pixels,
+ * those whose tap reads inside the image, as one GEMM of k = icg, with `part`. */
+static void nhwc_tap(const struct nhwc_job *j, const struct pg_epilogue *e, const float *image,
+                     int64_t oy, int64_t q, const float *panel, float *yrow, int64_t cols,
+                     int64_t t, int part) {
+    const struct relvm_conv2d_shape *s = j->s;
+    const int64_t i = t / s->kw, jj = t % s->kw, iy = oy * s->sh - s->pt + i * s->dh;
+    if (iy < 0 || iy >= s->h) return;
+    int64_t lo, hi;
+    tap_columns(s, jj, &lo, &hi);
+    if (lo >= hi) return;
+    const int64_t ix = lo * s->sw - s->pl + jj * s->dw;
+    j->fn(hi - lo, j->icg, image + (iy * s->w + ix) * s->c, s->sw * s->c,
+          panel + t * j->icg * PG_PANEL, yrow + lo * s->oc, s->oc, cols, e, 0, q * PG_PANEL,
+          part);
+}
+
+/* Output row oy of image n, pixels [0, ow), against panel q of group g: each tap's pixels
+ * over their range, summed in y's row. A tap that covers the whole row goes first and starts
+ * the sums (if none does, the row is cleared and every tap adds to it); another such tap goes
+ * last and runs the epilogue, else a pass of k = 0 over the sums does. */
+static void nhwc_row_taps(const struct nhwc_job *j, const struct pg_epilogue *e, int64_t n,
+                          int64_t oy, int64_t g, int64_t q, const float *panel, float *yrow,
+                          int64_t cols) {
+    const struct relvm_conv2d_shape *s = j->s;
+    const int64_t C = s->c, icg = j->icg, lda = s->sw * C;
+    const float *image = j->x + n * s->h * s->w * C + g * icg;
+    int64_t first = -1, last = -1; /* taps (i * kw + j) covering the whole row */
+    for (int64_t i = 0; i < s->kh; ++i) {
+        const int64_t iy = oy * s->sh - s->pt + i * s->dh;
+        if (iy < 0 || iy >= s->h) continue;
+        for (int64_t jj = 0; jj < s->kw; ++jj) {
+            int64_t lo, hi;
+            tap_columns(s, jj, &lo, &hi);
+            if (lo == 0 && hi == s->ow) {
+                if (first < 0)
+                    first = i * s->kw + jj;
+                else
+                    last = i * s->kw + jj;
+            }
+        }
+    }
+    if (first < 0)
+        for (int64_t ox = 0; ox < s->ow; ++ox)
+            memset(yrow + ox * s->oc, 0, (size_t)cols * sizeof(float));
+    const int64_t taps = j->taps;
+    if (first >= 0) nhwc_tap(j, e, image, oy, q, panel, yrow, cols, first, taps == 1 ? 0 : 1);
+    for (int64_t t = 0; t < taps; ++t)
+        if (t != first && t != last) nhwc_tap(j, e, image, oy, q, panel, yrow, cols, t, 2);
+    if (last >= 0)
+        nhwc_tap(j, e, image, oy, q, panel, yrow, cols, last, 3);
+    else if (!(first >= 0 && taps == 1)) /* the epilogue: k = 0 from the sums */
+        j->fn(s->ow, 0, image, lda, panel, yrow, s->oc, cols, e, 0, q * PG_PANEL, 3);
+}
+
+/* Pixels [ox0, ox0 + count) of output row oy unrolled into `row` (pixels x k, k = taps * icg,
+ * tap-major as the panels are; zeros for padding). */
+static void nhwc_unroll(const struct nhwc_job *j, int64_t n, int64_t oy, int64_t g, float *row,
+                        int64_t ox0, int64_t count) {
+    const struct relvm_conv2d_shape *s = j->s;
+    const int64_t C = s->c, icg = j->icg;
+    const float *image = j->x + n * s->h * s->w * C + g * icg;
+    float *dst = row;
+    for (int64_t p = 0; p < count; ++p) {
+        const int64_t ox = ox0 + p;
+        for (int64_t i = 0; i < s->kh; ++i) {
+            const int64_t iy = oy * s->sh - s->pt + i * s->dh;
+            for (int64_t jj = 0; jj < s->kw; ++jj, dst += icg) {
+                const int64_t ix = ox * s->sw - s->pl + jj * s->dw;
+                if (iy < 0 || iy >= s->h || ix < 0 || ix >= s->w) {
+                    for (int64_t c = 0; c < icg; ++c) dst[c] = 0.0f;
+                } else { /* a few floats: a loop, not a call to memcpy */
+                    const float *from = image + (iy * s->w + ix) * C;
+                    for (int64_t c = 0; c < icg; ++c) dst[c] = from[c];
+                }
+            }
+        }
+    }
+}
+
+/* Unrolled rows: task t is chunk t / groups (a band of output rows) of group t % groups, every
+ * panel of the group against each row while it is unrolled. */
+static void nhwc_unrolled_tasks(void *ctx, int64_t begin, int64_t end) {
+    struct nhwc_job *j = ctx;
+    const struct relvm_conv2d_shape *s = j->s;
+    const int64_t k = j->taps * j->icg, span = relvm_min64(NHWC_UNROLL_PIXELS, s->ow);
+    float *row = relvm_conv_scratch_floats((size_t)(span * k));
+    if (!row) {
+        j->failed = 1;
+        return;
+    }
+    const int64_t bands = (s->oh + j->chunk - 1) / j->chunk;
+    for (int64_t t = begin; t < end; ++t) {
+        const int64_t chunk = t / s->groups, g = t % s->groups;
+        const int64_t n = chunk / bands, oy0 = chunk % bands * j->chunk;
+        const int64_t oy1 = relvm_min64(s->oh, oy0 + j->chunk);
+        const struct pg_epilogue e = nhwc_epilogue(j, g, 0);
+        for (int64_t oy = oy0; oy < oy1; ++oy) {
+            const int64_t at = (n * s->oh + oy) * s->ow * s->oc + g * j->ocg;
+            for (int64_t ox0 = 0; ox0 < s->ow; ox0 += span) {
+                const int64_t count = relvm_min64(span, s->ow - ox0);
+                nhwc_unroll(j, n, oy, g, row, ox0, count);
+                for (int64_t q = 0; q < j->panels; ++q)
+                    j->fn(count, k, row, k, j->wp + (g * j->panels + q) * k * PG_PANEL,
+                          j->y + at + ox0 * s->oc + q * PG_PANEL, s->oc,
+                          relvm_min64(PG_PANEL, j->ocg - q * PG_PANEL), &e, 0, q * PG_PANEL, 0);
+            }
+            if (j->post) j->post(j->post_ctx, at, s->ow, j->ocg, s->oc);
+        }
+    }
+}
+
+/* Task t (not flat, rows read tap by tap): band t % chunks of panel t / chunks (panel-major)
+ * or the reverse; a panel is (group, panel of the group). */
+static void nhwc_band_tasks(void *ctx, int64_t begin, int64_t end) {
+    struct nhwc_job *j = ctx;
+    const struct relvm_conv2d_shape *s = j->s;
+    const int64_t all_panels = s->groups * j->panels;
+    const int64_t bands = (s->oh + j->chunk - 1) / j->chunk;
+    for (int64_t t = begin; t < end; ++t) {
+        const int64_t chunk = j->panel_major ? t % j->chunks : t / all_panels;
+        const int64_t gq = j->panel_major ? t / j->chunks : t % all_panels;
+        const int64_t g = gq / j->panels, q = gq % j->panels;
+        const int64_t cols = relvm_min64(PG_PANEL, j->ocg - q * PG_PANEL);
+        const float *panel = j->wp + gq * j->k * PG_PANEL;
+        const struct pg_epilogue e = nhwc_epilogue(j, g, chunk == 0 && gq + 1 < all_panels);
+        const int64_t col = g * j->ocg + q * PG_PANEL;
+        const int64_t n = chunk / bands, oy0 = chunk % bands * j->chunk;
+        const int64_t oy1 = relvm_min64(s->oh, oy0 + j->chunk);
+        for (int64_t oy = oy0; oy < oy1; ++oy) {
+            const int64_t at = (n * s->oh + oy) * s->ow * s->oc + col;
+            nhwc_row_taps(j, &e, n, oy, g, q, panel, j->y + at, cols);
+            if (j->post) j->post(j->post_ctx, at, s->ow, cols, s->oc);
+        }
+    }
+}
+
+/* What this thread's scratch holds for call `call`: group g's pixels of chunk `chunk`,
+ * packed. The pool hands a thread its tasks in several runs: it is kept from run to run. */
+static _Thread_local struct {
+    uint64_t call;
+    const float *scratch;
+    int64_t g, chunk;
+} nhwc_held;
+
+/* The flat GEMM (a 1x1 conv of stride 1, no padding: output pixels x input channels, all
+ * images one run of pixels). Task t: panel-major, panel t / chunks of chunk t % chunks;
+ * chunk-major, every panel of chunk t / groups for group t % groups. With few input channels
+ * (a short k loop) and a chunk serving several panels, the chunk's pixels are packed once
+ * (relvm_pgemm_pack_rows: a k step's broadcasts through one pointer; read in place, each tile
+ * computed a pointer per row of A, and a k of 16 or 24 ran 1.2-1.4x slower). */
+static void nhwc_flat_tasks(void *ctx, int64_t begin, int64_t end) {
+    struct nhwc_job *j = ctx;
+    const struct relvm_conv2d_shape *s = j->s;
+    const int64_t all_panels = s->groups * j->panels, pixels = s->n * s->h * s->w;
+    float *scratch = NULL;
+    if (j->pack) {
+        scratch = relvm_conv_scratch_floats((size_t)(j->chunk * j->icg));
+        if (!scratch) {
+            j->failed = 1;
+            return;
+        }
+    }
+    pg_panel_fn *packed_fn = relvm_pgemm_panel_kernel();
+    for (int64_t t = begin; t < end; ++t) {
+        const int64_t chunk = j->panel_major ? t % j->chunks : t / s->groups;
+        const int64_t first = j->panel_major ? t / j->chunks : t % s->groups * j->panels;
+        const int64_t count = j->panel_major ? 1 : j->panels; /* panels this task runs */
+        const int64_t g = first / j->panels;
+        const int64_t p0 = chunk * j->chunk, m = relvm_min64(j->chunk, pixels - p0);
+        const float *a = j->x + p0 * s->c + g * j->icg;
+        if (j->pack) {
+            const int held = nhwc_held.call == j->call && nhwc_held.scratch == scratch &&
+                             nhwc_held.g == g && nhwc_held.chunk == chunk;
+            if (!held) relvm_pgemm_pack_rows(m, j->icg, a, s->c, scratch);
+            nhwc_held.call = j->call;
+            nhwc_held.scratch = scratch;
+            nhwc_held.g = g;
+            nhwc_held.chunk = chunk;
+        }
+        for (int64_t gq = first; gq < first + count; ++gq) {
+            const int64_t q = gq % j->panels, col = g * j->ocg + q * PG_PANEL;
+            const int64_t cols = relvm_min64(PG_PANEL, j->ocg - q * PG_PANEL);
+            const struct pg_epilogue e = nhwc_epilogue(j, g, chunk == 0 && gq + 1 < all_panels);
+            const float *panel = j->wp + gq * j->k * PG_PANEL;
+            float *y = j->y + p0 * s->oc + col;
+            if (j->pack)
+                packed_fn(m, j->k, scratch, PG_A_PACKED, panel, y, s->oc, cols, &e, 0,
+                          q * PG_PANEL);
+            else
+                j->fn(m, j->k, a, s->c, panel, y, s->oc, cols, &e, 0, q * PG_PANEL, 0);
+            if (j->post && count == 1) j->post(j->post_ctx, p0 * s->oc + col, m, cols, s->oc);
+        }
+        /* a chunk's every panel: the fused rest over whole rows of channels (a post call per
+         * panel ran 32-float rows, and its loop's setup per row cost more than the SiLU) */
+        if (j->post && count > 1)
+            j->post(j->post_ctx, p0 * s->oc + g * j->ocg, m, j->ocg, s->oc);
+    }
+}
+
+static _Atomic uint64_t nhwc_calls;
+
+static int nhwc_gemm(const struct relvm_conv2d_shape *s, const float *x, const float *wp,
+                     float *y, const float *bias, const float *clamp, relvm_block_fn *post,
+                     void *post_ctx) {
+    struct nhwc_job j = {s, x, wp, bias, clamp, y, post, post_ctx, relvm_pgemm_rpanel_kernel(),
+                         atomic_fetch_add(&nhwc_calls, 1) + 1, s->c / s->groups,
+                         s->oc / s->groups, s->kh * s->kw, 0, nhwc_panels(s), 0, 0, 0, 0, 0,
+                         0, 0};
+    j.k = j.taps * j.icg;
+    j.flat = s->kh == 1 && s->kw == 1 && s->sh == 1 && s->sw == 1 && s->pt == 0 &&
+             s->pl == 0 && s->oh == s->h && s->ow == s->w;
+    j.unroll = !j.flat && j.icg < NHWC_DIRECT_MIN_IC && j.taps > 1;
+    const int64_t tile = relvm_pgemm_tile_rows(), threads = relvm_threads_get();
+    const int64_t k = relvm_max64(1, j.k), panels = s->groups * j.panels;
+    const int64_t weight_bytes = panels * k * PG_PANEL * (int64_t)sizeof(float);
+    /* A task's input (the A it streams) kept to about 128 KB, in whole tiles of pixels. */
+    const int64_t per_pixel = relvm_max64(1, j.flat ? j.icg : s->sw * j.icg * s->kh);
+    int64_t pixels = relvm_max64(4 * tile, (32 << 10) / per_pixel / tile * tile);
+    if (j.flat) { /* and at least two chunks a thread, where there are pixels enough */
+        const int64_t total = s->n * s->h * s->w, want = 2 * threads;
+        const int64_t even = (total + want - 1) / want;
+        pixels = relvm_max64(tile, relvm_min64(pixels, (even + tile - 1) / tile * tile));
+        j.chunk = pixels;
+        j.chunks = (total + pixels - 1) / pixels;
+    } else {
+        j.chunk = relvm_max64(1, relvm_min64(s->oh, pixels / relvm_max64(1, s->ow)));
+        j.chunks = s->n * ((s->oh + j.chunk - 1) / j.chunk);
+    }
+    /* Panel by panel (each panel's weights read once, the input once per panel) when the
+     * weights are large (from memory in a large model) or there are too few chunks to share
+     * out; else chunk by chunk (the weights, in L2, once per chunk; each output pixel's
+     * channels written together: a 1x1 conv of 64 -> 256 channels over 56 x 56 pixels ran 1.3x
+     * slower panel by panel, its output written in 32-channel stripes). */
+    j.panel_major = panels > 1 &&
+                    (weight_bytes > (512 << 10) || j.chunks * s->groups < 2 * threads);
+    j.pack = j.flat && j.icg <= 64 && !j.panel_major;
+    if (j.unroll) {
+        const int64_t fmas = relvm_max64(1, j.chunk * s->ow * j.ocg * k);
+        relvm_parallel_for(j.chunks * s->groups, relvm_max64(1, PG_GRAIN_FMAS / fmas),
+                           nhwc_unrolled_tasks, &j);
+    } else {
+        const int64_t per = j.flat ? j.chunk : j.chunk * s->ow;
+        const int64_t fmas = relvm_max64(1, per * PG_PANEL * k);
+        const int64_t tasks = j.flat && !j.panel_major ? j.chunks * s->groups
+                                                       : j.chunks * panels;
+        relvm_parallel_for(tasks, relvm_max64(1, PG_GRAIN_FMAS / fmas),
+                           j.flat ? nhwc_flat_tasks : nhwc_band_tasks, &j);
+    }
+    return j.failed ? RELVM_NO_MEMORY : RELVM_OK;
+}
+
+/* --- entry points ---------------------------------------------------------------------- */
+
+RELVM_EXPORT int64_t relvm_conv2d_nhwc_packed_size(const struct relvm_conv2d_shape *s) {
+    if (!valid_shape(s) || s->c == 0) return 0;
+    if (nhwc_depthwise(s)) return s->kh * s->kw * s->c;
+    return s->groups * nhwc_panels(s) * s->kh * s->kw * (s->c / s->groups) * PG_PANEL;
+}
+
+RELVM_EXPORT void relvm_conv2d_nhwc_pack_weights(const struct relvm_conv2d_shape *s,
+                                                 const void *w, void *packed) {
+    if (!valid_shape(s) || s->c == 0) return;
+    if (nhwc_depthwise(s))
+        dwn_pack(s, w, packed);
+    else
+        nhwc_pack(s, w, packed);
+}
+
+RELVM_EXPORT int relvm_conv2d_nhwc(int dtype, const struct relvm_conv2d_shape *s, const void *x,
+                                   const void *w, void *y_, const void *bias_,
+                                   const float *clamp, const void *wpacked,
+                                   relvm_block_fn *post, void *post_ctx) {
+    if (dtype != RELVM_FLOAT32 || !valid_shape(s)) return RELVM_UNSUPPORTED;
+    float *y = y_;
+    const float *bias = bias_;
+    const int64_t pixels = s->n * s->oh * s->ow, total = pixels * s->oc;
+    if (total == 0) return RELVM_OK;
+    if (s->c == 0) { /* no input channels: every output is its bias, clamped */
+        for (int64_t p = 0; p < pixels; ++p)
+            for (int64_t o = 0; o < s->oc; ++o) {
+                float v = bias ? bias[o] : 0.0f;
+                if (clamp) {
+                    if (v < clamp[0]) v = clamp[0];
+                    if (v > clamp[1]) v = clamp[1];
+                }
+                y[p * s->oc + o] = v;
+            }
+        if (post) post(post_ctx, 0, 1, total, total);
+        return RELVM_OK;
+    }
+    /* Weights that are not packed ahead (not a constant) are packed for this call. */
+    float *own = NULL;
+    if (!wpacked) {
+        const int64_t size = relvm_conv2d_nhwc_packed_size(s);
+        own = aligned_alloc(64, (size_t)((size * (int64_t)sizeof(float) + 63) / 64 * 64));
+        if (!own) return RELVM_NO_MEMORY;
+        relvm_conv2d_nhwc_pack_weights(s, w, own);
+        wpacked = own;
+    }
+    const int status = nhwc_depthwise(s)
+                           ? dwn_conv(s, x, wpacked, y, bias, clamp, post, post_ctx)
+                           : nhwc_gemm(s, x, wpacked, y, bias, clamp, post, post_ctx);
+    free(own);
+    return status;
+}
