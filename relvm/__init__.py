@@ -63,11 +63,13 @@ def parse(text: str, constants: Any = None, *, source_name: str | None = None):
     return _parse(text, constants=constants, source_name=source_name)
 
 
-def build(module, params=None, *, upper_bounds=None, backend: str = "c", fuse: bool = True):
+def build(module, params=None, *, upper_bounds=None, backend: str = "c", fuse: bool = True,
+          channels_last: bool = True):
     """Compile a module into an Executable; see :func:`relvm.compiler.build`."""
     from .compiler import build as _build
 
-    return _build(module, params, upper_bounds=upper_bounds, backend=backend, fuse=fuse)
+    return _build(module, params, upper_bounds=upper_bounds, backend=backend, fuse=fuse,
+                  channels_last=channels_last)
 
 
 def print_module(module) -> str:

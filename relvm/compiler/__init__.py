@@ -35,7 +35,7 @@ CODEGEN_BACKENDS = ("c",)
 
 def build(module: Module, params: Mapping[str, Any] | None = None, *,
           upper_bounds: Mapping[str, int] | None = None, backend: str = "c",
-          fuse: bool = True) -> Executable:
+          fuse: bool = True, channels_last: bool = True) -> Executable:
     """Compile a module into an :class:`Executable` that runs for every value of its dims.
 
     Parameters
@@ -55,6 +55,10 @@ def build(module: Module, params: Mapping[str, Any] | None = None, *,
     fuse : bool
         Fuse elementwise chains and epilogues into their producers (default). ``False`` keeps
         one kernel per op: results are the same, ``exe.bytecode`` shows every op.
+    channels_last : bool
+        Run the float32 convs of regions with depthwise convs (mobile CNNs) on NHWC data, with
+        transposes at the regions' edges (default; ``passes/layout.py``). ``False`` keeps every
+        conv NCHW, as the model has it: results are the same up to the order of float sums.
 
     Returns
     -------
@@ -75,7 +79,8 @@ def build(module: Module, params: Mapping[str, Any] | None = None, *,
         infer_module(module)
     _check_bound_names(module, bounds)
     bound = _bind_params(module, dict(params or {}))
-    return run_with_deep_stack(lambda: _compile(module, bound, bounds, backend, fuse))
+    return run_with_deep_stack(lambda: _compile(module, bound, bounds, backend, fuse,
+                                                channels_last))
 
 
 def _check_backend_has_kernels(backend: str, program: Program) -> None:
@@ -178,8 +183,10 @@ def stage(name: str):
     log.info("%s: %.1f ms", name, (time.perf_counter() - start) * 1e3)
 
 
-def optimize(module: Module, bound: dict[int, np.ndarray], fuse: bool) -> Module:
-    """The build-time passes, in order: bind params, fold, fuse. Returns a typed module."""
+def optimize(module: Module, bound: dict[int, np.ndarray], fuse: bool,
+             channels_last: bool = False) -> Module:
+    """The build-time passes, in order: bind params, fold, (channels last,) fuse. Returns a
+    typed module."""
     from ..passes import fold
     from ..passes.bind_params import bind_params
     from ..passes.fuse import fuse as fuse_ops
@@ -191,6 +198,11 @@ def optimize(module: Module, bound: dict[int, np.ndarray], fuse: bool) -> Module
         module = infer_module(fold.fold_constants(fold.fold_batch_norm(module)))
         # After folding, so that weights made by folding (a transposed constant) count too.
         module = infer_module(fold.simplify(module))
+    if channels_last:
+        from ..passes.layout import channels_last as to_channels_last
+
+        with stage("convs to channels last"):
+            module = infer_module(to_channels_last(module))
     if fuse:
         with stage("fuse"):
             module = infer_module(fuse_ops(module))
@@ -198,8 +210,8 @@ def optimize(module: Module, bound: dict[int, np.ndarray], fuse: bool) -> Module
 
 
 def _compile(module: Module, bound: dict[int, np.ndarray], bounds: dict[str, int],
-             backend: str, fuse: bool) -> Executable:
-    module = optimize(module, bound, fuse)
+             backend: str, fuse: bool, channels_last: bool) -> Executable:
+    module = optimize(module, bound, fuse, channels_last)
     program = Program(codegen=backend in CODEGEN_BACKENDS)
     for i, name in enumerate(module.functions):
         program.function_index[name] = i

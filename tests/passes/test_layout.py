@@ -1,0 +1,158 @@
+"""The channels-last pass (relvm/passes/layout.py): which convs go NHWC, where the transposes
+are, what follows the convs into NHWC, and that the numbers are the NCHW build's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import relvm
+from relvm.compiler import optimize
+from relvm.ir.nodes import Call, post_order
+from relvm.passes.layout import regions_with_depthwise
+from relvm.passes.type_infer import infer_module
+
+# An inverted residual block with a squeeze-and-excitation scale and SiLU (MobileNetV3 /
+# EfficientNet), then the input concatenated to the result along the channels.
+MOBILE = """def @main(%x: Tensor[(n, 16, 10, 10), float32], %w1: Tensor[(48, 16, 1, 1), float32],
+          %b1: Tensor[(48), float32], %w2: Tensor[(48, 1, 3, 3), float32],
+          %b2: Tensor[(48), float32], %w3: Tensor[(48, 48, 1, 1), float32],
+          %w4: Tensor[(16, 48, 1, 1), float32], %s: Tensor[(16, 1, 1), float32]) {
+  %0 = nn.conv2d(%x, %w1, channels=48, kernel_size=[1, 1]);
+  %1 = nn.bias_add(%0, %b1);
+  %2 = clip(%1, a_min=0f, a_max=6f);
+  %3 = nn.conv2d(%2, %w2, padding=[1, 1], groups=48, channels=48, kernel_size=[3, 3]);
+  %4 = nn.bias_add(%3, %b2);
+  %5 = sigmoid(%4);
+  %6 = multiply(%4, %5);
+  %7 = nn.global_avg_pool2d(%6);
+  %8 = nn.conv2d(%7, %w3, channels=48, kernel_size=[1, 1]);
+  %9 = sigmoid(%8);
+  %10 = multiply(%6, %9);
+  %11 = nn.conv2d(%10, %w4, channels=16, kernel_size=[1, 1]);
+  %12 = multiply(%11, %s);
+  %13 = add(%12, %x);
+  %14 = (%13, %x);
+  concatenate(%14, axis=1)
+}"""
+
+# Dense 3x3 convs only (a ResNet's): no region with a depthwise conv, so nothing changes.
+DENSE = """def @main(%x: Tensor[(n, 8, 12, 12), float32], %w1: Tensor[(16, 8, 3, 3), float32],
+          %w2: Tensor[(16, 16, 3, 3), float32]) {
+  %0 = nn.conv2d(%x, %w1, padding=[1, 1]);
+  %1 = nn.relu(%0);
+  %2 = nn.conv2d(%1, %w2, padding=[1, 1]);
+  nn.relu(%2)
+}"""
+
+# A model's first conv on its RGB image, then a depthwise conv: the first stays NCHW (3 input
+# channels) and its output is transposed once.
+STEM = """def @main(%x: Tensor[(n, 3, 16, 16), float32], %w1: Tensor[(8, 3, 3, 3), float32],
+          %w2: Tensor[(8, 1, 3, 3), float32]) {
+  %0 = nn.conv2d(%x, %w1, strides=[2, 2], padding=[1, 1]);
+  %1 = nn.relu(%0);
+  %2 = nn.conv2d(%1, %w2, padding=[1, 1], groups=8);
+  nn.relu(%2)
+}"""
+
+
+def _calls(module) -> list[Call]:
+    return [n for n in post_order(module.functions["main"].body)
+            if isinstance(n, Call) and hasattr(n.op, "name")]
+
+
+def _optimized(text: str, channels_last: bool = True):
+    return optimize(relvm.parse(text), {}, fuse=False, channels_last=channels_last)
+
+
+def _layouts(module) -> list[str]:
+    return [c.attrs.data_layout for c in _calls(module) if c.op.name == "nn.conv2d"]
+
+
+def _ops(module) -> list[str]:
+    return [c.op.name for c in _calls(module)]
+
+
+def test_mobile_block_goes_channels_last_between_two_transposes():
+    m = _optimized(MOBILE)
+    assert _layouts(m) == ["NHWC"] * 4
+    ops = _ops(m)
+    # x into NHWC once (read by the first conv, the residual add and the concatenation), the
+    # (16, 1, 1) scale grown to rank 4 and into NHWC, the result back to NCHW once; the pool
+    # became a mean over H and W
+    transposes = sorted(tuple(c.attrs.axes) for c in _calls(m) if c.op.name == "transpose")
+    assert transposes == [(0, 2, 3, 1), (0, 2, 3, 1), (0, 3, 1, 2)]
+    assert ops.count("expand_dims") == 1
+    assert "nn.global_avg_pool2d" not in ops and "mean" in ops
+    concat = next(c for c in _calls(m) if c.op.name == "concatenate")
+    assert concat.attrs.axis == 3
+    bias_axes = {c.attrs.axis for c in _calls(m) if c.op.name == "nn.bias_add"}
+    assert bias_axes == {3}
+    # the (16, 1, 1) scale, an NCHW broadcast along the channels, is now one along the last
+    # axis: (1, 1, 1, 16)
+    scales = [tuple(c.args[1].checked_type.shape) for c in _calls(m) if c.op.name == "multiply"]
+    assert (1, 1, 1, 16) in scales
+    assert tuple(m.functions["main"].checked_type.ret.shape[1:]) == (32, 10, 10)
+
+
+def test_dense_convs_stay_nchw():
+    m = _optimized(DENSE)
+    assert _layouts(m) == ["NCHW", "NCHW"]
+    assert "transpose" not in _ops(m)
+    assert regions_with_depthwise(infer_module(relvm.parse(DENSE))) == set()
+
+
+def test_rgb_stem_stays_nchw_and_its_output_is_transposed_once():
+    m = _optimized(STEM)
+    assert _layouts(m) == ["NCHW", "NHWC"]
+    ops = _ops(m)
+    assert ops.count("transpose") == 2  # the stem's output in, the result out
+
+
+def test_channels_last_off_changes_nothing():
+    m = _optimized(MOBILE, channels_last=False)
+    assert _layouts(m) == ["NCHW"] * 4
+    assert "transpose" not in _ops(m)
+
+
+def test_channels_last_module_prints_and_parses_back():
+    m = _optimized(MOBILE)
+    text = relvm.print_module(m)
+    assert 'data_layout="NHWC"' in text
+    again = infer_module(relvm.parse(text))
+    assert _layouts(again) == ["NHWC"] * 4
+    assert relvm.print_module(again) == text
+
+
+def _weights(seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    shapes = {"w1": (48, 16, 1, 1), "b1": (48,), "w2": (48, 1, 3, 3), "b2": (48,),
+              "w3": (48, 48, 1, 1), "w4": (16, 48, 1, 1), "s": (16, 1, 1)}
+    return {k: (rng.standard_normal(s) * 0.3).astype(np.float32) for k, s in shapes.items()}
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_channels_last_build_gives_the_nchw_numbers(n):
+    """The default build (C kernels, fusion, channels last) against the NCHW build and the
+    NumPy references, with the weights as constants (packed once) and a symbolic batch."""
+    params = _weights()
+    x = np.random.default_rng(n).standard_normal((n, 16, 10, 10)).astype(np.float32)
+    want = relvm.VirtualMachine(relvm.build(relvm.parse(MOBILE), params=params,
+                                            backend="numpy")).invoke("main", x)
+    for channels_last in (True, False):
+        exe = relvm.build(relvm.parse(MOBILE), params=params, channels_last=channels_last)
+        got = relvm.VirtualMachine(exe).invoke("main", x)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-4)
+    kernels = [k.name for k in exe.kernels]  # the NCHW build's: no transposes
+    assert not any(k.startswith("transpose") for k in kernels)
+
+
+def test_channels_last_build_saves_and_loads(tmp_path):
+    params = _weights(1)
+    exe = relvm.build(relvm.parse(MOBILE), params=params)
+    assert any(k.name.startswith("transpose") for k in exe.kernels)
+    exe.save(tmp_path / "m.rvm")
+    x = np.random.default_rng(7).standard_normal((2, 16, 10, 10)).astype(np.float32)
+    got = relvm.VirtualMachine(relvm.load(tmp_path / "m.rvm")).invoke("main", x)
+    want = relvm.VirtualMachine(exe).invoke("main", x)
+    assert np.array_equal(np.asarray(got), np.asarray(want))
