@@ -309,10 +309,11 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
         }                                                                                      \
         r += rows;                                                                             \
     }
-/* The tile for the block's height, two vectors of columns. */
-#define PG_SWITCH_FULL(INDIRECT, APACKED)                                                      \
+/* The tile for the block's height; with HALF, one vector of columns (half = 1: the other's
+ * multiply-adds are not run). */
+#define PG_ROWS(INDIRECT, APACKED, HALF)                                                       \
     {                                                                                          \
-        enum { half = 0 };                                                                     \
+        enum { half = HALF };                                                                  \
         switch (rows) {                                                                        \
             PG_CASE(INDIRECT, APACKED, 1) PG_CASE(INDIRECT, APACKED, 2)                        \
             PG_CASE(INDIRECT, APACKED, 3) PG_CASE(INDIRECT, APACKED, 4)                        \
@@ -320,21 +321,16 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
         default: break;                                                                        \
         }                                                                                      \
     }
+/* Two vectors of columns. */
+#define PG_SWITCH_FULL(INDIRECT, APACKED) PG_ROWS(INDIRECT, APACKED, 0)
 /* The same, or for a last panel of one vector of columns or fewer (a 16- or 24-channel layer,
- * 144 = 4.5 panels) a tile that runs only that vector's multiply-adds. Only the kernels an NHWC
- * conv or a dense layer use (panel, rpanel): each doubles the tiles compiled. */
+ * 144 = 4.5 panels) the half tile. Only the kernels an NHWC conv or a dense layer use (panel,
+ * rpanel): each doubles the tiles compiled. */
 #define PG_SWITCH_HALF(INDIRECT, APACKED)                                                      \
-    if (left > PG_VW) {                                                                        \
-        PG_SWITCH_FULL(INDIRECT, APACKED)                                                      \
-    } else {                                                                                   \
-        enum { half = 1 };                                                                     \
-        switch (rows) {                                                                        \
-            PG_CASE(INDIRECT, APACKED, 1) PG_CASE(INDIRECT, APACKED, 2)                        \
-            PG_CASE(INDIRECT, APACKED, 3) PG_CASE(INDIRECT, APACKED, 4)                        \
-            PG_MORE_CASES(INDIRECT, APACKED)                                                   \
-        default: break;                                                                        \
-        }                                                                                      \
-    }
+    if (left > PG_VW)                                                                          \
+        PG_ROWS(INDIRECT, APACKED, 0)                                                          \
+    else                                                                                       \
+        PG_ROWS(INDIRECT, APACKED, 1)
 #define PG_CASE(INDIRECT, APACKED, R)                                                          \
     case R:                                                                                    \
         PG_NAME(tile)(R, INDIRECT, APACKED, k, ab, lda, panel, b0, b1, off, col, cb, ldc,      \
@@ -392,6 +388,7 @@ static void PG_NAME(rpanel)(int64_t m, int64_t k, const float *a, int64_t lda,
 }
 
 #undef PG_PANEL_BODY
+#undef PG_ROWS
 #undef PG_SWITCH_FULL
 #undef PG_SWITCH_HALF
 #undef PG_CASE

@@ -47,13 +47,18 @@ def convs(draw):
     return (n, win.h, win.w, c), (oc, icg, win.kh, win.kw), attrs
 
 
-@SWEEP
-@given(conv=convs(), seed=st.integers(0, 2**32 - 1))
-def test_conv_nhwc_sweep(check, conv, seed):
+def _check_drawn(check, conv, seed):
+    """One drawn conv, C kernel against the NumPy reference."""
     data, weight, attrs = conv
     rng = np.random.default_rng(seed)
     check("nn.conv2d", attrs, [rng.uniform(-2, 2, data).astype(np.float32),
                                rng.uniform(-2, 2, weight).astype(np.float32)], **TOL)
+
+
+@SWEEP
+@given(conv=convs(), seed=st.integers(0, 2**32 - 1))
+def test_conv_nhwc_sweep(check, conv, seed):
+    _check_drawn(check, conv, seed)
 
 
 @st.composite
@@ -68,10 +73,7 @@ def pointwise(draw):
 @SWEEP
 @given(conv=pointwise(), seed=st.integers(0, 2**32 - 1))
 def test_conv_nhwc_pointwise_sweep(check, conv, seed):
-    data, weight, attrs = conv
-    rng = np.random.default_rng(seed)
-    check("nn.conv2d", attrs, [rng.uniform(-2, 2, data).astype(np.float32),
-                               rng.uniform(-2, 2, weight).astype(np.float32)], **TOL)
+    _check_drawn(check, conv, seed)
 
 
 # Mobile-network layers (NCHW shapes, run NHWC): depthwise 3x3 and 5x5, strided, over planes
