@@ -437,7 +437,7 @@ static _Thread_local struct {
 /* The flat GEMM (a 1x1 conv of stride 1, no padding: output pixels x input channels, all
  * images one run of pixels). Task t: panel-major, panel t / chunks of chunk t % chunks;
  * chunk-major, every panel of chunk t / groups for group t % groups. With few input channels
- * (a short k loop) and a chunk serving several panels, the chunk's pixels are packed once
+ * (a short k loop) and tasks chunk by chunk, the chunk's pixels are packed once
  * (relvm_pgemm_pack_rows: a k step's broadcasts through one pointer; read in place, each tile
  * computed a pointer per row of A, and a k of 16 or 24 ran 1.2-1.4x slower). */
 static void nhwc_flat_tasks(void *ctx, int64_t begin, int64_t end) {
