@@ -15,7 +15,8 @@
  *   - otherwise, along an output row, pixel r's tap (i, j) reads its channels at a fixed offset
  *     plus r * sw * C, so each tap is a GEMM step whose A is the input itself (row stride
  *     sw * C), the taps of a row summed in its output (the tile's `part`; padding is a tap's
- *     shorter run of pixels);
+ *     shorter run of pixels); a task is a band of output rows, k in blocks of taps (or of a
+ *     tap's channels) whose weights stay in L1 over the band's rows;
  *   - with fewer than NHWC_DIRECT_MIN_IC input channels per group, a tap's step is too short
  *     for loading and storing the sums around it, and each output row is unrolled instead (its
  *     pixels' taps side by side in a scratch row, zeros for padding) into one GEMM over k.
@@ -289,11 +290,12 @@ static struct pg_epilogue nhwc_epilogue(const struct nhwc_job *j, int64_t g, int
     return e;
 }
 
-/* Tap t of output row oy (image at the group's first channel) against panel q: its pixels,
- * those whose tap reads inside the image, as one GEMM of k = icg, with `part`. */
+/* Channels [c0, c0 + kc) of tap t of output row oy (image at the group's first channel)
+ * against panel q: the tap's pixels, those whose tap reads inside the image, as one GEMM of
+ * k = kc, with `part`. */
 static void nhwc_tap(const struct nhwc_job *j, const struct pg_epilogue *e, const float *image,
                      int64_t oy, int64_t q, const float *panel, float *yrow, int64_t cols,
-                     int64_t t, int part) {
+                     int64_t t, int64_t c0, int64_t kc, int part) {
     const struct relvm_conv2d_shape *s = j->s;
     const int64_t i = t / s->kw, jj = t % s->kw, iy = oy * s->sh - s->pt + i * s->dh;
     if (iy < 0 || iy >= s->h) return;
@@ -301,22 +303,41 @@ static void nhwc_tap(const struct nhwc_job *j, const struct pg_epilogue *e, cons
     tap_columns(s, jj, &lo, &hi);
     if (lo >= hi) return;
     const int64_t ix = lo * s->sw - s->pl + jj * s->dw;
-    j->fn(hi - lo, j->icg, image + (iy * s->w + ix) * s->c, s->sw * s->c,
-          panel + t * j->icg * PG_PANEL, yrow + lo * s->oc, s->oc, cols, e, 0, q * PG_PANEL,
-          part);
+    j->fn(hi - lo, kc, image + (iy * s->w + ix) * s->c + c0, s->sw * s->c,
+          panel + (t * j->icg + c0) * PG_PANEL, yrow + lo * s->oc, s->oc, cols, e, 0,
+          q * PG_PANEL, part);
 }
 
-/* Output row oy of image n, pixels [0, ow), against panel q of group g: each tap's pixels
- * over their range, summed in y's row. A tap that covers the whole row goes first and starts
- * the sums (if none does, the row is cleared and every tap adds to it); another such tap goes
- * last and runs the epilogue, else a pass of k = 0 over the sums does. */
-static void nhwc_row_taps(const struct nhwc_job *j, const struct pg_epilogue *e, int64_t n,
-                          int64_t oy, int64_t g, int64_t q, const float *panel, float *yrow,
-                          int64_t cols) {
+/* k in blocks of about NHWC_KC (as the NCHW direct form's): a block's weights (18 KB of a
+ * panel) stay in L1 while the band's rows all use them, where a row's every tap in turn
+ * streamed the whole panel (9 x 64 channels x 32 floats, 72 KB) from L2 for each row. A unit
+ * is tap t's channels in block b of `blocks` (blocks > 1 when a tap alone holds more than a
+ * block), and a block is `per` units (a 3x3 conv of 512 channels over 7 x 7 ran in 0.90 of
+ * the time of whole-k rows; the other ResNet layers within 3% either way). */
+#define NHWC_KC 144
+#define NHWC_BAND_PIXELS 64 /* a band: whole output rows, at least this many pixels */
+#define NHWC_BAND_ROWS 64   /* and at most this many rows */
+
+struct nhwc_units {
+    int64_t blocks, width, per; /* channel blocks per tap, their width, units per k block */
+};
+
+static struct nhwc_units nhwc_units(const struct nhwc_job *j) {
+    struct nhwc_units u;
+    u.blocks = (j->icg + NHWC_KC - 1) / NHWC_KC;
+    u.width = (j->icg + u.blocks - 1) / u.blocks;
+    u.per = u.blocks == 1 ? relvm_max64(1, NHWC_KC / j->icg) : 1;
+    return u;
+}
+
+/* Output row oy's first and last units (tap * blocks + block): the first of a tap covering the
+ * whole row starts the sums (part 1), the last of another such tap (or of the same tap's last
+ * block) ends them with the epilogue (part 3); -1 where there is none: the row is then
+ * cleared first, or its epilogue runs as a pass of k = 0 over the sums. */
+static void nhwc_row_ends(const struct nhwc_job *j, const struct nhwc_units *u, int64_t oy,
+                          int64_t *first, int64_t *last) {
     const struct relvm_conv2d_shape *s = j->s;
-    const int64_t C = s->c, icg = j->icg, lda = s->sw * C;
-    const float *image = j->x + n * s->h * s->w * C + g * icg;
-    int64_t first = -1, last = -1; /* taps (i * kw + j) covering the whole row */
+    int64_t f = -1, l = -1; /* taps covering the whole row */
     for (int64_t i = 0; i < s->kh; ++i) {
         const int64_t iy = oy * s->sh - s->pt + i * s->dh;
         if (iy < 0 || iy >= s->h) continue;
@@ -324,24 +345,62 @@ static void nhwc_row_taps(const struct nhwc_job *j, const struct pg_epilogue *e,
             int64_t lo, hi;
             tap_columns(s, jj, &lo, &hi);
             if (lo == 0 && hi == s->ow) {
-                if (first < 0)
-                    first = i * s->kw + jj;
+                if (f < 0)
+                    f = i * s->kw + jj;
                 else
-                    last = i * s->kw + jj;
+                    l = i * s->kw + jj;
             }
         }
     }
-    if (first < 0)
-        for (int64_t ox = 0; ox < s->ow; ++ox)
-            memset(yrow + ox * s->oc, 0, (size_t)cols * sizeof(float));
-    const int64_t taps = j->taps;
-    if (first >= 0) nhwc_tap(j, e, image, oy, q, panel, yrow, cols, first, taps == 1 ? 0 : 1);
-    for (int64_t t = 0; t < taps; ++t)
-        if (t != first && t != last) nhwc_tap(j, e, image, oy, q, panel, yrow, cols, t, 2);
-    if (last >= 0)
-        nhwc_tap(j, e, image, oy, q, panel, yrow, cols, last, 3);
-    else if (!(first >= 0 && taps == 1)) /* the epilogue: k = 0 from the sums */
-        j->fn(s->ow, 0, image, lda, panel, yrow, s->oc, cols, e, 0, q * PG_PANEL, 3);
+    *first = f < 0 ? -1 : f * u->blocks;
+    *last = l >= 0 ? l * u->blocks + u->blocks - 1
+                   : f >= 0 && u->blocks > 1 ? f * u->blocks + u->blocks - 1 : -1;
+}
+
+/* Output rows [oy0, oy1) of image n against panel q of group g, k block by k block, each
+ * block over every row of the band (then the rows' epilogues and post). */
+static void nhwc_band(const struct nhwc_job *j, const struct pg_epilogue *e, int64_t n,
+                      int64_t oy0, int64_t oy1, int64_t g, int64_t q, const float *panel,
+                      float *y, int64_t cols) {
+    const struct relvm_conv2d_shape *s = j->s;
+    const struct nhwc_units u = nhwc_units(j);
+    const int64_t units = j->taps * u.blocks, rows = oy1 - oy0;
+    const float *image = j->x + n * s->h * s->w * s->c + g * j->icg;
+    int64_t first[NHWC_BAND_ROWS], last[NHWC_BAND_ROWS];
+    const int single = units == 1;
+    for (int64_t r = 0; r < rows; ++r) nhwc_row_ends(j, &u, oy0 + r, &first[r], &last[r]);
+    for (int64_t u0 = 0; u0 < units; u0 += u.per) {
+        const int64_t u1 = relvm_min64(units, u0 + u.per);
+        for (int64_t r = 0; r < rows; ++r) {
+            const int64_t oy = oy0 + r;
+            float *yrow = y + (n * s->oh + oy) * s->ow * s->oc;
+            if (u0 == 0) {
+                if (first[r] >= 0)
+                    nhwc_tap(j, e, image, oy, q, panel, yrow, cols, first[r] / u.blocks, 0,
+                             relvm_min64(u.width, j->icg), single ? 0 : 1);
+                else
+                    for (int64_t ox = 0; ox < s->ow; ++ox)
+                        memset(yrow + ox * s->oc, 0, (size_t)cols * sizeof(float));
+            }
+            for (int64_t v = u0; v < u1; ++v) {
+                if (v == first[r] || v == last[r]) continue;
+                const int64_t c0 = v % u.blocks * u.width;
+                nhwc_tap(j, e, image, oy, q, panel, yrow, cols, v / u.blocks, c0,
+                         relvm_min64(u.width, j->icg - c0), 2);
+            }
+            if (u1 < units) continue;
+            if (last[r] >= 0) {
+                const int64_t c0 = last[r] % u.blocks * u.width;
+                nhwc_tap(j, e, image, oy, q, panel, yrow, cols, last[r] / u.blocks, c0,
+                         relvm_min64(u.width, j->icg - c0), 3);
+            } else if (!(first[r] >= 0 && single)) { /* the epilogue: k = 0 from the sums */
+                j->fn(s->ow, 0, image, s->sw * s->c, panel, yrow, s->oc, cols, e, 0,
+                      q * PG_PANEL, 3);
+            }
+            if (j->post)
+                j->post(j->post_ctx, yrow - j->y, s->ow, cols, s->oc);
+        }
+    }
 }
 
 /* Pixels [ox0, ox0 + count) of output row oy unrolled into `row` (pixels x k, k = taps * icg,
@@ -417,12 +476,8 @@ static void nhwc_band_tasks(void *ctx, int64_t begin, int64_t end) {
         const struct pg_epilogue e = nhwc_epilogue(j, g, chunk == 0 && gq + 1 < all_panels);
         const int64_t col = g * j->ocg + q * PG_PANEL;
         const int64_t n = chunk / bands, oy0 = chunk % bands * j->chunk;
-        const int64_t oy1 = relvm_min64(s->oh, oy0 + j->chunk);
-        for (int64_t oy = oy0; oy < oy1; ++oy) {
-            const int64_t at = (n * s->oh + oy) * s->ow * s->oc + col;
-            nhwc_row_taps(j, &e, n, oy, g, q, panel, j->y + at, cols);
-            if (j->post) j->post(j->post_ctx, at, s->ow, cols, s->oc);
-        }
+        nhwc_band(j, &e, n, oy0, relvm_min64(s->oh, oy0 + j->chunk), g, q, panel, j->y + col,
+                  cols);
     }
 }
 
@@ -514,8 +569,13 @@ static int nhwc_gemm(const struct relvm_conv2d_shape *s, const float *x, const f
         pixels = relvm_max64(tile, relvm_min64(pixels, (even + tile - 1) / tile * tile));
         j.chunk = pixels;
         j.chunks = (total + pixels - 1) / pixels;
-    } else {
+    } else if (j.unroll) {
         j.chunk = relvm_max64(1, relvm_min64(s->oh, pixels / relvm_max64(1, s->ow)));
+        j.chunks = s->n * ((s->oh + j.chunk - 1) / j.chunk);
+    } else { /* bands of whole rows over which each k block's weights stay in L1 */
+        const int64_t ow = relvm_max64(1, s->ow);
+        j.chunk = relvm_min64(relvm_min64(s->oh, NHWC_BAND_ROWS),
+                              relvm_max64(1, (NHWC_BAND_PIXELS + ow - 1) / ow));
         j.chunks = s->n * ((s->oh + j.chunk - 1) / j.chunk);
     }
     /* Panel by panel (each panel's weights read once, the input once per panel) when the

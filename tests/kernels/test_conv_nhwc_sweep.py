@@ -39,7 +39,7 @@ def convs(draw):
         groups, icg, oc = c, 1, c
     else:
         groups = 1 if kind == "dense" else draw(st.integers(2, 3))
-        icg = draw(st.sampled_from([1, 3, 8, 31, 32, 40, 70]))
+        icg = draw(st.sampled_from([1, 3, 8, 31, 32, 40, 70, 160]))
         oc = groups * draw(st.integers(1, 70))
         c = icg * groups
     attrs = {"strides": [win.sh, win.sw], "dilation": [win.dh, win.dw],
@@ -78,7 +78,7 @@ def test_conv_nhwc_pointwise_sweep(check, conv, seed):
 
 # Mobile-network layers (NCHW shapes, run NHWC): depthwise 3x3 and 5x5, strided, over planes
 # of 112 down to 7 pixels; expanding and projecting 1x1 convs with 16-960 channels; dense 3x3
-# convs reading their taps in place (64+ channels) and unrolled (16).
+# convs reading their taps in place (64+ channels, in k blocks) and unrolled (16).
 LAYERS = [
     ((1, 32, 112, 112), (32, 1, 3, 3), {"padding": [1, 1], "groups": 32}),
     ((1, 96, 112, 112), (96, 1, 3, 3), {"padding": [1, 1], "strides": [2, 2], "groups": 96}),
@@ -93,6 +93,13 @@ LAYERS = [
     ((1, 16, 40, 40), (32, 16, 3, 3), {"padding": [1, 1], "strides": [2, 2]}),
     ((1, 256, 7, 7), (512, 256, 1, 1), {"strides": [2, 2]}),
     ((1, 8, 3, 300), (16, 8, 3, 3), {"padding": [1, 1]}),  # a row unrolled in parts
+    # taps read in place in k blocks: a tap's channels in three blocks (300 = 3 x 100), the
+    # same tap's first and last block starting and ending the sums (a strided 1x1), no tap
+    # covering a whole row (a padded 1x1), bands of 64 one-pixel rows
+    ((1, 300, 9, 9), (40, 300, 3, 3), {"padding": [1, 1]}),
+    ((2, 300, 7, 7), (48, 300, 1, 1), {"strides": [2, 2]}),
+    ((1, 40, 5, 6), (24, 40, 1, 1), {"padding": [1, 1]}),
+    ((1, 32, 100, 1), (16, 32, 3, 1), {"padding": [1, 0]}),
 ]
 
 
