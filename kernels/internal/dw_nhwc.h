@@ -66,7 +66,8 @@ static void DWN_NAME(pixels)(int64_t count, const int64_t *nt, const float *cons
     }
 }
 
-/* Output pixels [0, count) of a row where every tap reads inside the image: pixel q's tap t
+/* Output pixels [0, count) of a row whose taps all read inside the image (the window's rows
+ * that do, at the top or bottom of the image): pixel q's tap t
  * reads p + q * step + off[t] (C floats), its weights wt + t * C. A vector of channels at a
  * time, its taps' weights held in registers (`hoist`, inlined for the common windows) over the
  * row's pixels, four pixels at once. */
@@ -116,6 +117,10 @@ static void DWN_NAME(inner)(int64_t count, const float *p, int64_t step, const i
     switch (taps) {
     case 9: DWN_NAME(inner_of)(count, p, step, off, wt, 9, 1, C, bias, clamp, out); break;
     case 25: DWN_NAME(inner_of)(count, p, step, off, wt, 25, 1, C, bias, clamp, out); break;
+    /* a 3x3 or 5x5 window's rows at the top or bottom of the image: one or two rows out */
+    case 6: DWN_NAME(inner_of)(count, p, step, off, wt, 6, 1, C, bias, clamp, out); break;
+    case 15: DWN_NAME(inner_of)(count, p, step, off, wt, 15, 1, C, bias, clamp, out); break;
+    case 20: DWN_NAME(inner_of)(count, p, step, off, wt, 20, 1, C, bias, clamp, out); break;
     default: DWN_NAME(inner_of)(count, p, step, off, wt, taps, 0, C, bias, clamp, out); break;
     }
 }

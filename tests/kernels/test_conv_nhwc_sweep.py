@@ -84,6 +84,11 @@ LAYERS = [
     ((1, 96, 112, 112), (96, 1, 3, 3), {"padding": [1, 1], "strides": [2, 2], "groups": 96}),
     ((2, 144, 14, 14), (144, 1, 5, 5), {"padding": [2, 2], "groups": 144}),
     ((1, 960, 7, 7), (960, 1, 3, 3), {"padding": [1, 1], "groups": 960}),
+    # OCR planes 3 rows high (every row's window clipped at the top or bottom), 8 channels
+    # (vectors of 8 under AVX-512), dilated
+    ((2, 88, 3, 96), (88, 1, 5, 5), {"padding": [2, 2], "groups": 88}),
+    ((3, 8, 24, 96), (8, 1, 3, 3), {"padding": [1, 1], "strides": [2, 1], "groups": 8}),
+    ((1, 20, 9, 30), (20, 1, 3, 3), {"padding": [2, 2], "dilation": [2, 2], "groups": 20}),
     ((1, 24, 56, 56), (144, 24, 1, 1), {}),
     ((1, 144, 56, 56), (24, 144, 1, 1), {}),
     ((1, 960, 7, 7), (160, 960, 1, 1), {}),
@@ -126,12 +131,14 @@ def test_conv_nhwc_packed_weights_bias_clamp(rand, data, weight, attrs):
     x, w = rand(_nhwc(data)), rand(weight)
     bias = rand((weight[0],))
     pad = attrs.get("padding", [0, 0])
-    stride = attrs.get("strides", [1, 1])
+    stride, dil = attrs.get("strides", [1, 1]), attrs.get("dilation", [1, 1])
     n, h, wd, c = x.shape
     oc, _, kh, kw = w.shape
-    oh, ow = (h + 2 * pad[0] - kh) // stride[0] + 1, (wd + 2 * pad[1] - kw) // stride[1] + 1
+    oh = (h + 2 * pad[0] - (kh - 1) * dil[0] - 1) // stride[0] + 1
+    ow = (wd + 2 * pad[1] - (kw - 1) * dil[1] - 1) // stride[1] + 1
     s = conv_shape(ffi, n=n, c=c, h=h, w=wd, oc=oc, kh=kh, kw=kw, oh=oh, ow=ow, sh=stride[0],
-                   sw=stride[1], pt=pad[0], pl=pad[1], groups=attrs.get("groups", 1))
+                   sw=stride[1], pt=pad[0], pl=pad[1], dh=dil[0], dw=dil[1],
+                   groups=attrs.get("groups", 1))
     size = lib.relvm_conv2d_nhwc_packed_size(s)
     buf = np.empty(size + 16, np.float32)
     at = (-buf.ctypes.data % 64) // 4
