@@ -13,8 +13,7 @@
  * - GEMM form (every other conv), output pixels x a group's output channels in panels of 32
  *   (the weights packed as GEMM panels, k tap-major), on relvm's GEMM tile (pgemm_tile.h):
  *   - a 1x1 conv of stride 1 and no padding is one GEMM over the pixels of all images, A the
- *     input itself, read in place, or, with few input channels (a short k loop, where the
- *     tile's pointer per row of A counts), packed once per chunk of pixels;
+ *     input itself, read in place;
  *   - otherwise, along an output row, pixel r's tap (i, j) reads its channels at a fixed offset
  *     plus r * sw * C, so each tap is a GEMM step whose A is the input itself (row stride
  *     sw * C), the taps of a row summed in its output (the tile's `part`; padding is a tap's
@@ -257,12 +256,10 @@ struct nhwc_job {
     relvm_block_fn *post;
     void *post_ctx;
     pg_rpanel_fn *fn;               /* the tile, A read in place */
-    uint64_t call;                  /* numbers the call (the packed chunk a thread keeps) */
     int64_t icg, ocg, taps, k;      /* k = taps * icg, one group's */
     int64_t panels;                 /* panels of 32 output channels per group */
     int flat;                       /* a 1x1 conv of stride 1, no padding: A is x itself */
     int unroll;                     /* rows unrolled (few input channels per group) */
-    int pack;                       /* (flat) A packed (relvm_pgemm_pack_rows) per chunk */
     int64_t chunk, chunks;          /* pixels (flat) or output rows (a band) per task */
     int panel_major;                /* tasks panel by panel (else chunk by chunk) */
     _Atomic int failed;
@@ -491,33 +488,16 @@ static void nhwc_band_tasks(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
-/* What this thread's scratch holds for call `call`: group g's pixels of chunk `chunk`,
- * packed. The pool hands a thread its tasks in several runs: it is kept from run to run. */
-static _Thread_local struct {
-    uint64_t call;
-    const float *scratch;
-    int64_t g, chunk;
-} nhwc_held;
-
 /* The flat GEMM (a 1x1 conv of stride 1, no padding: output pixels x input channels, all
- * images one run of pixels). Task t: panel-major, panel t / chunks of chunk t % chunks;
- * chunk-major, every panel of chunk t / groups for group t % groups. With few input channels
- * (a short k loop) and tasks chunk by chunk, the chunk's pixels are packed once
- * (relvm_pgemm_pack_rows: a k step's broadcasts through one pointer; read in place, each tile
- * computed a pointer per row of A, and a k of 16 or 24 ran 1.2-1.4x slower). */
+ * images one run of pixels), A read in place. Task t: panel-major, panel t / chunks of chunk
+ * t % chunks; chunk-major, every panel of chunk t / groups for group t % groups. (Packing A
+ * per chunk first, relvm_pgemm_pack_rows, was faster for a k of 16-64 while the tile kept a
+ * pointer per row of A; since it reads rows through four, in place ran those in 0.55-0.99 of
+ * the time on every instruction set: 32 -> 16 channels over 112 x 112, 0.55.) */
 static void nhwc_flat_tasks(void *ctx, int64_t begin, int64_t end) {
     struct nhwc_job *j = ctx;
     const struct relvm_conv2d_shape *s = j->s;
     const int64_t all_panels = s->groups * j->panels, pixels = s->n * s->h * s->w;
-    float *scratch = NULL;
-    if (j->pack) {
-        scratch = relvm_conv_scratch_floats((size_t)(j->chunk * j->icg));
-        if (!scratch) {
-            j->failed = 1;
-            return;
-        }
-    }
-    pg_panel_fn *packed_fn = relvm_pgemm_panel_kernel();
     for (int64_t t = begin; t < end; ++t) {
         const int64_t chunk = j->panel_major ? t % j->chunks : t / s->groups;
         const int64_t first = j->panel_major ? t / j->chunks : t % s->groups * j->panels;
@@ -525,26 +505,13 @@ static void nhwc_flat_tasks(void *ctx, int64_t begin, int64_t end) {
         const int64_t g = first / j->panels;
         const int64_t p0 = chunk * j->chunk, m = relvm_min64(j->chunk, pixels - p0);
         const float *a = j->x + p0 * s->c + g * j->icg;
-        if (j->pack) {
-            const int held = nhwc_held.call == j->call && nhwc_held.scratch == scratch &&
-                             nhwc_held.g == g && nhwc_held.chunk == chunk;
-            if (!held) relvm_pgemm_pack_rows(m, j->icg, a, s->c, scratch);
-            nhwc_held.call = j->call;
-            nhwc_held.scratch = scratch;
-            nhwc_held.g = g;
-            nhwc_held.chunk = chunk;
-        }
         for (int64_t gq = first; gq < first + count; ++gq) {
             const int64_t q = gq % j->panels, col = g * j->ocg + q * PG_PANEL;
             const int64_t cols = relvm_min64(PG_PANEL, j->ocg - q * PG_PANEL);
             const struct pg_epilogue e = nhwc_epilogue(j, g, chunk == 0 && gq + 1 < all_panels);
             const float *panel = j->wp + gq * j->k * PG_PANEL;
             float *y = j->y + p0 * s->oc + col;
-            if (j->pack)
-                packed_fn(m, j->k, scratch, PG_A_PACKED, panel, y, s->oc, cols, &e, 0,
-                          q * PG_PANEL);
-            else
-                j->fn(m, j->k, a, s->c, panel, y, s->oc, cols, &e, 0, q * PG_PANEL, 0);
+            j->fn(m, j->k, a, s->c, panel, y, s->oc, cols, &e, 0, q * PG_PANEL, 0);
             if (j->post && count == 1) j->post(j->post_ctx, p0 * s->oc + col, m, cols, s->oc);
         }
         /* a chunk's every panel: the fused rest over whole rows of channels (a post call per
@@ -554,15 +521,12 @@ static void nhwc_flat_tasks(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
-static _Atomic uint64_t nhwc_calls;
-
 static int nhwc_gemm(const struct relvm_conv2d_shape *s, const float *x, const float *wp,
                      float *y, const float *bias, const float *clamp, relvm_block_fn *post,
                      void *post_ctx) {
     struct nhwc_job j = {s, x, wp, bias, clamp, y, post, post_ctx, relvm_pgemm_rpanel_kernel(),
-                         atomic_fetch_add(&nhwc_calls, 1) + 1, s->c / s->groups,
-                         s->oc / s->groups, s->kh * s->kw, 0, nhwc_panels(s), 0, 0, 0, 0, 0,
-                         0, 0};
+                         s->c / s->groups, s->oc / s->groups, s->kh * s->kw, 0, nhwc_panels(s),
+                         0, 0, 0, 0, 0, 0};
     j.k = j.taps * j.icg;
     j.flat = s->kh == 1 && s->kw == 1 && s->sh == 1 && s->sw == 1 && s->pt == 0 &&
              s->pl == 0 && s->oh == s->h && s->ow == s->w;
@@ -595,7 +559,6 @@ static int nhwc_gemm(const struct relvm_conv2d_shape *s, const float *x, const f
      * slower panel by panel, its output written in 32-channel stripes). */
     j.panel_major = panels > 1 &&
                     (weight_bytes > (512 << 10) || j.chunks * s->groups < 2 * threads);
-    j.pack = j.flat && j.icg <= 64 && !j.panel_major;
     if (j.unroll) {
         const int64_t fmas = relvm_max64(1, j.chunk * s->ow * j.ocg * k);
         relvm_parallel_for(j.chunks * s->groups, relvm_max64(1, PG_GRAIN_FMAS / fmas),
