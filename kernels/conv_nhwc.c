@@ -19,9 +19,6 @@
  *     sw * C), the taps of a row summed in its output (the tile's `part`; padding is a tap's
  *     shorter run of pixels); a task is a band of output rows, k in blocks of taps (or of a
  *     tap's channels) whose weights stay in L1 over the band's rows;
- *   - with fewer than NHWC_DIRECT_MIN_IC input channels per group, a tap's step is too short
- *     for loading and storing the sums around it, and each output row is unrolled instead (its
- *     pixels' taps side by side in a scratch row, zeros for padding) into one GEMM over k.
  * Tasks are chunks of pixels or bands of output rows by panel, panel by panel when the weights
  * are large (read once, fetched ahead) or chunk by chunk (each output pixel's channels written
  * together). The bias and clamp run in the tile's epilogue; `post` over each finished block
@@ -63,13 +60,6 @@
 #include "internal/dw_nhwc.h"
 #undef DWN_SUFFIX
 #undef DWN_VW
-
-/* Input channels per group below which the GEMM form unrolls each output row (see above): a
- * tap's step of k = 16 channels against loading and storing its C rows ran at half speed. */
-#define NHWC_DIRECT_MIN_IC 32
-
-/* Output pixels an unrolled row takes at once (its scratch: this many x the whole k). */
-#define NHWC_UNROLL_PIXELS 128
 
 typedef void dwn_pixels_fn(int64_t count, const int64_t *nt, const float *const *in,
                            const float *const *wt, int64_t taps, int64_t C, const float *bias,
@@ -259,7 +249,6 @@ struct nhwc_job {
     int64_t icg, ocg, taps, k;      /* k = taps * icg, one group's */
     int64_t panels;                 /* panels of 32 output channels per group */
     int flat;                       /* a 1x1 conv of stride 1, no padding: A is x itself */
-    int unroll;                     /* rows unrolled (few input channels per group) */
     int64_t chunk, chunks;          /* pixels (flat) or output rows (a band) per task */
     int panel_major;                /* tasks panel by panel (else chunk by chunk) */
     _Atomic int failed;
@@ -410,63 +399,6 @@ static void nhwc_band(const struct nhwc_job *j, const struct pg_epilogue *e, int
     }
 }
 
-/* Pixels [ox0, ox0 + count) of output row oy unrolled into `row` (pixels x k, k = taps * icg,
- * tap-major as the panels are; zeros for padding). */
-static void nhwc_unroll(const struct nhwc_job *j, int64_t n, int64_t oy, int64_t g, float *row,
-                        int64_t ox0, int64_t count) {
-    const struct relvm_conv2d_shape *s = j->s;
-    const int64_t C = s->c, icg = j->icg;
-    const float *image = j->x + n * s->h * s->w * C + g * icg;
-    float *dst = row;
-    for (int64_t p = 0; p < count; ++p) {
-        const int64_t ox = ox0 + p;
-        for (int64_t i = 0; i < s->kh; ++i) {
-            const int64_t iy = oy * s->sh - s->pt + i * s->dh;
-            for (int64_t jj = 0; jj < s->kw; ++jj, dst += icg) {
-                const int64_t ix = ox * s->sw - s->pl + jj * s->dw;
-                if (iy < 0 || iy >= s->h || ix < 0 || ix >= s->w) {
-                    for (int64_t c = 0; c < icg; ++c) dst[c] = 0.0f;
-                } else { /* a few floats: a loop, not a call to memcpy */
-                    const float *from = image + (iy * s->w + ix) * C;
-                    for (int64_t c = 0; c < icg; ++c) dst[c] = from[c];
-                }
-            }
-        }
-    }
-}
-
-/* Unrolled rows: task t is chunk t / groups (a band of output rows) of group t % groups, every
- * panel of the group against each row while it is unrolled. */
-static void nhwc_unrolled_tasks(void *ctx, int64_t begin, int64_t end) {
-    struct nhwc_job *j = ctx;
-    const struct relvm_conv2d_shape *s = j->s;
-    const int64_t k = j->taps * j->icg, span = relvm_min64(NHWC_UNROLL_PIXELS, s->ow);
-    float *row = relvm_conv_scratch_floats((size_t)(span * k));
-    if (!row) {
-        j->failed = 1;
-        return;
-    }
-    const int64_t bands = (s->oh + j->chunk - 1) / j->chunk;
-    for (int64_t t = begin; t < end; ++t) {
-        const int64_t chunk = t / s->groups, g = t % s->groups;
-        const int64_t n = chunk / bands, oy0 = chunk % bands * j->chunk;
-        const int64_t oy1 = relvm_min64(s->oh, oy0 + j->chunk);
-        const struct pg_epilogue e = nhwc_epilogue(j, g, 0);
-        for (int64_t oy = oy0; oy < oy1; ++oy) {
-            const int64_t at = (n * s->oh + oy) * s->ow * s->oc + g * j->ocg;
-            for (int64_t ox0 = 0; ox0 < s->ow; ox0 += span) {
-                const int64_t count = relvm_min64(span, s->ow - ox0);
-                nhwc_unroll(j, n, oy, g, row, ox0, count);
-                for (int64_t q = 0; q < j->panels; ++q)
-                    j->fn(count, k, row, k, j->wp + (g * j->panels + q) * k * PG_PANEL,
-                          j->y + at + ox0 * s->oc + q * PG_PANEL, s->oc,
-                          relvm_min64(PG_PANEL, j->ocg - q * PG_PANEL), &e, 0, q * PG_PANEL, 0);
-            }
-            if (j->post) j->post(j->post_ctx, at, s->ow, j->ocg, s->oc);
-        }
-    }
-}
-
 /* Task t (not flat, rows read tap by tap): band t % chunks of panel t / chunks (panel-major)
  * or the reverse; a panel is (group, panel of the group). */
 static void nhwc_band_tasks(void *ctx, int64_t begin, int64_t end) {
@@ -526,26 +458,21 @@ static int nhwc_gemm(const struct relvm_conv2d_shape *s, const float *x, const f
                      void *post_ctx) {
     struct nhwc_job j = {s, x, wp, bias, clamp, y, post, post_ctx, relvm_pgemm_rpanel_kernel(),
                          s->c / s->groups, s->oc / s->groups, s->kh * s->kw, 0, nhwc_panels(s),
-                         0, 0, 0, 0, 0, 0};
+                         0, 0, 0, 0, 0};
     j.k = j.taps * j.icg;
     j.flat = s->kh == 1 && s->kw == 1 && s->sh == 1 && s->sw == 1 && s->pt == 0 &&
              s->pl == 0 && s->oh == s->h && s->ow == s->w;
-    j.unroll = !j.flat && j.icg < NHWC_DIRECT_MIN_IC && j.taps > 1;
     const int64_t tile = relvm_pgemm_tile_rows(), threads = relvm_threads_get();
     const int64_t k = relvm_max64(1, j.k), panels = s->groups * j.panels;
     const int64_t weight_bytes = panels * k * PG_PANEL * (int64_t)sizeof(float);
-    /* A task's input (the A it streams) kept to about 128 KB, in whole tiles of pixels. */
-    const int64_t per_pixel = relvm_max64(1, j.flat ? j.icg : s->sw * j.icg * s->kh);
-    int64_t pixels = relvm_max64(4 * tile, (32 << 10) / per_pixel / tile * tile);
-    if (j.flat) { /* and at least two chunks a thread, where there are pixels enough */
+    if (j.flat) { /* A task's input (the A it streams) kept to about 128 KB, in whole tiles
+                   * of pixels, and at least two chunks a thread, where there are pixels enough */
         const int64_t total = s->n * s->h * s->w, want = 2 * threads;
         const int64_t even = (total + want - 1) / want;
-        pixels = relvm_max64(tile, relvm_min64(pixels, (even + tile - 1) / tile * tile));
-        j.chunk = pixels;
-        j.chunks = (total + pixels - 1) / pixels;
-    } else if (j.unroll) {
-        j.chunk = relvm_max64(1, relvm_min64(s->oh, pixels / relvm_max64(1, s->ow)));
-        j.chunks = s->n * ((s->oh + j.chunk - 1) / j.chunk);
+        const int64_t most =
+            relvm_max64(4 * tile, (32 << 10) / relvm_max64(1, j.icg) / tile * tile);
+        j.chunk = relvm_max64(tile, relvm_min64(most, (even + tile - 1) / tile * tile));
+        j.chunks = (total + j.chunk - 1) / j.chunk;
     } else { /* bands of whole rows over which each k block's weights stay in L1 */
         const int64_t ow = relvm_max64(1, s->ow);
         j.chunk = relvm_min64(relvm_min64(s->oh, NHWC_BAND_ROWS),
@@ -559,18 +486,11 @@ static int nhwc_gemm(const struct relvm_conv2d_shape *s, const float *x, const f
      * slower panel by panel, its output written in 32-channel stripes). */
     j.panel_major = panels > 1 &&
                     (weight_bytes > (512 << 10) || j.chunks * s->groups < 2 * threads);
-    if (j.unroll) {
-        const int64_t fmas = relvm_max64(1, j.chunk * s->ow * j.ocg * k);
-        relvm_parallel_for(j.chunks * s->groups, relvm_max64(1, PG_GRAIN_FMAS / fmas),
-                           nhwc_unrolled_tasks, &j);
-    } else {
-        const int64_t per = j.flat ? j.chunk : j.chunk * s->ow;
-        const int64_t fmas = relvm_max64(1, per * PG_PANEL * k);
-        const int64_t tasks = j.flat && !j.panel_major ? j.chunks * s->groups
-                                                       : j.chunks * panels;
-        relvm_parallel_for(tasks, relvm_max64(1, PG_GRAIN_FMAS / fmas),
-                           j.flat ? nhwc_flat_tasks : nhwc_band_tasks, &j);
-    }
+    const int64_t per = j.flat ? j.chunk : j.chunk * s->ow;
+    const int64_t fmas = relvm_max64(1, per * PG_PANEL * k);
+    const int64_t tasks = j.flat && !j.panel_major ? j.chunks * s->groups : j.chunks * panels;
+    relvm_parallel_for(tasks, relvm_max64(1, PG_GRAIN_FMAS / fmas),
+                       j.flat ? nhwc_flat_tasks : nhwc_band_tasks, &j);
     return j.failed ? RELVM_NO_MEMORY : RELVM_OK;
 }
 

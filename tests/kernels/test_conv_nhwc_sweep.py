@@ -1,7 +1,7 @@
 """conv2d over NHWC data (kernels/conv_nhwc.c) against the NumPy reference: a sweep of windows
 (1-5 taps a side, strides 1-2, dilation 1-2, asymmetric padding 0-2), groups, depthwise convs,
-and input channels on both sides of the forms' thresholds (a row unrolled under 32 channels
-a group, taps read in place from 32; 1x1 convs packed up to 64, read in place past it), output
+and input channels from 1 to 300 (taps read in place, k in blocks of taps or, past 144
+channels, of a tap's channels; 1x1 convs one GEMM over the pixels), output
 channels that end in a partial panel (one vector or less of it: the half tile; more: the
 masked edge); the layer shapes of mobile networks; the weights packed ahead as a constant
 weight is; and every instruction set the GEMM is compiled for (RELVM_PGEMM_ISA). The guard
@@ -78,7 +78,7 @@ def test_conv_nhwc_pointwise_sweep(check, conv, seed):
 
 # Mobile-network layers (NCHW shapes, run NHWC): depthwise 3x3 and 5x5, strided, over planes
 # of 112 down to 7 pixels; expanding and projecting 1x1 convs with 16-960 channels; dense 3x3
-# convs reading their taps in place (64+ channels, in k blocks) and unrolled (16).
+# convs reading their taps in place (8 to 300 channels, in k blocks).
 LAYERS = [
     ((1, 32, 112, 112), (32, 1, 3, 3), {"padding": [1, 1], "groups": 32}),
     ((1, 96, 112, 112), (96, 1, 3, 3), {"padding": [1, 1], "strides": [2, 2], "groups": 96}),
@@ -97,7 +97,7 @@ LAYERS = [
     ((1, 128, 9, 9), (96, 128, 3, 3), {"padding": [1, 1], "strides": [2, 2]}),
     ((1, 16, 40, 40), (32, 16, 3, 3), {"padding": [1, 1], "strides": [2, 2]}),
     ((1, 256, 7, 7), (512, 256, 1, 1), {"strides": [2, 2]}),
-    ((1, 8, 3, 300), (16, 8, 3, 3), {"padding": [1, 1]}),  # a row unrolled in parts
+    ((1, 8, 3, 300), (16, 8, 3, 3), {"padding": [1, 1]}),  # a long row, few channels
     # taps read in place in k blocks: a tap's channels in three blocks (300 = 3 x 100), the
     # same tap's first and last block starting and ending the sums (a strided 1x1), no tap
     # covering a whole row (a padded 1x1), bands of 64 one-pixel rows
