@@ -1,26 +1,30 @@
-"""Channels last: the convs of mobile-style regions, and the ops around them, run on NHWC data.
+"""Channels last: a CNN's convs, and the ops around them, run on NHWC data.
 
 ONNX models are NCHW, where a conv's vectors run along a row of pixels: a 14- or 7-pixel row
 fills a vector badly, and the small planes of a CNN's later layers go through transposes into
 and out of pixel-major panels, every layer. With channels last (``nn.conv2d`` with
 ``data_layout="NHWC"``, ``kernels/conv_nhwc.c``) the vectors run along channels instead,
 whatever the plane's size: a depthwise conv reads a vector of channels per tap, a 1x1 conv is
-one GEMM reading its input in place.
+one GEMM reading its input in place, a 3x3 conv one GEMM step per tap reading it in place.
 
-Which convs: the pass first finds regions, the connected runs of ops a region may take (convs,
-bias adds, elementwise and broadcast ops, concatenations along the channels, global average
-pools; ``regions_with_depthwise``), and takes the float32 convs of the regions that hold a
-depthwise conv: there NHWC pays (depthwise convs in 0.4-0.6x the NCHW loop's time, the 1x1
-convs around them 0.8-1.0x), while a region of dense 3x3 convs (a ResNet) ran no faster NHWC
-and stays as it is.
+Which convs (``channels_last_convs``): those that suit NHWC -- float32, at least
+:data:`MIN_CHANNELS` input channels (a model's first conv on its RGB image runs faster NCHW:
+its output is transposed once instead), output channels that fill vectors of channels
+(:data:`NARROW`: 24 channels a group would leave a quarter of AVX-512's lanes empty, and an
+OCR model's 96 -> 24 convs over 120 x 160 ran 1.1-1.25x slower NHWC), depthwise convs of at
+least :data:`MIN_DEPTHWISE` channels -- in the regions, the connected runs of ops a region may
+take (such convs, bias adds, elementwise and broadcast ops, concatenations along the channels,
+global average pools), that hold a depthwise conv or at least two convs; a conv over one
+pixel (a squeeze-and-excitation block's) always suits, both layouts being one. Measured
+NHWC/NCHW (Intel Xeon, AVX-512, one thread): depthwise convs 0.4-0.8, 3x3 convs of 64-512
+channels 0.84-0.98, 1x1 convs 0.6-1.0; whole models ResNet-18 0.83, ResNet-50 0.88,
+MobileNetV2 0.84, MobileNetV3-Large 0.86, EfficientNet-B0 0.92, PP-OCR det 1.08.
 
 Then it rewrites each function body once, children first, keeping for each value the NHWC
 version it has made of it (if any):
 
 - a taken conv becomes an NHWC conv of the NHWC version of its input (made by a ``transpose``
-  when the input has none), unless it reads fewer than :data:`MIN_CHANNELS` channels (a model's
-  first conv on its RGB image, which the NCHW kernel runs faster: its output is transposed once
-  instead);
+  when the input has none);
 - an elementwise op (``relu``, ``clip``, ``sigmoid``, ...) or a broadcast op (``add``,
   ``multiply``, ...) of which an operand has an NHWC version follows it into NHWC: its other
   rank-4 operands are transposed (a residual from outside the chain; the same permutation of
@@ -47,8 +51,14 @@ from ..ir.types import TensorType
 from ..ops.registry import BROADCAST, ELEMWISE, OPS, Op
 from .rewrite import Rewriter, rewrite_module
 
-#: A conv reading fewer input channels per group than this stays NCHW (see the docstring).
+#: A conv reading fewer input channels than this stays NCHW (see the docstring).
 MIN_CHANNELS = 4  # (input channels, all groups together)
+
+#: Channels in the widest vector a kernel runs (AVX-512's 16 floats). A GEMM-form conv with
+#: fewer than NARROW output channels a group that are not a multiple of it (8, 12, 24) would
+#: run its vectors of channels a quarter to a half empty, and stays NCHW (vectors along a row
+#: of pixels); so does a depthwise conv of fewer than MIN_DEPTHWISE channels.
+VECTOR, NARROW, MIN_DEPTHWISE = 16, 32, 8
 
 TO_NHWC, TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
 
@@ -62,31 +72,44 @@ def _transpose(x: Expr, axes: tuple[int, ...], span) -> Call:
     return Call(OPS["transpose"], (x,), OPS["transpose"].make_attrs({"axes": axes}), span=span)
 
 
+def _suits_nhwc(conv: Call) -> bool:
+    """Whether a float32 NCHW conv runs well on NHWC data (see NARROW and MIN_CHANNELS)."""
+    a = conv.attrs
+    if (a.data_layout != "NCHW" or a.out_layout not in ("", "NCHW")
+            or not _tensor4(conv.args[0], "float32") or not _tensor4(conv, "float32")):
+        return False
+    c, o = conv.args[0].checked_type.shape[1], conv.checked_type.shape[1]
+    if not (isinstance(c, int) and isinstance(o, int)) or c < MIN_CHANNELS:
+        return False
+    if tuple(conv.args[0].checked_type.shape[2:]) == (1, 1):
+        return True  # one pixel (a squeeze-and-excitation block's): the layouts are one
+    if a.groups == c and o == c:
+        return c >= MIN_DEPTHWISE
+    ocg = o // a.groups
+    return ocg >= NARROW or ocg % VECTOR == 0
+
+
 def _flexible(e: Expr) -> bool:
     """An op call a channels-last region may take (what _nhwc_version may rewrite)."""
     if not (isinstance(e, Call) and isinstance(e.op, Op) and _tensor4(e)):
         return False
     op = e.op
-    return (op in (OPS["nn.conv2d"], OPS["nn.bias_add"], OPS["nn.global_avg_pool2d"],
-                   OPS["concatenate"])
+    if op is OPS["nn.conv2d"]:
+        return _suits_nhwc(e)
+    return (op in (OPS["nn.bias_add"], OPS["nn.global_avg_pool2d"], OPS["concatenate"])
             or (op.pattern in (ELEMWISE, BROADCAST) and not op.data_dependent))
 
 
-def _depthwise(e: Expr) -> bool:
-    if not (isinstance(e, Call) and e.op is OPS["nn.conv2d"] and _tensor4(e.args[0])):
-        return False
-    c = e.args[0].checked_type.shape[1]
-    return isinstance(c, int) and c >= MIN_CHANNELS and e.attrs.groups == c \
-        and e.attrs.data_layout == "NCHW"
+def _depthwise(e: Call) -> bool:
+    return e.attrs.groups > 1 and e.attrs.groups == e.args[0].checked_type.shape[1]
 
 
-def regions_with_depthwise(module: Module) -> set[int]:
-    """ids of the convs in the regions that go channels last: the connected runs of ops a
-    region may take (convs, their epilogues, residual adds, concatenations, pools) that hold
-    a depthwise conv. A region of dense convs only stays NCHW: the NHWC kernel's gain is in
-    depthwise convs (a vector of channels per tap: 0.4-0.6x the NCHW loop's time) and the 1x1
-    convs around them (0.8-1.0x), while a 3x3 conv of 64-512 channels ran 0.9-1.15x (slower
-    when memory is busy), not worth the transposes in and out."""
+def channels_last_convs(module: Module) -> set[int]:
+    """ids of the convs that go channels last: those that suit NHWC (_suits_nhwc) in the
+    regions -- connected runs of ops a region may take (such convs, their epilogues, residual
+    adds, concatenations, pools) -- that hold a depthwise conv or two convs at least. A lone
+    dense conv between NCHW ops stays as it is: its gain would not pay for the transposes
+    into and out of its region."""
     parent: dict[int, int] = {}
 
     def find(a: int) -> int:
@@ -95,28 +118,29 @@ def regions_with_depthwise(module: Module) -> set[int]:
             a = parent[a]
         return a
 
-    convs, dw = [], set()
+    convs = []
     for fn in module.functions.values():
         for n in post_order(fn.body, into_functions=True):
             if not _flexible(n):
                 continue
             if n.op is OPS["nn.conv2d"]:
                 convs.append(n)
-                if _depthwise(n):
-                    dw.add(id(n))
             args = n.args[0].fields if n.op is OPS["concatenate"] and isinstance(
                 n.args[0], Tuple) else n.args
             for a in args:
                 if _flexible(a):
                     parent[find(id(n))] = find(id(a))
-    marked = {find(i) for i in dw}
-    return {id(c) for c in convs if find(id(c)) in marked}
+    count: dict[int, int] = {}
+    for c in convs:
+        root = find(id(c))
+        count[root] = count.get(root, 0) + (2 if _depthwise(c) else 1)
+    return {id(c) for c in convs if count[find(id(c))] >= 2}
 
 
 class _ChannelsLast(Rewriter):
     def __init__(self, convs: set[int]) -> None:
         super().__init__()
-        self.convs = convs  # ids of the convs to rewrite (regions_with_depthwise)
+        self.convs = convs  # ids of the convs to rewrite (channels_last_convs)
         # id(expression of the input module) -> its NHWC version. The input module's
         # expressions live as long as the pass, so their ids stay theirs.
         self.nhwc: dict[int, Expr] = {}
@@ -148,15 +172,9 @@ class _ChannelsLast(Rewriter):
         if not _tensor4(call):
             return None
         if op is OPS["nn.conv2d"]:
-            a = call.attrs
-            if (id(call) not in self.convs or a.data_layout != "NCHW"
-                    or a.out_layout not in ("", "NCHW")
-                    or not _tensor4(args[0], "float32") or not _tensor4(call, "float32")):
+            if id(call) not in self.convs:  # (channels_last_convs: those _suits_nhwc takes)
                 return None
-            channels = args[0].checked_type.shape[1]
-            if not isinstance(channels, int) or channels < MIN_CHANNELS:
-                return None
-            attrs = op.make_attrs({**dict(a), "data_layout": "NHWC", "out_layout": ""})
+            attrs = op.make_attrs({**dict(call.attrs), "data_layout": "NHWC", "out_layout": ""})
             return Call(op, (self.to_nhwc(args[0]), self(args[1])), attrs, span=call.span)
         if op is OPS["nn.bias_add"]:
             if call.attrs.axis % 4 != 1 or id(args[0]) not in self.nhwc:
@@ -209,4 +227,4 @@ class _ChannelsLast(Rewriter):
 def channels_last(module):
     """The module with its float32 convs and the ops around them on NHWC data (see above).
     Needs types (run after inference); the result needs inference again."""
-    return rewrite_module(module, _ChannelsLast, convs=regions_with_depthwise(module))
+    return rewrite_module(module, _ChannelsLast, convs=channels_last_convs(module))

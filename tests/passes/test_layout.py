@@ -9,7 +9,7 @@ import pytest
 import relvm
 from relvm.compiler import optimize
 from relvm.ir.nodes import Call, post_order
-from relvm.passes.layout import regions_with_depthwise
+from relvm.passes.layout import channels_last_convs
 from relvm.passes.type_infer import infer_module
 
 # An inverted residual block with a squeeze-and-excitation scale and SiLU (MobileNetV3 /
@@ -36,13 +36,31 @@ MOBILE = """def @main(%x: Tensor[(n, 16, 10, 10), float32], %w1: Tensor[(48, 16,
   concatenate(%14, axis=1)
 }"""
 
-# Dense 3x3 convs only (a ResNet's): no region with a depthwise conv, so nothing changes.
+# Dense 3x3 convs (a ResNet's), then a conv to 24 channels (a quarter of a 16-lane vector
+# of channels empty: stays NCHW).
 DENSE = """def @main(%x: Tensor[(n, 8, 12, 12), float32], %w1: Tensor[(16, 8, 3, 3), float32],
-          %w2: Tensor[(16, 16, 3, 3), float32]) {
+          %w2: Tensor[(16, 16, 3, 3), float32], %w3: Tensor[(24, 16, 1, 1), float32]) {
   %0 = nn.conv2d(%x, %w1, padding=[1, 1]);
   %1 = nn.relu(%0);
   %2 = nn.conv2d(%1, %w2, padding=[1, 1]);
-  nn.relu(%2)
+  %3 = nn.relu(%2);
+  nn.conv2d(%3, %w3)
+}"""
+
+# One dense conv between NCHW ops (a pool and a softmax): not worth the transposes around it.
+LONE = """def @main(%x: Tensor[(n, 16, 12, 12), float32], %w: Tensor[(32, 16, 3, 3), float32]) {
+  %0 = nn.max_pool2d(%x, pool_size=[2, 2], strides=[2, 2]);
+  %1 = nn.conv2d(%0, %w, padding=[1, 1]);
+  %2 = nn.relu(%1);
+  nn.softmax(%2, axis=1)
+}"""
+
+# A depthwise conv of 4 channels (no vector of channels to fill) next to a dense one.
+NARROW_DW = """def @main(%x: Tensor[(n, 4, 12, 12), float32], %w1: Tensor[(4, 1, 3, 3), float32],
+          %w2: Tensor[(32, 4, 1, 1), float32]) {
+  %0 = nn.conv2d(%x, %w1, padding=[1, 1], groups=4);
+  %1 = nn.relu(%0);
+  nn.conv2d(%1, %w2)
 }"""
 
 # A model's first conv on its RGB image, then a depthwise conv: the first stays NCHW (3 input
@@ -95,11 +113,22 @@ def test_mobile_block_goes_channels_last_between_two_transposes():
     assert tuple(m.functions["main"].checked_type.ret.shape[1:]) == (32, 10, 10)
 
 
-def test_dense_convs_stay_nchw():
+def test_dense_convs_go_channels_last_but_a_narrow_one():
     m = _optimized(DENSE)
-    assert _layouts(m) == ["NCHW", "NCHW"]
+    assert _layouts(m) == ["NHWC", "NHWC", "NCHW"]
+    # x in, the second relu's result out (read by the conv to 24 channels)
+    transposes = sorted(tuple(c.attrs.axes) for c in _calls(m) if c.op.name == "transpose")
+    assert transposes == [(0, 2, 3, 1), (0, 3, 1, 2)]
+    module = infer_module(relvm.parse(DENSE))
+    assert len(channels_last_convs(module)) == 2
+
+
+@pytest.mark.parametrize("text", [LONE, NARROW_DW], ids=["lone dense", "4-channel depthwise"])
+def test_convs_not_worth_nhwc_stay_nchw(text):
+    m = _optimized(text)
+    assert "NHWC" not in _layouts(m)
     assert "transpose" not in _ops(m)
-    assert regions_with_depthwise(infer_module(relvm.parse(DENSE))) == set()
+    assert channels_last_convs(infer_module(relvm.parse(text))) == set()
 
 
 def test_rgb_stem_stays_nchw_and_its_output_is_transposed_once():
@@ -156,3 +185,22 @@ def test_channels_last_build_saves_and_loads(tmp_path):
     got = relvm.VirtualMachine(relvm.load(tmp_path / "m.rvm")).invoke("main", x)
     want = relvm.VirtualMachine(exe).invoke("main", x)
     assert np.array_equal(np.asarray(got), np.asarray(want))
+
+
+@pytest.mark.parametrize("text", [DENSE, STEM], ids=["dense", "stem"])
+def test_channels_last_dense_and_stem_builds_give_the_reference_numbers(text):
+    """Dense convs NHWC (the default build) and a conv left NCHW between them, against the
+    NumPy references at two batch sizes."""
+    module = infer_module(relvm.parse(text))
+    fn = module.functions["main"]
+    rng = np.random.default_rng(3)
+    params = {p.name: (rng.standard_normal(tuple(p.checked_type.shape)) * 0.3).astype(np.float32)
+              for p in fn.params[1:]}
+    for n in (1, 2):
+        shape = (n,) + tuple(fn.params[0].checked_type.shape[1:])
+        x = rng.standard_normal(shape).astype(np.float32)
+        want = relvm.VirtualMachine(relvm.build(relvm.parse(text), params=params,
+                                                backend="numpy")).invoke("main", x)
+        got = relvm.VirtualMachine(relvm.build(relvm.parse(text), params=params)).invoke(
+            "main", x)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-4)
