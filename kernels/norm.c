@@ -3,7 +3,8 @@
  *
  * An axis with inner == 1 is a contiguous row, the common case (last axis), with loops that
  * vectorize. Otherwise each (outer, inner) position is a column read with stride inner;
- * neighbouring columns share cache lines, so the walk stays cache-friendly. */
+ * neighbouring columns share cache lines, so the walk stays cache-friendly (a softmax takes
+ * 256 neighbouring columns at once, each pass along their rows, so its exps vectorize too). */
 #include <math.h>
 #include "relvm_config.h"
 #include "internal/types.h"
@@ -20,6 +21,9 @@ struct axis_job {
 };
 
 /* --- softmax -------------------------------------------------------------------------------- */
+
+/* Columns a task of a softmax along a non-last axis takes at once. */
+#define SOFTMAX_COLS 256
 
 /* NaN anywhere makes the max NaN, and then the whole row NaN, as in the reference. */
 #define SOFTMAX(S, T, EXP)                                                                    \
@@ -48,30 +52,58 @@ struct axis_job {
         for (int64_t k = 0; k < len; ++k) y[k] *= scale;                                      \
     }                                                                                         \
                                                                                               \
-    static void softmax_column_##S(int take_log, int64_t len, int64_t stride, const T *x,   \
-                                    T *y) {                                                   \
-        T m = (T)-INFINITY;                                                                   \
-        for (int64_t i = 0; i < len; ++i) {                                                   \
-            const T v = x[i * stride];                                                        \
-            m = (v > m || v != v) ? v : m;                                                    \
+    /* Columns [0, cols) (cols <= SOFTMAX_COLS) of a (len, stride) view: each pass runs along  \
+     * a row of the columns, which vectorizes (a column at a time read one float per cache    \
+     * line and ran its exps one by one: YOLO's softmax over 16 bins of 4 x 2100 boxes took   \
+     * 1.4 ms). */                                                                            \
+    static RELVM_VECTORIZE void softmax_columns_##S(int take_log, int64_t len, int64_t stride,\
+                                                    int64_t cols, const T *x, T *y) {         \
+        T m[SOFTMAX_COLS];                                                                    \
+        double sum[SOFTMAX_COLS];                                                             \
+        for (int64_t c = 0; c < cols; ++c) {                                                  \
+            m[c] = (T)-INFINITY;                                                              \
+            sum[c] = 0.0;                                                                     \
         }                                                                                     \
-        double sum = 0.0;                                                                     \
-        for (int64_t i = 0; i < len; ++i) sum += (double)EXP(x[i * stride] - m);              \
-        const double shift = (double)m + log(sum);                                            \
-        for (int64_t i = 0; i < len; ++i) {                                                   \
-            const T v = x[i * stride];                                                        \
-            y[i * stride] = take_log ? (T)((double)v - shift) : (T)((double)EXP(v - m) / sum);\
+        for (int64_t i = 0; i < len; ++i)                                                     \
+            for (int64_t c = 0; c < cols; ++c) {                                              \
+                const T v = x[i * stride + c];                                                \
+                m[c] = (v > m[c] || v != v) ? v : m[c];                                       \
+            }                                                                                 \
+        for (int64_t i = 0; i < len; ++i)                                                     \
+            for (int64_t c = 0; c < cols; ++c) {                                              \
+                const T e = EXP(x[i * stride + c] - m[c]);                                    \
+                if (!take_log) y[i * stride + c] = e;                                         \
+                sum[c] += (double)e;                                                          \
+            }                                                                                 \
+        if (take_log) {                                                                       \
+            for (int64_t c = 0; c < cols; ++c) sum[c] = (double)m[c] + log(sum[c]);           \
+            for (int64_t i = 0; i < len; ++i)                                                 \
+                for (int64_t c = 0; c < cols; ++c)                                            \
+                    y[i * stride + c] = (T)((double)x[i * stride + c] - sum[c]);              \
+            return;                                                                           \
         }                                                                                     \
+        T scale[SOFTMAX_COLS];                                                                \
+        for (int64_t c = 0; c < cols; ++c) scale[c] = (T)(1.0 / sum[c]);                      \
+        for (int64_t i = 0; i < len; ++i)                                                     \
+            for (int64_t c = 0; c < cols; ++c) y[i * stride + c] *= scale[c];                 \
     }                                                                                         \
                                                                                               \
+    /* Item r: row r (inner == 1), or block r % blocks of SOFTMAX_COLS columns of outer       \
+     * position r / blocks. */                                                                \
     static void softmax_range_##S(void *ctx, int64_t begin, int64_t end) {                    \
         const struct axis_job *j = ctx;                                                       \
         const T *x = (const T *)j->x;                                                         \
         T *y = (T *)j->y;                                                                     \
+        const int64_t blocks = (j->inner + SOFTMAX_COLS - 1) / SOFTMAX_COLS;                  \
         for (int64_t r = begin; r < end; ++r) {                                               \
-            const int64_t at = r / j->inner * j->len * j->inner + r % j->inner;               \
-            if (j->inner == 1) softmax_row_##S(j->take_log, j->len, x + at, y + at);               \
-            else softmax_column_##S(j->take_log, j->len, j->inner, x + at, y + at);                \
+            if (j->inner == 1) {                                                              \
+                softmax_row_##S(j->take_log, j->len, x + r * j->len, y + r * j->len);         \
+                continue;                                                                     \
+            }                                                                                 \
+            const int64_t c0 = r % blocks * SOFTMAX_COLS;                                     \
+            const int64_t at = r / blocks * j->len * j->inner + c0;                           \
+            softmax_columns_##S(j->take_log, j->len, j->inner,                                \
+                                relvm_min64(SOFTMAX_COLS, j->inner - c0), x + at, y + at);    \
         }                                                                                     \
     }
 
@@ -95,7 +127,10 @@ RELVM_EXPORT int relvm_softmax(int dtype, int take_log, int64_t outer, int64_t l
                                const void *x, void *y) {
     if (!valid_axis(dtype, outer, len, inner)) return RELVM_UNSUPPORTED;
     struct axis_job j = {.take_log = take_log, .len = len, .inner = inner, .x = x, .y = y};
-    relvm_parallel_for(lines(outer, inner), grain_for(len, RELVM_GRAIN_HEAVY),
+    const int64_t blocks = (inner + SOFTMAX_COLS - 1) / SOFTMAX_COLS;
+    const int64_t cols = inner == 1 ? 1 : relvm_min64(inner, SOFTMAX_COLS);
+    relvm_parallel_for(inner == 1 ? outer : outer * blocks,
+                       grain_for(len * cols, RELVM_GRAIN_HEAVY),
                        dtype == RELVM_FLOAT32 ? softmax_range_f32 : softmax_range_f64, &j);
     return RELVM_OK;
 }

@@ -55,7 +55,9 @@ def test_global_max_of_an_empty_image_is_an_error(c_kernel):
 
 
 SOFTMAX_CASES = [((7,), -1), ((3, 17), -1), ((3, 17), 0), ((2, 3, 5), 1), ((4, 1031), 1),
-                 ((2, 8, 4, 4), 1), ((5, 0), 1), ((0, 5), 1), ((64, 128, 3), 1)]
+                 ((2, 8, 4, 4), 1), ((5, 0), 1), ((0, 5), 1), ((64, 128, 3), 1),
+                 # columns in blocks of 256 and a rest (YOLO's 16 bins of 4 x n boxes)
+                 ((2, 16, 4, 130), 1), ((1, 5, 300), 1)]
 
 
 @pytest.mark.parametrize("shape,axis", SOFTMAX_CASES, ids=str)
