@@ -110,7 +110,7 @@ def _slice_len(d: Dim, b: int | None, e: int | None, s: int, mode: str) -> Dim:
     return _symbolic_slice_len(d, b, e, s, mode)
 
 
-def _slice_specs(attrs, shape: Sequence[Dim]) -> list[tuple[int, int | None, int | None, int]]:
+def slice_specs(attrs, shape: Sequence[Dim]) -> list[tuple[int, int | None, int | None, int]]:
     """(axis, begin, end, stride) per sliced axis; None stands for the whole-axis default."""
     begin, end, strides = attrs.begin, attrs.end, attrs.strides or ()
     ndim = len(shape)
@@ -141,14 +141,14 @@ def _slice_specs(attrs, shape: Sequence[Dim]) -> list[tuple[int, int | None, int
 def _strided_slice_type(attrs, data):
     t = tensor_arg(data, "data")
     shape = list(t.shape)
-    for axis, b, e, s in _slice_specs(attrs, t.shape):
+    for axis, b, e, s in slice_specs(attrs, t.shape):
         shape[axis] = _slice_len(t.shape[axis], b, e, s, attrs.slice_mode)
     return TensorType(tuple(shape), t.dtype)
 
 
 def _strided_slice_ref(attrs, x):
     index = [slice(None)] * x.ndim
-    for axis, b, e, s in at_run_time(_slice_specs, attrs, x.shape):
+    for axis, b, e, s in at_run_time(slice_specs, attrs, x.shape):
         index[axis] = _static_slice(x.shape[axis], b, e, s, attrs.slice_mode)
     return x[tuple(index)].copy()
 

@@ -48,6 +48,8 @@ import numpy as np
 
 from ..ir.nodes import Call, Constant, Expr, Module, Tuple, post_order
 from ..ir.types import TensorType
+from ..errors import RelvmError
+from ..ops.indexing import slice_specs
 from ..ops.registry import BROADCAST, ELEMWISE, OPS, Op
 from .rewrite import Rewriter, rewrite_module
 
@@ -97,7 +99,25 @@ def _flexible(e: Expr) -> bool:
     if op is OPS["nn.conv2d"]:
         return _suits_nhwc(e)
     return (op in (OPS["nn.bias_add"], OPS["nn.global_avg_pool2d"], OPS["concatenate"])
+            or (op is OPS["strided_slice"] and _nhwc_slice(e) is not None)
             or (op.pattern in (ELEMWISE, BROADCAST) and not op.data_dependent))
+
+
+_NHWC_AXIS = {0: 0, 1: 3, 2: 1, 3: 2}  # an NCHW axis's place in NHWC
+
+
+def _nhwc_slice(call: Call) -> dict | None:
+    """The attrs of ``call`` (a strided_slice of an NCHW tensor) slicing the NHWC tensor alike,
+    or None where a bound is left to its default (no integer stands for it in every mode)."""
+    try:
+        specs = slice_specs(call.attrs, call.args[0].checked_type.shape)
+    except RelvmError:
+        return None
+    if any(b is None or e is None for _, b, e, _ in specs):
+        return None
+    return {"begin": [b for _, b, _, _ in specs], "end": [e for _, _, e, _ in specs],
+            "strides": [st for _, _, _, st in specs],
+            "axes": [_NHWC_AXIS[a] for a, _, _, _ in specs], "slice_mode": call.attrs.slice_mode}
 
 
 def _depthwise(e: Call) -> bool:
@@ -187,6 +207,11 @@ class _ChannelsLast(Rewriter):
             mean = OPS["mean"]
             return Call(mean, (self.nhwc[id(args[0])],),
                         mean.make_attrs({"axis": [1, 2], "keepdims": True}), span=call.span)
+        if op is OPS["strided_slice"]:  # (a YOLO block's halves of its channels)
+            attrs = _nhwc_slice(call)
+            if attrs is None or id(args[0]) not in self.nhwc:
+                return None
+            return Call(op, (self.nhwc[id(args[0])],), op.make_attrs(attrs), span=call.span)
         if op is OPS["concatenate"]:
             fields = args[0]
             if (not isinstance(fields, Tuple) or call.attrs.axis % 4 != 1

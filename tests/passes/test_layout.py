@@ -74,6 +74,23 @@ STEM = """def @main(%x: Tensor[(n, 3, 16, 16), float32], %w1: Tensor[(8, 3, 3, 3
 }"""
 
 
+# A YOLO C2f block: a conv's channels split in halves (strided_slice), one half through a
+# bottleneck, the halves and its result concatenated, then a conv.
+C2F = """def @main(%x: Tensor[(n, 32, 8, 8), float32], %w1: Tensor[(32, 32, 1, 1), float32],
+          %w2: Tensor[(16, 16, 3, 3), float32], %w3: Tensor[(32, 48, 1, 1), float32]) {
+  %0 = nn.conv2d(%x, %w1);
+  %1 = sigmoid(%0);
+  %2 = multiply(%0, %1);
+  %3 = strided_slice(%2, begin=[0], end=[16], axes=[1]);
+  %4 = strided_slice(%2, begin=[16], end=[32], axes=[1]);
+  %5 = nn.conv2d(%4, %w2, padding=[1, 1]);
+  %6 = add(%4, %5);
+  %7 = (%3, %4, %6);
+  %8 = concatenate(%7, axis=1);
+  nn.conv2d(%8, %w3)
+}"""
+
+
 def _calls(module) -> list[Call]:
     return [n for n in post_order(module.functions["main"].body)
             if isinstance(n, Call) and hasattr(n.op, "name")]
@@ -204,3 +221,22 @@ def test_channels_last_dense_and_stem_builds_give_the_reference_numbers(text):
         got = relvm.VirtualMachine(relvm.build(relvm.parse(text), params=params)).invoke(
             "main", x)
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-4)
+
+
+def test_channel_slices_follow_into_nhwc():
+    m = _optimized(C2F)
+    assert _layouts(m) == ["NHWC"] * 3
+    slices = [c for c in _calls(m) if c.op.name == "strided_slice"]
+    assert [list(c.attrs.axes) for c in slices] == [[3], [3]]
+    transposes = sorted(tuple(c.attrs.axes) for c in _calls(m) if c.op.name == "transpose")
+    assert transposes == [(0, 2, 3, 1), (0, 3, 1, 2)]  # x in, the result out
+    module = infer_module(relvm.parse(C2F))
+    fn = module.functions["main"]
+    rng = np.random.default_rng(5)
+    params = {p.name: (rng.standard_normal(tuple(p.checked_type.shape)) * 0.3).astype(np.float32)
+              for p in fn.params[1:]}
+    x = rng.standard_normal((2, 32, 8, 8)).astype(np.float32)
+    want = relvm.VirtualMachine(relvm.build(relvm.parse(C2F), params=params,
+                                            backend="numpy")).invoke("main", x)
+    got = relvm.VirtualMachine(relvm.build(relvm.parse(C2F), params=params)).invoke("main", x)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-4)

@@ -93,7 +93,7 @@ def make_strided_slice(entry):
         check_rank(len(x), "strided_slice")
         own = contiguous_strides(x)
         steps, offset, want = list(own), 0, list(x)
-        for axis, b, e, s in at_run_time(indexing_ops._slice_specs, attrs, x):
+        for axis, b, e, s in at_run_time(indexing_ops.slice_specs, attrs, x):
             start, stop, step = indexing_ops._static_slice(x[axis], b, e, s,
                                                            attrs.slice_mode).indices(x[axis])
             want[axis] = len(range(start, stop, step))
