@@ -1,13 +1,15 @@
 """What the kernel sweeps share (test_pool_sweep.py, test_depthwise_sweep.py,
-test_conv_sweep.py): their hypothesis settings, and the 2-d window each draws -- taps, strides,
-dilation, asymmetric padding and an input size, the padding grown where the padded input would
-not hold one window (the ops refuse less). Also the conv kernels' shape struct, for the tests
-that call them directly (these and test_conv_pair.py, test_packed_gemm.py)."""
+test_conv_sweep.py, test_conv_nhwc_sweep.py): their hypothesis settings, the 2-d window each
+draws -- taps, strides, dilation, asymmetric padding and an input size, the padding grown where
+the padded input would not hold one window (the ops refuse less) -- and a drawn conv's check.
+Also the conv kernels' shape struct, for the tests that call them directly (these and
+test_conv_pair.py, test_packed_gemm.py)."""
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
@@ -53,3 +55,13 @@ def draw_window(draw, taps: int, stride: int, dilation: int, pad: int, h: tuple[
     bottom += max(0, dh * (kh - 1) + 1 - (rows + top + bottom))
     right += max(0, dw * (kw - 1) + 1 - (cols + left + right))
     return Window(kh, kw, sh, sw, dh, dw, [top, left, bottom, right], rows, cols)
+
+
+def check_drawn_conv(check, conv, seed: int) -> None:
+    """One drawn conv ((data shape, weight shape, attrs)), its C kernel against the NumPy
+    reference on inputs in [-2, 2] (tolerances scaled by the result's magnitude)."""
+    data, weight, attrs = conv
+    rng = np.random.default_rng(seed)
+    check("nn.conv2d", attrs, [rng.uniform(-2, 2, data).astype(np.float32),
+                               rng.uniform(-2, 2, weight).astype(np.float32)],
+          rtol=1e-4, atol=1e-5, scaled=True)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from sweeps import conv_shape, draw_window, sweep
+from sweeps import check_drawn_conv, conv_shape, draw_window, sweep
 
 from relvm.backends import native
 
@@ -47,18 +47,10 @@ def convs(draw):
     return (n, win.h, win.w, c), (oc, icg, win.kh, win.kw), attrs
 
 
-def _check_drawn(check, conv, seed):
-    """One drawn conv, C kernel against the NumPy reference."""
-    data, weight, attrs = conv
-    rng = np.random.default_rng(seed)
-    check("nn.conv2d", attrs, [rng.uniform(-2, 2, data).astype(np.float32),
-                               rng.uniform(-2, 2, weight).astype(np.float32)], **TOL)
-
-
 @SWEEP
 @given(conv=convs(), seed=st.integers(0, 2**32 - 1))
 def test_conv_nhwc_sweep(check, conv, seed):
-    _check_drawn(check, conv, seed)
+    check_drawn_conv(check, conv, seed)
 
 
 @st.composite
@@ -73,7 +65,7 @@ def pointwise(draw):
 @SWEEP
 @given(conv=pointwise(), seed=st.integers(0, 2**32 - 1))
 def test_conv_nhwc_pointwise_sweep(check, conv, seed):
-    _check_drawn(check, conv, seed)
+    check_drawn_conv(check, conv, seed)
 
 
 # Mobile-network layers (NCHW shapes, run NHWC): depthwise 3x3 and 5x5, strided, over planes

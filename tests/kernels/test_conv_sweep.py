@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from sweeps import conv_shape, draw_window, sweep
+from sweeps import check_drawn_conv, conv_shape, draw_window, sweep
 
 import relvm
 from relvm.backends.native import load
@@ -34,19 +34,10 @@ def convs(draw):
     return (n, icg * groups, win.h, win.w), (ocg * groups, icg, win.kh, win.kw), attrs
 
 
-def _check_conv(check, conv, seed):
-    """One drawn conv, C kernel against the NumPy reference."""
-    data, weight, attrs = conv
-    rng = np.random.default_rng(seed)
-    check("nn.conv2d", attrs, [rng.uniform(-2, 2, data).astype(np.float32),
-                               rng.uniform(-2, 2, weight).astype(np.float32)],
-          rtol=1e-4, atol=1e-5, scaled=True)
-
-
 @SWEEP
 @given(conv=convs(), seed=st.integers(0, 2**32 - 1))
 def test_conv_sweep(check, conv, seed):
-    _check_conv(check, conv, seed)
+    check_drawn_conv(check, conv, seed)
 
 
 @st.composite
@@ -69,7 +60,7 @@ def direct_convs(draw):
 @sweep(40)
 @given(conv=direct_convs(), seed=st.integers(0, 2**32 - 1))
 def test_conv_direct_sweep(check, conv, seed):
-    _check_conv(check, conv, seed)
+    check_drawn_conv(check, conv, seed)
 
 
 def _run(kind, attrs, x, w, out_shape):
