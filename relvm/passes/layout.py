@@ -91,16 +91,31 @@ def _suits_nhwc(conv: Call) -> bool:
     return ocg >= NARROW or ocg % VECTOR == 0
 
 
-def _flexible(e: Expr) -> bool:
-    """An op call a channels-last region may take (what _nhwc_version may rewrite)."""
-    if not (isinstance(e, Call) and isinstance(e.op, Op) and _tensor4(e)):
-        return False
-    op = e.op
+def _nhwc_form(call: Call) -> tuple[Op, dict] | None:
+    """The op and attrs ``call`` (an op call of an NCHW rank-4 value) becomes on NHWC data, or
+    None where it cannot follow its operands there: the one list of what a region may take
+    (``_flexible``) and of what the rewrite makes of it (``_ChannelsLast._nhwc_version``)."""
+    op, attrs = call.op, call.attrs
     if op is OPS["nn.conv2d"]:
-        return _suits_nhwc(e)
-    return (op in (OPS["nn.bias_add"], OPS["nn.global_avg_pool2d"], OPS["concatenate"])
-            or (op is OPS["strided_slice"] and _nhwc_slice(e) is not None)
-            or (op.pattern in (ELEMWISE, BROADCAST) and not op.data_dependent))
+        return (op, {**dict(attrs), "data_layout": "NHWC", "out_layout": ""}) \
+            if _suits_nhwc(call) else None
+    if op in (OPS["nn.bias_add"], OPS["concatenate"]):  # along the channels only
+        return (op, {**dict(attrs), "axis": 3}) if attrs.axis % 4 == 1 else None
+    if op is OPS["nn.global_avg_pool2d"]:
+        return OPS["mean"], {"axis": [1, 2], "keepdims": True}
+    if op is OPS["strided_slice"]:  # (a YOLO block's halves of its channels)
+        sliced = _nhwc_slice(call)
+        return None if sliced is None else (op, sliced)
+    if (op.pattern in (ELEMWISE, BROADCAST) and not op.data_dependent
+            and not any(k in attrs for k in ("axis", "axes", "layout"))):
+        return op, dict(attrs)
+    return None
+
+
+def _flexible(e: Expr) -> bool:
+    """An op call a channels-last region may take (one _nhwc_form has a form for)."""
+    return (isinstance(e, Call) and isinstance(e.op, Op) and _tensor4(e)
+            and _nhwc_form(e) is not None)
 
 
 _NHWC_AXIS = {0: 0, 1: 3, 2: 1, 3: 2}  # an NCHW axis's place in NHWC
@@ -188,41 +203,28 @@ class _ChannelsLast(Rewriter):
 
     def _nhwc_version(self, call: Call) -> Expr | None:
         """The NHWC version of ``call`` (an op call of the input module), or None."""
-        op, args = call.op, call.args
-        if not _tensor4(call):
+        args = call.args
+        form = _nhwc_form(call) if _tensor4(call) else None
+        if form is None:
             return None
+        op, attrs = form[0], form[0].make_attrs(form[1])
         if op is OPS["nn.conv2d"]:
-            if id(call) not in self.convs:  # (channels_last_convs: those _suits_nhwc takes)
+            if id(call) not in self.convs:  # (channels_last_convs: the region's worth it)
                 return None
-            attrs = op.make_attrs({**dict(call.attrs), "data_layout": "NHWC", "out_layout": ""})
             return Call(op, (self.to_nhwc(args[0]), self(args[1])), attrs, span=call.span)
-        if op is OPS["nn.bias_add"]:
-            if call.attrs.axis % 4 != 1 or id(args[0]) not in self.nhwc:
+        if call.op in (OPS["nn.bias_add"], OPS["nn.global_avg_pool2d"], OPS["strided_slice"]):
+            if id(args[0]) not in self.nhwc:  # (follows its data; a bias stays as it is)
                 return None
-            return Call(op, (self.nhwc[id(args[0])], self(args[1])),
-                        op.make_attrs({"axis": 3}), span=call.span)
-        if op is OPS["nn.global_avg_pool2d"]:
-            if id(args[0]) not in self.nhwc:
-                return None
-            mean = OPS["mean"]
-            return Call(mean, (self.nhwc[id(args[0])],),
-                        mean.make_attrs({"axis": [1, 2], "keepdims": True}), span=call.span)
-        if op is OPS["strided_slice"]:  # (a YOLO block's halves of its channels)
-            attrs = _nhwc_slice(call)
-            if attrs is None or id(args[0]) not in self.nhwc:
-                return None
-            return Call(op, (self.nhwc[id(args[0])],), op.make_attrs(attrs), span=call.span)
+            return Call(op, (self.nhwc[id(args[0])],) + tuple(self(a) for a in args[1:]),
+                        attrs, span=call.span)
         if op is OPS["concatenate"]:
             fields = args[0]
-            if (not isinstance(fields, Tuple) or call.attrs.axis % 4 != 1
+            if (not isinstance(fields, Tuple)
                     or not any(id(f) in self.nhwc for f in fields.fields)
                     or not all(_tensor4(f) for f in fields.fields)):
                 return None
             joined = Tuple(tuple(self.to_nhwc(f) for f in fields.fields), span=fields.span)
-            return Call(op, (joined,), op.make_attrs({"axis": 3}), span=call.span)
-        if (op.pattern not in (ELEMWISE, BROADCAST) or op.data_dependent
-                or any(k in call.attrs for k in ("axis", "axes", "layout"))):
-            return None
+            return Call(op, (joined,), attrs, span=call.span)
         if not any(id(x) in self.nhwc for x in args):
             return None
         operands = []
@@ -246,7 +248,7 @@ class _ChannelsLast(Rewriter):
                 operands.append(_transpose(grown, TO_NHWC, x.span))
             else:
                 return None
-        return Call(op, tuple(operands), call.attrs, span=call.span)
+        return Call(op, tuple(operands), attrs, span=call.span)
 
 
 def channels_last(module):
