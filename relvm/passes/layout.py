@@ -13,8 +13,8 @@ its output is transposed once instead), output channels that fill vectors of cha
 (:data:`NARROW`: 24 channels a group would leave a quarter of AVX-512's lanes empty, and an
 OCR model's 96 -> 24 convs over 120 x 160 ran 1.1-1.25x slower NHWC), depthwise convs of at
 least :data:`MIN_DEPTHWISE` channels -- in the regions, the connected runs of ops a region may
-take (such convs, bias adds, elementwise and broadcast ops, concatenations along the channels,
-global average pools), that hold a depthwise conv or at least two convs; a conv over one
+take (such convs, bias adds, elementwise and broadcast ops, concatenations and slices along
+the channels, global average pools; ``_nhwc_form`` lists them), that hold a depthwise conv or at least two convs; a conv over one
 pixel (a squeeze-and-excitation block's) always suits, both layouts being one. Measured
 NHWC/NCHW (Intel Xeon, AVX-512, one thread): depthwise convs 0.4-0.8, 3x3 convs of 64-512
 channels 0.84-0.98, 1x1 convs 0.6-1.0; whole models ResNet-18 0.83, ResNet-50 0.88,
@@ -31,9 +31,9 @@ version it has made of it (if any):
   both operands broadcasts alike, so an SE block's (n, c, 1, 1) scale is one too), its
   constants are transposed here, and an operand of fewer dims is grown to four
   (``expand_dims``, as broadcasting reads it) and transposed; ``nn.bias_add`` along the
-  channels, ``nn.global_avg_pool2d`` (a ``mean``
-  over H and W) and ``concatenate`` along the channels (of which a part has an NHWC version)
-  follow their operands too;
+  channels, ``nn.global_avg_pool2d`` (a ``mean`` over H and W), a ``strided_slice`` whose
+  bounds are all given (its axes moved) and ``concatenate`` along the channels (of which a
+  part has an NHWC version) follow their operands too;
 - anything else reads the NCHW value: ``transpose(v, (0, 3, 1, 2))`` of the NHWC one, made
   where it is first needed (once per value) and not at all where nothing needs it.
 
