@@ -212,15 +212,18 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
          * 9, and row r at its pointer + (r % 3) * lda, in the addressing mode (asm, so the
          * compiler cannot make a pointer of each row again). */
         const int64_t ldb = lda * (int64_t)sizeof(float);
+        const int groups = (rows + 2) / 3; /* the pointers this tile's rows use */
         const char *q[4];
 #pragma GCC unroll 4
-        for (int g = 0; g < 4; ++g) q[g] = (const char *)(a + p) + 3 * g * ldb;
+        for (int g = 0; g < groups; ++g) q[g] = (const char *)(a + p) + 3 * g * ldb;
         for (; p < k; ++p, b += PG_PANEL) {
             PG_FETCH_NEXT(p, b);
             const vec b0 = *(const vec *)b;
             const vec b1 = half ? (vec){0} : *(const vec *)(b + PG_VW);
 #pragma GCC unroll 16
             for (int r = 0; r < rows; ++r) {
+                /* ("m": the asm reads memory at the row's pointer, so it stays after any store
+                 * there; the tile itself writes no A) */
                 vec ar;
                 if (r % 3 == 0)
                     __asm__("vbroadcastss (%1), %0" : "=v"(ar) : "r"(q[r / 3]), "m"(*q[r / 3]));
@@ -234,7 +237,7 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
                 if (!half) acc[r][1] += ar * b1;
             }
 #pragma GCC unroll 4
-            for (int g = 0; g < 4; ++g) q[g] += sizeof(float);
+            for (int g = 0; g < groups; ++g) q[g] += sizeof(float);
         }
     }
 #endif
