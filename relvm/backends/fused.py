@@ -301,5 +301,66 @@ def make_fused_kernel(plan: dict, library: FusedLibrary, n_inputs: int,
         ctx, key = context(arrays, out, anchor_out)
         pointers(ctx, arrays, out, anchor_out)
         loop(ctx, key)
+    def bind(args: Sequence[np.ndarray], fixed: Sequence[bool]) -> Callable | None:
+        """The call on ``args`` (inputs, then the output) as a replay makes it again (see
+        ``runtime/vm/replay.py``): a loop context of its own with the shapes' fields and the
+        fixed arrays' pointers set now, so a call sets only the others' (those it is given,
+        in order) and calls the loop, or the product (bound too) that runs it per block. None
+        for a product run apart from the loop (a scratch output, or none bound)."""
+        arrays, out = args[:n_inputs], args[n_inputs]
+        product = blocked is not None and out.dtype == anchor_out_dtype
+        if anchor is not None and not product:
+            return None
+        shared, key = context(arrays, out, out)
+        ctx = ffi.new("relvm_fused_ctx *")
+        ffi.memmove(ctx, shared, ffi.sizeof("relvm_fused_ctx"))
+        slots: dict[int, list] = {}  # arg index -> the context fields it fills
+        for k, i in enumerate(reads):
+            slots.setdefault(n_inputs if i < 0 else i, []).append(k)
+        slots.setdefault(n_inputs, []).append(-1)
+        inputs = ctx.inputs
+        keep = [a for a, f in zip(args, fixed) if f]  # alive while their pointers are held
+        for i, fields in slots.items():
+            if fixed[i]:
+                for k in fields:
+                    if k < 0:
+                        ctx.out = address(args[i])
+                    else:
+                        inputs[k] = address(args[i])
+        varying = [(i, slots.get(i, [])) for i in range(len(args)) if not fixed[i]]
+        void = (pool_ffi.cast("void *", int(ffi.cast("uintptr_t", ctx))) if pool is not None
+                else None)
+        if product:
+            at = list(anchor_args) + [n_inputs]
+            bind_product = getattr(blocked, "bind", None)
+            run = bind_product and bind_product([args[i] for i in at], [fixed[i] for i in at],
+                                                current=void)
+            if run is None:
+                return None
+            order = [[n for n, (v, _) in enumerate(varying) if v == i][0] for i in at
+                     if not fixed[i]]
+        else:
+            rows, grain = ctx.rows, max(1, 16384 // max(ctx.cols, 1))
+
+            def run(*_ignored: np.ndarray) -> None:
+                if pool_fn is not None and rows > 1:
+                    parallel_for(rows, grain, pool_fn, void)
+                else:
+                    fn(ctx, 0, rows)
+            order = []
+
+        def bound(*given: np.ndarray) -> None:
+            for (_, fields), a in zip(varying, given):
+                pointer = address(a)
+                for k in fields:
+                    if k < 0:
+                        ctx.out = pointer
+                    else:
+                        inputs[k] = pointer
+            run(*[given[n] for n in order])
+        bound.keep = (ctx, keep)
+        return bound
+
     kernel.in_product = blocked is not None  # the loop runs inside the product, per block
+    kernel.bind = bind
     return kernel

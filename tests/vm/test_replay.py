@@ -340,3 +340,78 @@ def test_a_kernel_that_reenters_the_vm_gets_a_frame_of_its_own(monkeypatch) -> N
     inner.append(None)
     np.testing.assert_allclose(vm.invoke("main", x), np.exp(x))
     np.testing.assert_allclose(inner[0], np.exp(x + 1))
+
+
+SILU_BLOCK = """
+def @main(%x: Tensor[(n, 16, 12, 12), float32], %w1: Tensor[(32, 16, 1, 1), float32],
+          %b1: Tensor[(32), float32], %w2: Tensor[(32, 1, 3, 3), float32],
+          %b2: Tensor[(32), float32], %w3: Tensor[(16, 32, 1, 1), float32]) {
+  %a = tanh(%x);
+  %b = multiply(%a, %x);
+  %0 = nn.conv2d(%b, %w1, channels=32, kernel_size=[1, 1]);
+  %1 = nn.bias_add(%0, %b1);
+  %2 = sigmoid(%1);
+  %3 = multiply(%1, %2);
+  %4 = nn.conv2d(%3, %w2, padding=[1, 1], groups=32, channels=32, kernel_size=[3, 3]);
+  %5 = nn.bias_add(%4, %b2);
+  %6 = sigmoid(%5);
+  %7 = multiply(%5, %6);
+  %8 = nn.conv2d(%7, %w3, channels=16, kernel_size=[1, 1]);
+  add(%8, %x)
+}
+"""
+
+
+def _numpy_silu_block(x: np.ndarray, p: dict) -> np.ndarray:
+    def conv(v, w, groups=1, pad=0):
+        v = np.pad(v, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+        n, c, h, wd = v.shape
+        oc, icg, kh, kw = w.shape
+        oh, ow = h - kh + 1, wd - kw + 1
+        out = np.zeros((n, oc, oh, ow), np.float64)
+        ocg = oc // groups
+        for o in range(oc):
+            g = o // ocg
+            for dy in range(kh):
+                for dx in range(kw):
+                    patch = v[:, g * icg:(g + 1) * icg, dy:dy + oh, dx:dx + ow]
+                    out[:, o] += np.einsum("nchw,c->nhw", patch, w[o, :, dy, dx])
+        return out
+
+    def silu(v):
+        return v / (1 + np.exp(-v))
+    h = silu(conv(np.tanh(x) * x, p["w1"]) + p["b1"][:, None, None])
+    h = silu(conv(h, p["w2"], groups=32, pad=1) + p["b2"][:, None, None])
+    return conv(h, p["w3"]) + x
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("channels_last", [True, False])
+def test_replays_bind_fused_kernels_with_a_rest_run_per_block_and_alone(channels_last) -> None:
+    """Generated kernels are bound for replays too: a conv whose SiLU runs over each block of
+    its output (the product's call bound with the kernel's own loop context), and a fused
+    elementwise kernel alone (tanh(x) * x, reading the input array that comes new each call). Their calls see new input and output arrays, and inputs changed in place."""
+    rng = np.random.default_rng(11)
+    p = {"w1": rng.standard_normal((32, 16, 1, 1)) * 0.3, "b1": rng.standard_normal(32),
+         "w2": rng.standard_normal((32, 1, 3, 3)) * 0.3, "b2": rng.standard_normal(32),
+         "w3": rng.standard_normal((16, 32, 1, 1)) * 0.3}
+    p = {k: v.astype(np.float32) for k, v in p.items()}
+    exe = relvm.build(relvm.parse(SILU_BLOCK), params=p, channels_last=channels_last)
+    vm = relvm.VirtualMachine(exe)
+    x = rng.standard_normal((2, 16, 12, 12)).astype(np.float32)
+    for call in range(6):
+        if call == 4:
+            x = rng.standard_normal((2, 16, 12, 12)).astype(np.float32)  # a new input array
+        out = np.full((2, 16, 12, 12), np.nan, np.float32)  # a new output array
+        assert vm.invoke_with_outputs("main", [x], [out]) is out
+        np.testing.assert_allclose(out, _numpy_silu_block(x.astype(np.float64), p),
+                                   rtol=1e-4, atol=1e-5)
+        x *= 0.75  # in place
+    (r,) = vm._entry("main").replays.values()
+    code = exe.function("main").instructions
+    names = {pc: exe.kernels[code[pc].kernel].name for pc, _ in r.steps
+             if code[pc][0] == BY_NAME["InvokePacked"].number}
+    bound = {names[pc] for pc, step in r.steps
+             if pc in names and step.__qualname__.startswith("_bound_step")}
+    assert "fused_conv2d_bias_add_sigmoid_multiply" in bound
+    assert any(not n.startswith("fused_conv2d") and n.startswith("fused_") for n in bound), names

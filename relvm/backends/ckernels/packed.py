@@ -296,7 +296,8 @@ def packed_weight(index: int, *fields: str, required: bool = False) -> tuple:
 
 def current(getter: Callable[[], Any]) -> tuple:
     """A slot: ``getter()``, asked at each call (a fused kernel's loop context, set by its
-    caller for this call). A call with such a slot is not bound for replays."""
+    caller for this call). A replay binds such a call only with the value to pass there (the
+    fused kernel's bound call's own context: ``bind(..., current=...)``)."""
     return ("current", getter)
 
 
@@ -337,14 +338,16 @@ class Call:
                 values += layout
                 packs.append((place, what, layout, required))
         self.direct = _direct_call(slots)(c_function, ffi.from_buffer, null, get, *values)
-        replayable = all(kind != "current" for kind, *_ in slots)
+        currents = [place for place, (kind, *_) in enumerate(slots) if kind == "current"]
 
-        def bind(arrays: Sequence[np.ndarray], fixed: Sequence[bool], what: str
-                 ) -> Callable | None:
-            if not replayable:
+        def bind(arrays: Sequence[np.ndarray], fixed: Sequence[bool], what: str,
+                 current: Any = None) -> Callable | None:
+            if currents and current is None:
                 return None
             n = len(arrays)
             c_args = template.copy()
+            for place in currents:
+                c_args[place] = current
             for place, i, layout, required in packs:
                 i %= n
                 weight = get(arrays[i], *layout) if fixed[i] else None
@@ -426,10 +429,11 @@ def _kernel(name: str, plan_for: Callable, c_function: Callable, slots: Sequence
     calls: dict[tuple, Any] = {}  # shapes -> Call, or False: not this kernel's shapes
     slow: list[Callable] = []
 
-    def bind(arrays: Sequence[np.ndarray], fixed: Sequence[bool]) -> Callable | None:
+    def bind(arrays: Sequence[np.ndarray], fixed: Sequence[bool],
+             current: Any = None) -> Callable | None:
         key = tuple([a.shape for a in arrays])
         call = calls.get(key)
-        return call.bind(arrays, fixed, f"{name} {key}") if call else None
+        return call.bind(arrays, fixed, f"{name} {key}", current) if call else None
 
     def run(*args: np.ndarray) -> None:
         key = tuple([a.shape for a in args])
