@@ -130,6 +130,31 @@ def test_functions_with_data_dependent_shapes_are_not_replayed() -> None:
         np.testing.assert_array_equal(vm.invoke("main", a), np.argwhere(a))
 
 
+def test_dims_read_from_values_the_input_shapes_decide_are_replayed() -> None:
+    """A length taken from a value computed from shapes alone (a YOLO head's anchor grid,
+    ``arange(0, float(shape[3]))``) is the same on every call with the same input shapes: the
+    function is replayed, and the grid is computed by the call a replay is made from only."""
+    vm = relvm.VirtualMachine(relvm.build(relvm.parse("""
+def @main(%x: Tensor[(n, 2, h, w), float32]) {
+  %s = shape_of(%x, dtype="int64");
+  %f = cast(take(%s, 3), dtype="float32");
+  %a = arange(0f, %f, 1f);
+  add(%x, add(%a, 0.5f))
+}""")))
+    ep = vm._entry("main")
+    assert ep.replayable and ep.live_steps is not None
+    code = vm.exe.function("main").instructions
+    live = {vm.exe.kernels[code[pc].kernel].name.split("#")[0] for pc, _ in ep.live_steps
+            if code[pc][0] == BY_NAME["InvokePacked"].number}
+    assert not any("arange" in name for name in live), live
+    rng = np.random.default_rng(2)
+    for shape in ((1, 2, 3, 4), (1, 2, 3, 4), (2, 2, 1, 7), (1, 2, 3, 4), (2, 2, 1, 7)):
+        x = rng.standard_normal(shape).astype(np.float32)
+        want = x + (np.arange(shape[3], dtype=np.float32) + 0.5)
+        np.testing.assert_allclose(vm.invoke("main", x), want, rtol=1e-6)
+    assert len(ep.replays) == 2
+
+
 BRANCHY = """def @main(%x: Tensor[(n, 4), float32], %c: bool) {
   %0 = multiply(%x, 2f);
   %1 = if (%c) { add(%0, 1f) } else { nn.relu(subtract(%0, 1f)) };

@@ -22,7 +22,9 @@ bound that way when it is made, so a replayed call skips the kernels' per-call l
 A function qualifies when it is made of kernels, pure instructions, storage and tensor
 allocations, dims, ``if``/``goto`` and ``ret`` (the opcode table's flags say which is which),
 takes tensors only, writes each register once along any path, and its dim programs read shapes
-only (no ``value``/``nonzero``/run-time reshape: those depend on data). A straight-line
+only (no ``value``/``nonzero``/run-time reshape: those depend on data), or, in a straight-line
+function, values that the input shapes alone decide (:func:`per_shape_registers`: a YOLO
+head's anchor grid takes its length from ``float(shape[3])``). A straight-line
 function is planned once. One with ``if``s is planned per replay, along the path its call took
 (each ``if`` records which way it went as it runs, ``Frame.taken``): each ``if`` on the path is
 a live *guard*, and a call whose condition goes the other way stops (:class:`Diverged`) and
@@ -62,15 +64,28 @@ class Diverged(Exception):
     """A replayed call's ``if`` went the other way than the call the replay was made from."""
 
 
+def _dims_of_shapes(ins: tuple, programs: Sequence[tuple], known: set[int] | None) -> bool:
+    """Whether dims instruction ``ins`` computes the same dims on every call with the same
+    input shapes: its program reads shapes only, or (``known``: the registers of a straight-line
+    function whose values the input shapes decide, :func:`per_shape_registers`) values of such
+    registers only -- YOLO's anchor grid, ``arange(0, float(shape[3]))``."""
+    if not 0 <= ins.prog < len(programs):
+        return False
+    if not reads_values(programs[ins.prog]):
+        return True
+    return known is not None and all(r in known for r in reads(ins))
+
+
 def replayable(fn: VMFunction, programs: Sequence[tuple]) -> bool:
     """Whether ``fn`` may be replayed at all (see the module docstring)."""
     if any(p.is_tuple or not p.tensors for p in fn.params):
         return False  # replays are keyed by input shapes: tensors only
     last = len(fn.instructions) - 1
+    known = None if branches(fn) else per_shape_registers(fn.instructions)
     for pc, ins in enumerate(fn.instructions):
         spec = spec_of(ins)
         if spec.has("dims"):
-            if not 0 <= ins.prog < len(programs) or reads_values(programs[ins.prog]):
+            if not _dims_of_shapes(ins, programs, known):
                 return False
         elif not (spec.has("kernel") or spec.has("pure") or (spec.name == "Ret" and pc == last)
                   or spec.name in ("AllocStorage", "AllocTensor", "If", "Goto")):
@@ -121,6 +136,7 @@ def plan(fn: VMFunction, programs: Sequence[tuple],
     written: set[int] = set(range(len(fn.params)))  # an input overwritten: not replayed
     bound = {pc for o in fn.outputs for pc in o.alloc_pcs}
     once = _computed_once(fn.instructions, bound) if not branches(fn) else set()
+    known = None if branches(fn) else per_shape_registers(fn.instructions)
     live: list[int] = []
     for pc in pcs:
         ins = fn.instructions[pc]
@@ -132,7 +148,7 @@ def plan(fn: VMFunction, programs: Sequence[tuple],
         elif spec.name == "Goto":
             continue
         elif spec.has("dims"):
-            if not 0 <= ins.prog < len(programs) or reads_values(programs[ins.prog]):
+            if not _dims_of_shapes(ins, programs, known):
                 return None
         elif spec.has("pure") or spec.name in ("AllocStorage", "AllocTensor"):
             # The same value as last call when it is computed from values that are the same
@@ -168,10 +184,11 @@ def _guard(ins: tuple, taken: bool, nxt: int) -> Callable:
 def straight_line(code: Sequence[tuple], programs: Sequence[tuple]) -> bool:
     """True if ``code`` has only the instructions a replay can run (see :func:`plan`)."""
     last = len(code) - 1
+    known = per_shape_registers(code)
     for pc, ins in enumerate(code):
         spec = spec_of(ins)
         if spec.has("dims"):
-            if not 0 <= ins.prog < len(programs) or reads_values(programs[ins.prog]):
+            if not _dims_of_shapes(ins, programs, known):
                 return False
         elif not (spec.has("kernel") or spec.has("pure") or (spec.name == "Ret" and pc == last)
                   or spec.name in ("AllocStorage", "AllocTensor")):
@@ -184,6 +201,17 @@ def per_shape_kernels(code: Sequence[tuple]) -> set[int]:
     shapes alone: a constant, a ``ShapeOf``, a view or tuple of such values, or the result of
     such a kernel. Kernels are functions of their inputs, so these compute the same values on
     every call with the same input shapes."""
+    return _per_shape(code)[0]
+
+
+def per_shape_registers(code: Sequence[tuple]) -> set[int]:
+    """The registers of straight-line ``code`` whose values the input shapes alone decide
+    (constants, shapes, and what :func:`per_shape_kernels` and pure instructions make of
+    them)."""
+    return _per_shape(code)[1]
+
+
+def _per_shape(code: Sequence[tuple]) -> tuple[set[int], set[int]]:
     known: set[int] = set()
     found: set[int] = set()
     for pc, ins in enumerate(code):
@@ -196,7 +224,7 @@ def per_shape_kernels(code: Sequence[tuple]) -> set[int]:
                 known.update(ins.outputs)
         elif spec.has("pure") and reads(ins) and all(r in known for r in reads(ins)):
             known.update(writes(ins))
-    return found
+    return found, known
 
 
 def _computed_once(code: Sequence[tuple], bound: set[int]) -> set[int]:
