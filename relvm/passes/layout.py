@@ -8,8 +8,9 @@ whatever the plane's size: a depthwise conv reads a vector of channels per tap, 
 one GEMM reading its input in place, a 3x3 conv one GEMM step per tap reading it in place.
 
 Which convs (``channels_last_convs``): those that suit NHWC -- float32, at least
-:data:`MIN_CHANNELS` input channels (a model's first conv on its RGB image runs faster NCHW:
-its output is transposed once instead), output channels that fill vectors of channels
+:data:`MIN_CHANNELS` input channels (a mobile model's first conv on its RGB image, 3 -> 16 or
+32 channels, runs faster NCHW: its output is transposed once instead; one writing
+:data:`WIDE_STEM` channels or more, a ResNet's, faster NHWC, its RGB image transposed), output channels that fill vectors of channels
 (:data:`NARROW`: 24 channels a group would leave a quarter of AVX-512's lanes empty, and an
 OCR model's 96 -> 24 convs over 120 x 160 ran 1.1-1.25x slower NHWC), depthwise convs of at
 least :data:`MIN_DEPTHWISE` channels -- in the regions, the connected runs of ops a region may
@@ -53,8 +54,12 @@ from ..ops.indexing import slice_specs
 from ..ops.registry import BROADCAST, ELEMWISE, OPS, Op
 from .rewrite import Rewriter, rewrite_module
 
-#: A conv reading fewer input channels than this stays NCHW (see the docstring).
+#: A conv reading fewer input channels than this stays NCHW (see the docstring), unless it
+#: writes at least WIDE_STEM channels a group: a ResNet's 7x7 3 -> 64 stem ran NHWC (its RGB
+#: input transposed first) in 0.91-0.96 of the model's time, a MobileNet's or EfficientNet's
+#: 3x3 3 -> 16 / 32 one in 1.03-1.19 (AMD Zen 4, AVX-512, 1 and 2 threads).
 MIN_CHANNELS = 4  # (input channels, all groups together)
+WIDE_STEM = 64
 
 #: Channels in the widest vector a kernel runs (AVX-512's 16 floats). A GEMM-form conv with
 #: fewer than NARROW output channels a group that are not a multiple of it (8, 12, 24) would
@@ -81,8 +86,10 @@ def _suits_nhwc(conv: Call) -> bool:
             or not _tensor4(conv.args[0], "float32") or not _tensor4(conv, "float32")):
         return False
     c, o = conv.args[0].checked_type.shape[1], conv.checked_type.shape[1]
-    if not (isinstance(c, int) and isinstance(o, int)) or c < MIN_CHANNELS:
+    if not (isinstance(c, int) and isinstance(o, int)) or c < 1:
         return False
+    if c < MIN_CHANNELS:
+        return o // a.groups >= WIDE_STEM
     if tuple(conv.args[0].checked_type.shape[2:]) == (1, 1):
         return True  # one pixel (a squeeze-and-excitation block's): the layouts are one
     if a.groups == c and o == c:

@@ -29,12 +29,32 @@ def test_transpose(check, rand, shape, axes, dtype):
 
 # NCHW <-> NHWC, the channels-last pass's transposes: one image (its 32 x 32 tiles shared out
 # between the threads) and several (the images shared out), ragged tiles, 3 channels.
+# Onto 2-7 channels (an RGB image going channels last) the rows interleave: every count, one
+# image and several, planes of fewer and more pixels than a tile, and a strided source.
 @pytest.mark.parametrize("shape", [(1, 32, 112, 112), (1, 3, 20, 21), (2, 40, 7, 7),
-                                   (1, 1280, 7, 7), (3, 33, 9, 10), (1, 7, 1, 1)], ids=str)
+                                   (1, 1280, 7, 7), (3, 33, 9, 10), (1, 7, 1, 1),
+                                   (1, 3, 224, 224), (2, 3, 17, 19), (1, 2, 3, 3), (1, 4, 33, 1),
+                                   (2, 5, 8, 9), (1, 6, 40, 41), (3, 7, 5, 31)], ids=str)
 @pytest.mark.parametrize("axes", [[0, 2, 3, 1], [0, 3, 1, 2]], ids=str)
 @pytest.mark.parametrize("dtype", ["float32", "int32", "float64"])
 def test_channels_last_transposes(check, rand, shape, axes, dtype):
     check("transpose", {"axes": axes}, [rand(shape, dtype)])
+
+
+@pytest.mark.parametrize("channels", [2, 3, 7])
+def test_interleaving_transpose_reads_a_strided_source(channels, rand):
+    """A transpose onto a short last dim reads its source planes where they are (a strided
+    view: every other row of a bigger array) and writes every item once."""
+    import relvm
+
+    x = rand((2, channels, 24, 30), "float32")
+    text = (f"def @main(%x: Tensor[(2, {channels}, 24, 30), float32]) "
+            "{ transpose(strided_slice(%x, begin=[0, 0, 0, 0], end=[2, 99, 24, 30], "
+            "strides=[1, 1, 2, 1]), axes=[0, 2, 3, 1]) }")
+    vm = relvm.VirtualMachine(relvm.build(relvm.parse(text)))
+    out = np.full((2, 12, 30, channels), np.nan, np.float32)
+    vm.invoke_with_outputs("main", input_args=[x], output_args=[out])
+    np.testing.assert_array_equal(out, x[:, :, ::2].transpose(0, 2, 3, 1))
 
 
 @pytest.mark.parametrize("shapes,axis", [([(2, 3), (2, 5)], 1), ([(2, 3), (4, 3), (1, 3)], 0),

@@ -74,6 +74,16 @@ STEM = """def @main(%x: Tensor[(n, 3, 16, 16), float32], %w1: Tensor[(8, 3, 3, 3
 }"""
 
 
+# A ResNet's stem: 7 x 7, stride 2, 3 -> 64 channels, then a 3 x 3 conv.
+WIDE_STEM = """def @main(%x: Tensor[(n, 3, h, w), float32], %w1: Tensor[(64, 3, 7, 7), float32],
+          %w2: Tensor[(64, 64, 3, 3), float32]) {
+  %0 = nn.conv2d(%x, %w1, strides=[2, 2], padding=[3, 3]);
+  %1 = nn.relu(%0);
+  %2 = nn.conv2d(%1, %w2, padding=[1, 1]);
+  nn.relu(%2)
+}"""
+
+
 # A YOLO C2f block: a conv's channels split in halves (strided_slice), one half through a
 # bottleneck, the halves and its result concatenated, then a conv.
 C2F = """def @main(%x: Tensor[(n, 32, 8, 8), float32], %w1: Tensor[(32, 32, 1, 1), float32],
@@ -153,6 +163,24 @@ def test_rgb_stem_stays_nchw_and_its_output_is_transposed_once():
     assert _layouts(m) == ["NCHW", "NHWC"]
     ops = _ops(m)
     assert ops.count("transpose") == 2  # the stem's output in, the result out
+
+
+def test_a_wide_rgb_stem_runs_nhwc_on_its_transposed_image():
+    """A ResNet's stem (3 -> 64 channels, 7 x 7, stride 2) runs NHWC: the RGB image is
+    transposed in (interleaving three planes), the result out; the numbers are the NCHW
+    build's."""
+    m = _optimized(WIDE_STEM)
+    assert _layouts(m) == ["NHWC", "NHWC"]
+    assert _ops(m).count("transpose") == 2
+    rng = np.random.default_rng(5)
+    params = {"w1": (rng.standard_normal((64, 3, 7, 7)) * 0.1).astype(np.float32),
+              "w2": (rng.standard_normal((64, 64, 3, 3)) * 0.05).astype(np.float32)}
+    x = rng.standard_normal((2, 3, 30, 28)).astype(np.float32)
+    got = relvm.VirtualMachine(relvm.build(relvm.parse(WIDE_STEM), params=params))
+    want = relvm.VirtualMachine(relvm.build(relvm.parse(WIDE_STEM), params=params,
+                                            backend="numpy"))
+    np.testing.assert_allclose(np.asarray(got.invoke("main", x)),
+                               np.asarray(want.invoke("main", x)), rtol=1e-4, atol=1e-4)
 
 
 def test_channels_last_off_changes_nothing():
