@@ -268,27 +268,28 @@ def make_fused_kernel(plan: dict, library: FusedLibrary, n_inputs: int,
             inputs[k] = address(anchor_out if i < 0 else arrays[i])
         ctx.out = address(out)
 
-    def loop(ctx, key) -> None:
+    def loop(ctx, void) -> None:
+        """The loop over ctx's rows, on the pool (``void``: ctx as the pool's pointer)."""
         rows = ctx.rows
         if pool_fn is not None and rows > 1:
-            parallel_for(rows, max(1, 16384 // max(ctx.cols, 1)), pool_fn, pool_ctx[key])
+            parallel_for(rows, max(1, 16384 // max(ctx.cols, 1)), pool_fn, void)
         else:
             fn(ctx, 0, rows)
 
     blocked = None  # the anchor's product with the rest applied block by block
-    current: list[Any] = [None, None, None]  # this call's: the pool's void *, context, key
+    current: list[Any] = [None, None]  # this call's: the pool's void *, its context
     block_fn = (library.block(plan["symbol"]) if block_anchor is not None and anchor is not None
                 and pool is not None else None)
     if block_fn is not None:
         blocked = block_anchor(int(ffi.cast("uintptr_t", block_fn)), lambda: current[0],
-                               lambda: loop(current[1], current[2]))
+                               lambda: loop(current[1], current[0]))
 
     def kernel(*args: np.ndarray) -> None:
         arrays, out = args[:n_inputs], args[n_inputs]
         if blocked is not None and out.dtype == anchor_out_dtype:
             ctx, key = context(arrays, out, out)
             pointers(ctx, arrays, out, out)
-            current[:] = [pool_ctx[key], ctx, key]
+            current[:] = [pool_ctx[key], ctx]
             blocked(*[arrays[i] for i in anchor_args], out)
             return
         anchor_out = out
@@ -300,7 +301,8 @@ def make_fused_kernel(plan: dict, library: FusedLibrary, n_inputs: int,
             anchor(*[arrays[i] for i in anchor_args], anchor_out)
         ctx, key = context(arrays, out, anchor_out)
         pointers(ctx, arrays, out, anchor_out)
-        loop(ctx, key)
+        loop(ctx, pool_ctx.get(key))
+
     def bind(args: Sequence[np.ndarray], fixed: Sequence[bool]) -> Callable | None:
         """The call on ``args`` (inputs, then the output) as a replay makes it again (see
         ``runtime/vm/replay.py``): a loop context of its own with the shapes' fields and the
@@ -319,14 +321,17 @@ def make_fused_kernel(plan: dict, library: FusedLibrary, n_inputs: int,
             slots.setdefault(n_inputs if i < 0 else i, []).append(k)
         slots.setdefault(n_inputs, []).append(-1)
         inputs = ctx.inputs
+
+        def place(fields: list, pointer) -> None:
+            for k in fields:
+                if k < 0:
+                    ctx.out = pointer
+                else:
+                    inputs[k] = pointer
         keep = [a for a, f in zip(args, fixed) if f]  # alive while their pointers are held
         for i, fields in slots.items():
             if fixed[i]:
-                for k in fields:
-                    if k < 0:
-                        ctx.out = address(args[i])
-                    else:
-                        inputs[k] = address(args[i])
+                place(fields, address(args[i]))
         varying = [(i, slots.get(i, [])) for i in range(len(args)) if not fixed[i]]
         void = (pool_ffi.cast("void *", int(ffi.cast("uintptr_t", ctx))) if pool is not None
                 else None)
@@ -337,26 +342,16 @@ def make_fused_kernel(plan: dict, library: FusedLibrary, n_inputs: int,
                                                 current=void)
             if run is None:
                 return None
-            order = [[n for n, (v, _) in enumerate(varying) if v == i][0] for i in at
-                     if not fixed[i]]
+            given_at = {i: n for n, (i, _) in enumerate(varying)}
+            order = [given_at[i] for i in at if not fixed[i]]
         else:
-            rows, grain = ctx.rows, max(1, 16384 // max(ctx.cols, 1))
-
             def run(*_ignored: np.ndarray) -> None:
-                if pool_fn is not None and rows > 1:
-                    parallel_for(rows, grain, pool_fn, void)
-                else:
-                    fn(ctx, 0, rows)
+                loop(ctx, void)
             order = []
 
         def bound(*given: np.ndarray) -> None:
             for (_, fields), a in zip(varying, given):
-                pointer = address(a)
-                for k in fields:
-                    if k < 0:
-                        ctx.out = pointer
-                    else:
-                        inputs[k] = pointer
+                place(fields, address(a))
             run(*[given[n] for n in order])
         bound.keep = (ctx, keep)
         return bound

@@ -30,16 +30,21 @@ static inline uint32_t vm_to_bits(float f) {
 /* 2^n for n in [-126, 127], built in the exponent field. */
 static inline float vm_pow2i(int32_t n) { return vm_from_bits((uint32_t)(n + 127) << 23); }
 
-/* Cephes' expf: exp(x) = 2^n exp(r) with |r| <= ln2/2, r found in two steps (Cody-Waite).
- * Returns exp(r) and sets *n. */
-static inline float vm_exp_parts(float x, int32_t *n) {
+/* exp's argument reduction: x = n ln2 + r with |r| <= ln2/2, r found in two steps
+ * (Cody-Waite). Returns r and sets *n. */
+static inline float vm_exp_reduce(float x, int32_t *n) {
     /* Adding 1.5 * 2^23 rounds x * log2(e) to an integer held in the low mantissa bits. */
     const float shifter = 12582912.0f;
     const float t = x * 1.44269504088896341f + shifter;
     const float fn = t - shifter;
     *n = (int32_t)(vm_to_bits(t) - vm_to_bits(shifter));
-    float r = x - fn * 0.693359375f;
-    r = r - fn * -2.12194440e-4f;
+    const float r = x - fn * 0.693359375f;
+    return r - fn * -2.12194440e-4f;
+}
+
+/* Cephes' expf: exp(x) = 2^n exp(r) (vm_exp_reduce). Returns exp(r) and sets *n. */
+static inline float vm_exp_parts(float x, int32_t *n) {
+    const float r = vm_exp_reduce(x, n);
     float p = 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;
@@ -112,12 +117,8 @@ static inline float vm_sigmoidf(float x) {
     float t = -x;
     t = t > 87.0f ? 87.0f : t;
     t = t < -87.0f ? -87.0f : t;
-    const float shifter = 12582912.0f; /* as in vm_exp_parts */
-    const float a = t * 1.44269504088896341f + shifter;
-    const float fn = a - shifter;
-    const int32_t n = (int32_t)(vm_to_bits(a) - vm_to_bits(shifter));
-    float r = t - fn * 0.693359375f;
-    r = r - fn * -2.12194440e-4f;
+    int32_t n;
+    const float r = vm_exp_reduce(t, &n);
     float p = 0.008290318f;
     p = p * r + 0.041897934f;
     p = p * r + 0.16667636f;

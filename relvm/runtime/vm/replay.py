@@ -135,8 +135,8 @@ def plan(fn: VMFunction, programs: Sequence[tuple],
     same: set[int] = set()      # registers that hold the same value on every replayed call
     written: set[int] = set(range(len(fn.params)))  # an input overwritten: not replayed
     bound = {pc for o in fn.outputs for pc in o.alloc_pcs}
-    once = _computed_once(fn.instructions, bound) if not branches(fn) else set()
-    known = None if branches(fn) else per_shape_registers(fn.instructions)
+    kernels, known = (set(), None) if branches(fn) else _per_shape(fn.instructions)
+    once = _computed_once(fn.instructions, bound, kernels)
     live: list[int] = []
     for pc in pcs:
         ins = fn.instructions[pc]
@@ -227,16 +227,16 @@ def _per_shape(code: Sequence[tuple]) -> tuple[set[int], set[int]]:
     return found, known
 
 
-def _computed_once(code: Sequence[tuple], bound: set[int]) -> set[int]:
-    """The pcs a replay never runs again besides pure ones: each per-shape kernel whose outputs
-    are fresh buffers (a pooled one is shared with other tensors; one bound to the caller's
+def _computed_once(code: Sequence[tuple], bound: set[int], kernels: set[int]) -> set[int]:
+    """The pcs a replay never runs again besides pure ones: each per-shape kernel (``kernels``,
+    :func:`per_shape_kernels`) whose outputs are fresh buffers (a pooled one is shared with other tensors; one bound to the caller's
     output array changes every call), and the allocations of those buffers."""
     alloc_of: dict[int, int] = {}
     for pc, ins in enumerate(code):
         if spec_of(ins).name == "AllocTensor":
             alloc_of[ins.dst] = pc
     once: set[int] = set()
-    for pc in per_shape_kernels(code):
+    for pc in kernels:
         allocs = [alloc_of.get(r) for r in code[pc].outputs]
         if all(a is not None and code[a].storage < 0 and a not in bound for a in allocs):
             once.add(pc)
