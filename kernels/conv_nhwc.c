@@ -7,13 +7,17 @@
  *   a vector of channels at a time, bias + the taps' weights (packed tap-major, taps x C) times
  *   the pixels they read (internal/dw_nhwc.h), vectors no wider than the channels; the pixels
  *   whose taps read inside the image (in the window's rows that do, at the top and bottom
- *   rows) with the weights in registers over the row, those at the left and right borders
- *   through a list of their taps (on a plane 3 rows high every row had been a border row: an
- *   OCR model's depthwise convs over 3 x 96 ran 1.3-1.5x slower than NCHW).
+ *   rows) with the weights in registers over the row, four at a time; those at the left and
+ *   right borders one by one over the part of the window inside the image (on a plane 3 rows
+ *   high every row had been a border row: an OCR model's depthwise convs over 3 x 96 ran
+ *   1.3-1.5x slower than NCHW), several vectors of channels at once.
  * - GEMM form (every other conv), output pixels x a group's output channels in panels of 32
  *   (the weights packed as GEMM panels, k tap-major), on relvm's GEMM tile (pgemm_tile.h):
  *   - a 1x1 conv of stride 1 and no padding is one GEMM over the pixels of all images, A the
  *     input itself, read in place;
+ *   - with fewer than NHWC_GATHER_BELOW input channels a group (an RGB stem's 3), A gathered
+ *     a band of output pixels at a time, each pixel's taps in a row (k = taps * icg), one GEMM
+ *     per panel over the band;
  *   - otherwise, along an output row, pixel r's tap (i, j) reads its channels at a fixed offset
  *     plus r * sw * C, so each tap is a GEMM step whose A is the input itself (row stride
  *     sw * C), the taps of a row summed in its output (the tile's `part`; padding is a tap's
@@ -61,19 +65,15 @@
 #undef DWN_SUFFIX
 #undef DWN_VW
 
-typedef void dwn_pixels_fn(int64_t count, const int64_t *nt, const float *const *in,
-                           const float *const *wt, int64_t taps, int64_t C, const float *bias,
-                           const float *clamp, float *out);
-
 typedef void dwn_inner_fn(int64_t count, const float *p, int64_t step, const int64_t *off,
-                          const float *wt, int64_t taps, int64_t C, const float *bias,
-                          const float *clamp, float *out);
+                          const int64_t *woff, const float *wt, int64_t taps, int64_t C,
+                          const float *bias, const float *clamp, float *out);
 
 /* The depthwise loops for the GEMM's instruction set (RELVM_PGEMM_ISA chooses a lesser one for
  * both), and their vector width. */
 struct dwn_kernels {
-    dwn_pixels_fn *pixels; /* any pixels, taps listed one by one */
-    dwn_inner_fn *inner;   /* a row's pixels whose taps all read inside the image */
+    dwn_inner_fn *inner; /* a row's pixels whose taps all read inside the image */
+    dwn_inner_fn *few;   /* one to three pixels, their taps listed */
     int64_t width;
 };
 
@@ -82,11 +82,11 @@ static struct dwn_kernels dwn_kernels(int64_t C) {
     relvm_pgemm_ipanel_kernel(&w);
 #ifdef DWN_MULTI_ISA
     /* no wider than the channels: 8 channels run whole AVX2 vectors, not one float at a time */
-    if (w == 16 && C >= 16) return (struct dwn_kernels){pixels_avx512, inner_avx512, 16};
-    if (w >= 8 && C >= 8) return (struct dwn_kernels){pixels_avx2, inner_avx2, 8};
+    if (w == 16 && C >= 16) return (struct dwn_kernels){inner_avx512, few_avx512, 16};
+    if (w >= 8 && C >= 8) return (struct dwn_kernels){inner_avx2, few_avx2, 8};
 #endif
     (void)C;
-    return (struct dwn_kernels){pixels_base, inner_base, 4};
+    return (struct dwn_kernels){inner_base, few_base, 4};
 }
 
 static int nhwc_depthwise(const struct relvm_conv2d_shape *s) {
@@ -116,54 +116,59 @@ struct dwn_job {
     _Atomic int failed;
 };
 
-/* Pixels [ox0, ox1) of output row oy, their taps one by one: the input pixel each tap reads
- * and its weights (pixel ox's at (ox - ox0) * taps). */
-static void dwn_row_taps(const struct relvm_conv2d_shape *s, const float *image, const float *wt,
-                         int64_t oy, int64_t ox0, int64_t ox1, int64_t *nt, const float **in,
-                         const float **wts) {
-    const int64_t taps = s->kh * s->kw, C = s->c;
-    for (int64_t ox = ox0; ox < ox1; ++ox) {
-        int64_t n = 0;
-        const float **pin = in + (ox - ox0) * taps, **pw = wts + (ox - ox0) * taps;
-        for (int64_t i = 0; i < s->kh; ++i) {
-            const int64_t iy = oy * s->sh - s->pt + i * s->dh;
-            if (iy < 0 || iy >= s->h) continue;
-            for (int64_t j = 0; j < s->kw; ++j) {
-                const int64_t ix = ox * s->sw - s->pl + j * s->dw;
-                if (ix < 0 || ix >= s->w) continue;
-                pin[n] = image + (iy * s->w + ix) * C;
-                pw[n] = wt + (i * s->kw + j) * C;
-                ++n;
-            }
-        }
-        nt[ox - ox0] = n;
-    }
-}
-
-/* Channels fewer than a vector: one at a time. */
-static void dwn_pixels_narrow(int64_t count, const int64_t *nt, const float *const *in,
-                              const float *const *wt, int64_t taps, int64_t C, const float *bias,
-                              const float *clamp, float *out) {
-    for (int64_t q = 0; q < count; ++q)
+/* Channels fewer than a vector (C < 4): output row oy's pixels one channel at a time, each
+ * over the taps that read inside the image. */
+static void dwn_row_narrow(const struct relvm_conv2d_shape *s, const float *image,
+                           const float *wt, const float *bias, const float *clamp, int64_t oy,
+                           float *out) {
+    const int64_t C = s->c;
+    for (int64_t ox = 0; ox < s->ow; ++ox)
         for (int64_t c = 0; c < C; ++c) {
             float acc = bias ? bias[c] : 0.0f;
-            for (int64_t t = 0; t < nt[q]; ++t) acc += wt[q * taps + t][c] * in[q * taps + t][c];
+            for (int64_t i = 0; i < s->kh; ++i) {
+                const int64_t iy = oy * s->sh - s->pt + i * s->dh;
+                if (iy < 0 || iy >= s->h) continue;
+                for (int64_t j = 0; j < s->kw; ++j) {
+                    const int64_t ix = ox * s->sw - s->pl + j * s->dw;
+                    if (ix < 0 || ix >= s->w) continue;
+                    acc += wt[(i * s->kw + j) * C + c] * image[(iy * s->w + ix) * C + c];
+                }
+            }
             if (clamp) {
                 if (acc < clamp[0]) acc = clamp[0];
                 if (acc > clamp[1]) acc = clamp[1];
             }
-            out[q * C + c] = acc;
+            out[ox * C + c] = acc;
         }
 }
 
-/* Item q is band q % bands of image q / bands. */
+/* Output pixel (oy, ox) at a border: over the part of the window that reads inside the image,
+ * window rows [i0, i1) x the columns [j0, j1) that do (tables off and woff: taps long). */
+static void dwn_border(const struct relvm_conv2d_shape *s, struct dwn_kernels k,
+                       const float *image, const struct dwn_job *j, int64_t oy, int64_t ox,
+                       int64_t i0, int64_t i1, int64_t *off, int64_t *woff, float *out) {
+    const int64_t C = s->c, iy0 = oy * s->sh - s->pt, ix0 = ox * s->sw - s->pl;
+    int64_t j0 = 0, j1 = s->kw, nt = 0;
+    while (j0 < s->kw && ix0 + j0 * s->dw < 0) ++j0;
+    while (j1 > j0 && ix0 + (j1 - 1) * s->dw >= s->w) --j1;
+    for (int64_t i = i0; i < i1; ++i)
+        for (int64_t jj = j0; jj < j1; ++jj, ++nt) {
+            off[nt] = ((iy0 + i * s->dh) * s->w + ix0 + jj * s->dw) * C;
+            woff[nt] = (i * s->kw + jj) * C;
+        }
+    k.few(1, image, 0, off, woff, j->wt, nt, C, j->bias, j->clamp, out);
+}
+
+/* Item q is band q % bands of image q / bands. A row's pixels whose taps' columns all read
+ * inside the image go through `inner` together (the window's rows that read inside, at the
+ * top and bottom of the image); each pixel at the left and right borders alone through `few`,
+ * over the part of the window that reads inside (a run of its rows x a run of its columns). */
 static void dwn_tasks(void *ctx, int64_t begin, int64_t end) {
     struct dwn_job *j = ctx;
     const struct relvm_conv2d_shape *s = j->s;
     const int64_t taps = s->kh * s->kw, C = s->c, bands = (s->oh + j->band - 1) / j->band;
     const struct dwn_kernels k = dwn_kernels(C);
     const int narrow = C < k.width;
-    dwn_pixels_fn *pixels = narrow ? dwn_pixels_narrow : k.pixels;
     /* The output columns whose taps all read inside the image (on a row whose taps do). */
     int64_t xa = 0, xb = s->ow;
     for (int64_t jj = 0; jj < s->kw; ++jj) {
@@ -172,22 +177,21 @@ static void dwn_tasks(void *ctx, int64_t begin, int64_t end) {
         xa = relvm_max64(xa, lo);
         xb = relvm_min64(xb, hi);
     }
-    const int interior = !narrow && xb > xa;
-    /* The interior's tap offsets (int64s), then per pixel of a row: its tap count, then its
-     * taps' input and weight pointers. */
-    const int64_t words = taps + s->ow + 2 * s->ow * taps;
-    float *buf = relvm_conv_scratch_floats((size_t)(2 * words));
-    if (!buf) {
+    xa = relvm_min64(xa, s->ow);
+    xb = relvm_min64(relvm_max64(xb, xa), s->ow);
+    /* The window's input offsets and weight offsets (int64s), tap-major; then a border
+     * pixel's. */
+    int64_t *off = (int64_t *)(void *)relvm_conv_scratch_floats((size_t)(8 * taps));
+    if (!off) {
         j->failed = 1;
         return;
     }
-    int64_t *off = (int64_t *)(void *)buf;
-    int64_t *nt = off + taps;
-    const float **in = (const float **)(void *)(nt + s->ow);
-    const float **wts = in + s->ow * taps;
+    int64_t *woff = off + taps, *boff = woff + taps, *bwoff = boff + taps;
     for (int64_t i = 0; i < s->kh; ++i)
-        for (int64_t jj = 0; jj < s->kw; ++jj)
+        for (int64_t jj = 0; jj < s->kw; ++jj) {
             off[i * s->kw + jj] = (i * s->dh * s->w + jj * s->dw) * C;
+            woff[i * s->kw + jj] = (i * s->kw + jj) * C;
+        }
     for (int64_t q = begin; q < end; ++q) {
         const int64_t n = q / bands, oy0 = q % bands * j->band;
         const int64_t oy1 = relvm_min64(s->oh, oy0 + j->band);
@@ -195,25 +199,25 @@ static void dwn_tasks(void *ctx, int64_t begin, int64_t end) {
         for (int64_t oy = oy0; oy < oy1; ++oy) {
             const int64_t at = ((n * s->oh + oy) * s->ow) * C, iy0 = oy * s->sh - s->pt;
             float *yrow = j->y + at;
+            if (narrow) {
+                dwn_row_narrow(s, image, j->wt, j->bias, j->clamp, oy, yrow);
+                if (j->post) j->post(j->post_ctx, at, 1, s->ow * C, s->ow * C);
+                continue;
+            }
             /* the window's rows that read inside the image, [i0, i1): a run, whose taps are
              * a run of the tap-major weights, and whose offsets from row i0 are off's first */
             int64_t i0 = 0, i1 = s->kh;
             while (i0 < s->kh && iy0 + i0 * s->dh < 0) ++i0;
             while (i1 > i0 && iy0 + (i1 - 1) * s->dh >= s->h) --i1;
-            const int fast = i1 > i0 && interior;
-            const int64_t a = fast ? xa : s->ow, b = fast ? xb : s->ow;
-            if (a > 0) { /* the left border (or the whole row) */
-                dwn_row_taps(s, image, j->wt, oy, 0, a, nt, in, wts);
-                pixels(a, nt, in, wts, taps, C, j->bias, j->clamp, yrow);
-            }
-            if (b > a) /* the interior: every tap of rows [i0, i1) reads inside */
+            const int64_t a = i1 > i0 ? xa : s->ow, b = i1 > i0 ? xb : s->ow;
+            if (b > a) /* every tap of rows [i0, i1) reads inside */
                 k.inner(b - a, image + ((iy0 + i0 * s->dh) * s->w + a * s->sw - s->pl) * C,
-                        s->sw * C, off, j->wt + i0 * s->kw * C, (i1 - i0) * s->kw, C, j->bias,
-                        j->clamp, yrow + a * C);
-            if (s->ow > b) { /* the right border */
-                dwn_row_taps(s, image, j->wt, oy, b, s->ow, nt, in, wts);
-                pixels(s->ow - b, nt, in, wts, taps, C, j->bias, j->clamp, yrow + b * C);
-            }
+                        s->sw * C, off, woff, j->wt + i0 * s->kw * C, (i1 - i0) * s->kw, C,
+                        j->bias, j->clamp, yrow + a * C);
+            for (int64_t ox = 0; ox < a; ++ox) /* the left border (or the whole row) */
+                dwn_border(s, k, image, j, oy, ox, i0, i1, boff, bwoff, yrow + ox * C);
+            for (int64_t ox = b; ox < s->ow; ++ox) /* the right border */
+                dwn_border(s, k, image, j, oy, ox, i0, i1, boff, bwoff, yrow + ox * C);
             if (j->post) j->post(j->post_ctx, at, 1, s->ow * C, s->ow * C);
         }
     }
@@ -249,6 +253,7 @@ struct nhwc_job {
     int64_t icg, ocg, taps, k;      /* k = taps * icg, one group's */
     int64_t panels;                 /* panels of 32 output channels per group */
     int flat;                       /* a 1x1 conv of stride 1, no padding: A is x itself */
+    int gather;                     /* few input channels: A gathered a band at a time */
     int64_t chunk, chunks;          /* pixels (flat) or output rows (a band) per task */
     int panel_major;                /* tasks panel by panel (else chunk by chunk) */
     _Atomic int failed;
@@ -453,12 +458,101 @@ static void nhwc_flat_tasks(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
+/* Few input channels a group (NHWC_GATHER_BELOW): a tap's k = icg is too short a GEMM step
+ * to run alone (each one a pass over the tile's sums in C: an RGB stem's 3 channels, 9 passes
+ * of k = 3), so A is gathered: a band's output pixels, each its taps' input channels in a row
+ * of k = taps * icg (zeros where a tap reads padding), one GEMM over the band per panel.
+ * Task t: band t, every group and panel (the band gathered once a group). On AMD Zen 4 a
+ * ResNet's 7x7 3 -> 64 stem took 0.53 of the time tap by tap, a 3x3 3 -> 32 one 0.8; from 8
+ * channels up the taps in place were as fast or faster (16 -> 16: 0.8 of the gathered time). */
+#define NHWC_GATHER_BELOW 8
+
+/* Pixels in a padded input row as the window reads it: the left padding, the row, and
+ * whatever the last window reaches past it (the right padding). */
+static int64_t nhwc_line_pixels(const struct relvm_conv2d_shape *s) {
+    return relvm_max64(s->pl + s->w, (s->ow - 1) * s->sw + (s->kw - 1) * s->dw + 1);
+}
+
+/* Output row oy's pixels into A (a row of j->k floats each, tap-major then channel): the
+ * input rows the window's rows read (the group's icg channels of each pixel) copied first into
+ * `lines`, one each, with the padding's zeros at both ends (a row outside the image all
+ * zeros); then pixel by pixel, window row by window row, its run of taps (kw * icg floats when
+ * the taps are adjacent, dw = 1; else each tap's icg) copied out of them. The copies are whole
+ * 16-float vectors written in increasing order, each run's last one reaching past it into the
+ * next run, which overwrites that part next: so A and each line have 16 floats of slack. */
+static void nhwc_gather_row(const struct nhwc_job *j, const float *image, int64_t oy,
+                            float *a, float *lines) {
+    const struct relvm_conv2d_shape *s = j->s;
+    const int64_t icg = j->icg, wide = nhwc_line_pixels(s), stride = wide * icg + 16;
+    const int64_t run = s->dw == 1 ? s->kw * icg : icg, runs = s->dw == 1 ? 1 : s->kw;
+    for (int64_t i = 0; i < s->kh; ++i) {
+        const int64_t iy = oy * s->sh - s->pt + i * s->dh;
+        float *line = lines + i * stride;
+        if (iy < 0 || iy >= s->h) {
+            memset(line, 0, (size_t)(wide * icg) * sizeof(float));
+            continue;
+        }
+        memset(line, 0, (size_t)(s->pl * icg) * sizeof(float));
+        const float *from = image + iy * s->w * s->c;
+        float *to = line + s->pl * icg;
+        if (icg == s->c) {
+            memcpy(to, from, (size_t)(s->w * icg) * sizeof(float));
+        } else {
+            for (int64_t x = 0; x < s->w; ++x)
+                memcpy(to + x * icg, from + x * s->c, (size_t)icg * sizeof(float));
+        }
+        memset(line + (s->pl + s->w) * icg, 0,
+               (size_t)((wide - s->pl - s->w) * icg) * sizeof(float));
+    }
+    for (int64_t ox = 0; ox < s->ow; ++ox) {
+        float *to = a + ox * j->k;
+        for (int64_t i = 0; i < s->kh; ++i)
+            for (int64_t r = 0; r < runs; ++r, to += run) {
+                const float *from = lines + i * stride + (ox * s->sw + r * s->dw) * icg;
+                for (int64_t c = 0; c < run; c += 16) /* (one 64-byte move, inlined) */
+                    __builtin_memcpy(to + c, from + c, 16 * sizeof(float));
+            }
+    }
+}
+
+static void nhwc_gather_tasks(void *ctx, int64_t begin, int64_t end) {
+    struct nhwc_job *j = ctx;
+    const struct relvm_conv2d_shape *s = j->s;
+    const int64_t bands = (s->oh + j->chunk - 1) / j->chunk;
+    const int64_t size = j->chunk * s->ow * j->k + 16; /* then the lines, see gather_row */
+    float *a = relvm_conv_scratch_floats(
+        (size_t)(size + s->kh * (nhwc_line_pixels(s) * j->icg + 16)));
+    if (!a) {
+        j->failed = 1;
+        return;
+    }
+    float *lines = a + size;
+    for (int64_t t = begin; t < end; ++t) {
+        const int64_t n = t / bands, oy0 = t % bands * j->chunk;
+        const int64_t oy1 = relvm_min64(s->oh, oy0 + j->chunk), m = (oy1 - oy0) * s->ow;
+        const int64_t p0 = (n * s->oh + oy0) * s->ow; /* the band's first output pixel */
+        for (int64_t g = 0; g < s->groups; ++g) {
+            const float *image = j->x + n * s->h * s->w * s->c + g * j->icg;
+            for (int64_t oy = oy0; oy < oy1; ++oy)
+                nhwc_gather_row(j, image, oy, a + (oy - oy0) * s->ow * j->k, lines);
+            for (int64_t q = 0; q < j->panels; ++q) {
+                const int64_t gq = g * j->panels + q, col = g * j->ocg + q * PG_PANEL;
+                const int64_t cols = relvm_min64(PG_PANEL, j->ocg - q * PG_PANEL);
+                const struct pg_epilogue e = nhwc_epilogue(j, g, 0);
+                j->fn(m, j->k, a, j->k, j->wp + gq * j->k * PG_PANEL, j->y + p0 * s->oc + col,
+                      s->oc, cols, &e, 0, q * PG_PANEL, 0);
+            }
+            if (j->post) j->post(j->post_ctx, p0 * s->oc + g * j->ocg, m, j->ocg, s->oc);
+        }
+    }
+}
+
 static int nhwc_gemm(const struct relvm_conv2d_shape *s, const float *x, const float *wp,
                      float *y, const float *bias, const float *clamp, relvm_block_fn *post,
                      void *post_ctx) {
     struct nhwc_job j = {s, x, wp, bias, clamp, y, post, post_ctx, relvm_pgemm_rpanel_kernel(),
                          s->c / s->groups, s->oc / s->groups, s->kh * s->kw, 0, nhwc_panels(s),
-                         0, 0, 0, 0, 0};
+                         0, 0, 0, 0, 0, 0};
     j.k = j.taps * j.icg;
     j.flat = s->kh == 1 && s->kw == 1 && s->sh == 1 && s->sw == 1 && s->pt == 0 &&
              s->pl == 0 && s->oh == s->h && s->ow == s->w;
@@ -473,6 +567,13 @@ static int nhwc_gemm(const struct relvm_conv2d_shape *s, const float *x, const f
             relvm_max64(4 * tile, (32 << 10) / relvm_max64(1, j.icg) / tile * tile);
         j.chunk = relvm_max64(tile, relvm_min64(most, (even + tile - 1) / tile * tile));
         j.chunks = (total + j.chunk - 1) / j.chunk;
+    } else if ((j.gather = j.icg < NHWC_GATHER_BELOW)) {
+        /* bands of about NHWC_BAND_PIXELS pixels (a gathered A of up to 64 x k floats), at
+         * least two a thread where there are rows enough */
+        const int64_t ow = relvm_max64(1, s->ow), want = 2 * threads;
+        const int64_t even = (s->n * s->oh + want - 1) / want;
+        j.chunk = relvm_max64(1, relvm_min64(even, (NHWC_BAND_PIXELS + ow - 1) / ow));
+        j.chunks = s->n * ((s->oh + j.chunk - 1) / j.chunk);
     } else { /* bands of whole rows over which each k block's weights stay in L1 */
         const int64_t ow = relvm_max64(1, s->ow);
         j.chunk = relvm_min64(relvm_min64(s->oh, NHWC_BAND_ROWS),
@@ -487,6 +588,12 @@ static int nhwc_gemm(const struct relvm_conv2d_shape *s, const float *x, const f
     j.panel_major = panels > 1 &&
                     (weight_bytes > (512 << 10) || j.chunks * s->groups < 2 * threads);
     const int64_t per = j.flat ? j.chunk : j.chunk * s->ow;
+    if (j.gather) { /* a task: a band, every panel */
+        const int64_t fmas = relvm_max64(1, per * PG_PANEL * k * panels);
+        relvm_parallel_for(j.chunks, relvm_max64(1, PG_GRAIN_FMAS / fmas), nhwc_gather_tasks,
+                           &j);
+        return j.failed ? RELVM_NO_MEMORY : RELVM_OK;
+    }
     const int64_t fmas = relvm_max64(1, per * PG_PANEL * k);
     const int64_t tasks = j.flat && !j.panel_major ? j.chunks * s->groups : j.chunks * panels;
     relvm_parallel_for(tasks, relvm_max64(1, PG_GRAIN_FMAS / fmas),

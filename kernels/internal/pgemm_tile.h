@@ -221,7 +221,23 @@ static inline __attribute__((always_inline)) void PG_NAME(tile)(
             const vec b0 = *(const vec *)b;
             const vec b1 = half ? (vec){0} : *(const vec *)(b + PG_VW);
 #pragma GCC unroll 16
-            for (int r = 0; r < rows; ++r) {
+            for (int r = 0; r < rows && half; ++r) {
+                /* The half tile: one multiply-add per broadcast, so the broadcast rides in
+                 * the FMA's memory operand ({1to16}) instead of an instruction of its own (on
+                 * AMD Zen 4 a 3x3 conv of 16 -> 16 channels over 80 x 80 took 0.75 of the
+                 * time, a 16-channel RGB stem 0.8) */
+                if (r % 3 == 0)
+                    __asm__("vfmadd231ps (%1)%{1to16%}, %2, %0"
+                            : "+v"(acc[r][0]) : "r"(q[r / 3]), "v"(b0), "m"(*q[r / 3]));
+                else if (r % 3 == 1)
+                    __asm__("vfmadd231ps (%1,%2,1)%{1to16%}, %3, %0"
+                            : "+v"(acc[r][0]) : "r"(q[r / 3]), "r"(ldb), "v"(b0), "m"(*q[r / 3]));
+                else
+                    __asm__("vfmadd231ps (%1,%2,2)%{1to16%}, %3, %0"
+                            : "+v"(acc[r][0]) : "r"(q[r / 3]), "r"(ldb), "v"(b0), "m"(*q[r / 3]));
+            }
+#pragma GCC unroll 16
+            for (int r = 0; r < rows && !half; ++r) {
                 /* ("m": the asm reads memory at the row's pointer, so it stays after any store
                  * there; the tile itself writes no A) */
                 vec ar;

@@ -81,6 +81,18 @@ LAYERS = [
     ((2, 88, 3, 96), (88, 1, 5, 5), {"padding": [2, 2], "groups": 88}),
     ((3, 8, 24, 96), (8, 1, 3, 3), {"padding": [1, 1], "strides": [2, 1], "groups": 8}),
     ((1, 20, 9, 30), (20, 1, 3, 3), {"padding": [2, 2], "dilation": [2, 2], "groups": 20}),
+    # small planes, most pixels at a border (one by one, several vectors of channels at once)
+    # and rows of 1-3 interior pixels: 1152 = 18 blocks of 4 AVX-512 vectors, 200 and 72 end
+    # in a vector that overlaps the one before; a window wider than the plane
+    ((1, 1152, 7, 7), (1152, 1, 5, 5), {"padding": [2, 2], "groups": 1152}),
+    ((2, 72, 6, 7), (72, 1, 3, 3), {"padding": [1, 1], "strides": [2, 2], "groups": 72}),
+    ((1, 200, 2, 3), (200, 1, 5, 5), {"padding": [2, 2], "groups": 200}),
+    # RGB stems (3 input channels: the input gathered a band at a time, k = taps x 3): 7x7
+    # stride 2 to 64 channels, 3x3 stride 2 to 32 and 16, dilated (a tap per run)
+    ((1, 3, 64, 64), (64, 3, 7, 7), {"padding": [3, 3], "strides": [2, 2]}),
+    ((2, 3, 30, 30), (32, 3, 3, 3), {"padding": [1, 1], "strides": [2, 2]}),
+    ((1, 3, 41, 33), (16, 3, 3, 3), {"padding": [1, 1], "strides": [2, 2]}),
+    ((1, 3, 20, 20), (16, 3, 3, 3), {"padding": [2, 2], "dilation": [2, 2]}),
     ((1, 24, 56, 56), (144, 24, 1, 1), {}),
     ((1, 144, 56, 56), (24, 144, 1, 1), {}),
     ((1, 960, 7, 7), (160, 960, 1, 1), {}),
