@@ -378,6 +378,32 @@ def test_if_branch_that_cannot_run_becomes_a_run_time_error():
         vm.invoke("main", -x)
 
 
+def test_if_branch_that_does_not_convert_becomes_a_run_time_error():
+    # The else-branch's Gemm cannot take x's rank 3 (fixed dims): the If converts to its
+    # then-branch, guarded by the condition; taking the else-branch stops with its error.
+    then_graph = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "t", [],
+                                   [tensor("t", F, None)])
+    else_graph = helper.make_graph([helper.make_node("Gemm", ["x", "w"], ["e"])], "e", [],
+                                   [tensor("e", F, None)])
+    nodes = [helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+             helper.make_node("Greater", ["total", "zero"], ["positive"]),
+             helper.make_node("If", ["positive"], ["y"], then_branch=then_graph,
+                              else_branch=else_graph)]
+    inits = [numpy_helper.from_array(np.array(0, np.float32), "zero"),
+             numpy_helper.from_array(np.ones((4, 4), np.float32), "w")]
+    m = model(nodes, [tensor("x", F, [2, 3, 4])], [tensor("y", F, None)], inits)
+    mod, params = from_onnx(m)
+    assert "guard" in ops_in(mod)
+    assert str(mod["main"].checked_type.ret) == "Tensor[(2, 3, 4), float32]"
+    vm = relvm.VirtualMachine(relvm.build(mod, params=params))
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4) - 5
+    np.testing.assert_array_equal(vm.invoke("main", x), np.maximum(x, 0))
+    with pytest.raises(relvm.RelvmRuntimeError,
+                       match=r"If node .* took its else-branch, where the model cannot run: "
+                             r"Gemm node .*rank"):
+        vm.invoke("main", -x - 100)
+
+
 def test_constant_if_condition_keeps_one_branch():
     then_graph = helper.make_graph([helper.make_node("Sqrt", ["x"], ["t"])], "t", [],
                                    [tensor("t", F, ["n"])])

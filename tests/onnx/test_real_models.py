@@ -99,6 +99,34 @@ def test_silero_vad_streaming(name):
     check_against_ort(path, feeds, [])
 
 
+def test_silero_vad_with_its_dims_fixed():
+    """silero_vad.onnx with its chunk fixed at (1, 512) (the zoo's static copy): its 8 kHz
+    branch cannot take that shape (its LSTM would read rank 5; ONNX Runtime refuses the file),
+    so it becomes a run-time error, and the 16 kHz branch matches ORT on the original file."""
+    import onnx
+
+    path = model_path("silero_vad", "data", "silero_vad.onnx")
+    proto = onnx.load(path)
+    fixed = {"input": (1, 512), "state": (2, 1, 128)}
+    for inp in proto.graph.input:
+        for d, size in zip(inp.type.tensor_type.shape.dim, fixed.get(inp.name, ())):
+            d.Clear()
+            d.dim_value = size
+    mod, params = from_onnx(proto)
+    vm = relvm.VirtualMachine(relvm.build(mod, params=params))
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        feeds = {"input": (0.1 * rng.standard_normal((1, 512))).astype(np.float32),
+                 "state": (0.1 * rng.standard_normal((2, 1, 128))).astype(np.float32),
+                 "sr": np.array(16000, np.int64)}
+        for g, e in zip(vm.invoke("main", *feeds.values()), session.run(None, feeds)):
+            np.testing.assert_allclose(g, e, rtol=0, atol=TOLERANCE)
+    with pytest.raises(relvm.RelvmRuntimeError, match=r"If node .* took its else-branch, "
+                       r"where the model cannot run: .*LSTM"):
+        vm.invoke("main", feeds["input"], feeds["state"], np.array(8000, np.int64))
+
+
 def test_silero_vad_runs_out_of_its_one_convertible_branch_as_an_error():
     """silero_vad_16k_op15 at 1024 samples: the decoder's time dim is 2, the branch ORT then
     takes fails (its LSTM gets rank 5); relvm refuses the input, naming the dim and why."""
