@@ -9,10 +9,11 @@ invokes and only grows it. With ``upper_bounds`` every slot size is evaluated at
 all slots are packed into one arena: a single allocation for the VM's whole life.
 
 Everything else (results, tensors in tuples or closures or passed to calls) gets a fresh buffer,
-and so does, in a straight-line function, a tensor a kernel computes from constants and shapes
-alone (``replay.per_shape_kernels``: position ids, a mask made from the sequence length): a
-replay keeps it from the call it is made from instead of computing it again, which a buffer
-shared with other tensors would not allow.
+and so does, in a function a replay can run (straight-line, or with ``if``s), a tensor a kernel
+computes from constants and shapes alone (``replay.per_shape_kernels``: position ids, a mask made
+from the sequence length, an index read from an input's shape): a replay keeps it from the call
+it is made from instead of computing it again, which a buffer shared with other tensors would
+not allow.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def plan_and_assemble(lo: Lowered, program: Program, upper_bounds: dict[str, int
             uses.setdefault(r, []).append(pc)
 
     per_shape: set[int] = set()
-    if replay.straight_line(body, program.dim_programs):
+    if replay.replayable_code(body, program.dim_programs):
         per_shape = {r for pc in replay.per_shape_kernels(body) for r in body[pc].outputs}
     pooled = [t for t in (_Tensor(pc, body[pc].dst, size) for pc, size in lo.allocs.items())
               if D.free_symbols(t.size) <= entry_symbols and t.reg not in per_shape

@@ -252,6 +252,39 @@ def test_what_depends_on_the_input_shapes_alone_is_computed_once_per_shape(backe
     assert vm.stats.allocations == 2  # the two results: nothing computed from shapes again
 
 
+# The position ids of PER_SHAPE in an entry that also branches on an input value (as
+# silero-vad does on its sample rate): each path's replay keeps what the shapes decide.
+PER_SHAPE_BRANCHY = """def @main(%x: Tensor[(n, 4), float32], %table: Tensor[(16, 4), float32],
+          %c: Tensor[(), bool]) {
+  %n = take(shape_of(%x, dtype="int64"), 0i64, axis=0);
+  %ids = arange(0i64, minimum(%n, 16i64), 1i64);
+  %pos = take(%table, %ids, axis=0);
+  %1 = if (%c) { add(%x, %pos) } else { subtract(%x, %pos) };
+  exp(%1)
+}"""
+
+
+def _replayed_kernels(vm, key) -> list[str]:
+    fn = vm.exe.function("main")
+    r = vm._entry("main").replays[key]
+    return [vm.exe.kernels[fn.instructions[pc].kernel].name for pc, _ in r.steps
+            if fn.instructions[pc][0] == BY_NAME["InvokePacked"].number]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "c"])
+def test_a_function_with_ifs_computes_what_the_shapes_decide_once_per_path(backend) -> None:
+    table = np.random.default_rng(0).standard_normal((16, 4)).astype(np.float32)
+    vm = relvm.VirtualMachine(relvm.build(relvm.parse(PER_SHAPE_BRANCHY),
+                                          params={"table": table}, backend=backend))
+    rng = np.random.default_rng(1)
+    for n, c in ((5, True), (5, True), (7, False), (7, False), (5, False), (5, True)):
+        x = rng.standard_normal((n, 4)).astype(np.float32)
+        want = np.exp(x + table[:n] if c else x - table[:n])
+        np.testing.assert_allclose(vm.invoke("main", x, np.array(c)), want, rtol=1e-6)
+    kernels = _replayed_kernels(vm, ((5, 4), ()))
+    assert "arange" not in kernels and "take" not in kernels, kernels
+
+
 def _fake(instructions, n_params=1, outputs=()):
     params = tuple(SimpleNamespace(is_tuple=False, tensors=(1,)) for _ in range(n_params))
     return SimpleNamespace(params=params, outputs=outputs, instructions=instructions,

@@ -36,8 +36,11 @@ Then every shape in the function depends on the input shapes alone, and so does 
 computed only from constants and shapes (:func:`per_shape_kernels`): position ids
 ``arange(0, n)``, a causal mask, a table sliced up to a length -- what a static build folds
 into constants. A kernel computing such a value into a fresh buffer (memory planning does not
-pool them in straight-line functions) is run by the call a replay is made from and never again:
-the replay keeps its result, as it keeps a constant.
+pool them in a function a replay can run) is run by the call a replay is made from and never
+again: the replay keeps its result, as it keeps a constant. With ``if``s too: a register
+written on two paths (an ``if``'s result) is never such a value, and a kernel on a path keeps
+what that path computed, the ``if``s before it being guards (silero-vad's symbolic build
+computes the indices it reads from its input's shape once, as its static build folds them).
 """
 
 from __future__ import annotations
@@ -135,7 +138,9 @@ def plan(fn: VMFunction, programs: Sequence[tuple],
     same: set[int] = set()      # registers that hold the same value on every replayed call
     written: set[int] = set(range(len(fn.params)))  # an input overwritten: not replayed
     bound = {pc for o in fn.outputs for pc in o.alloc_pcs}
-    kernels, known = (set(), None) if branches(fn) else _per_shape(fn.instructions)
+    kernels, known = _per_shape(fn.instructions)
+    if branches(fn):
+        known = None  # dims read from values: straight-line entries only (replayable)
     once = _computed_once(fn.instructions, bound, kernels)
     live: list[int] = []
     for pc in pcs:
@@ -183,47 +188,72 @@ def _guard(ins: tuple, taken: bool, nxt: int) -> Callable:
 
 def straight_line(code: Sequence[tuple], programs: Sequence[tuple]) -> bool:
     """True if ``code`` has only the instructions a replay can run (see :func:`plan`)."""
+    return _replayable_code(code, programs, ())
+
+
+def replayable_code(code: Sequence[tuple], programs: Sequence[tuple]) -> bool:
+    """:func:`straight_line`, or code with ``if``s (and their ``goto``s) that has only the
+    instructions a replay along a path can run: dims from the input shapes alone."""
+    return _replayable_code(code, programs, ("If", "Goto"))
+
+
+def _replayable_code(code: Sequence[tuple], programs: Sequence[tuple],
+                     control: tuple[str, ...]) -> bool:
     last = len(code) - 1
-    known = per_shape_registers(code)
+    has_control = any(spec_of(ins).name in ("If", "Goto") for ins in code)
+    if has_control and not control:
+        return False
+    known = None if has_control else per_shape_registers(code)
     for pc, ins in enumerate(code):
         spec = spec_of(ins)
         if spec.has("dims"):
             if not _dims_of_shapes(ins, programs, known):
                 return False
         elif not (spec.has("kernel") or spec.has("pure") or (spec.name == "Ret" and pc == last)
-                  or spec.name in ("AllocStorage", "AllocTensor")):
+                  or spec.name in ("AllocStorage", "AllocTensor") + control):
             return False
     return True
 
 
 def per_shape_kernels(code: Sequence[tuple]) -> set[int]:
-    """The pcs of the kernels of straight-line ``code`` whose every input depends on the input
-    shapes alone: a constant, a ``ShapeOf``, a view or tuple of such values, or the result of
-    such a kernel. Kernels are functions of their inputs, so these compute the same values on
-    every call with the same input shapes."""
+    """The pcs of the kernels of ``code`` whose every input depends on the input shapes alone:
+    a constant, a ``ShapeOf``, a view or tuple of such values, or the result of such a kernel.
+    Kernels are functions of their inputs, so these compute the same values on every call with
+    the same input shapes (that takes the same path through ``code``'s ``if``s)."""
     return _per_shape(code)[0]
 
 
 def per_shape_registers(code: Sequence[tuple]) -> set[int]:
-    """The registers of straight-line ``code`` whose values the input shapes alone decide
+    """The registers of ``code`` whose values the input shapes alone decide
     (constants, shapes, and what :func:`per_shape_kernels` and pure instructions make of
     them)."""
     return _per_shape(code)[1]
 
 
 def _per_shape(code: Sequence[tuple]) -> tuple[set[int], set[int]]:
+    # A register written in more than one place (an if's result, one write a branch) is never
+    # known: which write it holds depends on the way the call went, not on the shapes alone.
+    # Every other register has one writer, which runs before any reader on any path.
+    count: dict[int, int] = {}
+    for ins in code:
+        for r in writes(ins):
+            count[r] = count.get(r, 0) + 1
     known: set[int] = set()
     found: set[int] = set()
+
+    def learn(regs) -> None:
+        known.update(r for r in regs if count[r] == 1)
+
     for pc, ins in enumerate(code):
         spec = spec_of(ins)
         if spec.name in ("LoadConst", "LoadConsti", "ShapeOf"):
-            known.update(writes(ins))
+            learn(writes(ins))
         elif spec.has("kernel"):
             if all(r in known for r in ins.inputs):
                 found.add(pc)
-                known.update(ins.outputs)
+                learn(ins.outputs)
         elif spec.has("pure") and reads(ins) and all(r in known for r in reads(ins)):
-            known.update(writes(ins))
+            learn(writes(ins))
     return found, known
 
 
