@@ -84,6 +84,24 @@ def sanitize(name: str, fallback: str) -> str:
     return out if out.strip("_") else fallback
 
 
+def both_branches(convert: Callable[[int], Any]) -> tuple[list, list[RelvmError | None]]:
+    """``convert(0)`` and ``convert(1)`` (an If's then- and else-branch) and their failures: a
+    branch whose conversion raises a relvm error cannot run -- the model fails when it is
+    taken -- and gives None and its error. When both fail, the then-branch's error is raised."""
+    results: list = []
+    failures: list[RelvmError | None] = []
+    for b in (0, 1):
+        try:
+            results.append(convert(b))
+            failures.append(None)
+        except RelvmError as e:
+            results.append(None)
+            failures.append(e)
+    if failures[0] and failures[1]:
+        raise failures[0]
+    return results, failures
+
+
 class BranchesDiffer(Exception):
     """Raised by the If converter when its branches cannot join: the graph walker splits the
     rest of the graph there (:meth:`Importer.convert_nodes`). Never leaves the importer."""
@@ -370,30 +388,14 @@ class Importer:
             raise node.fail(f"the branches differ ({split.reason}), and the graph already "
                             f"splits at {MAX_SPLITS} such If nodes; relvm converts the rest of "
                             "a graph once per branch of each, up to that many")
-        arms: list[Expr | None] = []
-        failures: list[RelvmError | None] = []
-        for values in (split.then_values, split.else_values):
-            try:
-                arms.append(self.convert_arm(nodes, at, scope, outputs, node, values))
-                failures.append(None)
-            except RelvmError as e:  # this branch cannot run: the model fails when taken
-                arms.append(None)
-                failures.append(e)
-        if failures[0] and failures[1]:
-            raise failures[0]
+        branch_values = (split.then_values, split.else_values)
+        arms, failures = both_branches(
+            lambda b: self.convert_arm(nodes, at, scope, outputs, node, branch_values[b]))
         if failures[0] or failures[1]:
-            # One branch converts: the model runs it, guarded, and stops with the other's error
-            # when the condition picks the other (as ONNX Runtime fails there at run time).
             good = 1 if failures[0] else 0
-            which = ("then", "else")
-            cond = split.cond if good == 0 else self.call(node, "logical_not", [split.cond], {})
-            message = (f"{node.describe()} took its {which[1 - good]}-branch (the branches "
-                       f"differ: {split.reason}), where the model cannot run: "
-                       f"{failures[1 - good]}")
-            values = (split.then_values, split.else_values)[good]
-            guarded = [Value(v.name, expr=self.call(node, "guard", [self.expr(v, node), cond],
-                                                    {"message": message}))
-                       for v in values]
+            guarded = self.guard_branch(node, split.cond, good, branch_values[good],
+                                        failures[1 - good],
+                                        f" (the branches differ: {split.reason})")
             return self.convert_rest(nodes, at, scope, outputs, node, guarded)
         try:
             t = join(arms[0].checked_type, arms[1].checked_type)
@@ -405,6 +407,21 @@ class Importer:
         if len(outputs) == 1:
             return [Value(outputs[0], expr=result)]
         return [Value(name, expr=node.field(result, i)) for i, name in enumerate(outputs)]
+
+    def guard_branch(self, node: "Node", cond: Expr, good: int, values: list[Value],
+                     failure: RelvmError, why: str = "") -> list[Value]:
+        """The ``values`` of If ``node``'s branch ``good`` (0: then, 1: else), each behind a
+        ``guard`` on ``cond``: the other branch cannot run (``failure``), so the model runs this
+        one and stops with the other's error when the condition picks it, as ONNX Runtime
+        fails there at run time."""
+        which = ("then", "else")
+        if good == 1:
+            cond = self.call(node, "logical_not", [cond], {})
+        message = (f"{node.describe()} took its {which[1 - good]}-branch{why}, where the model "
+                   f"cannot run: {failure}")
+        return [Value(v.name, expr=self.call(node, "guard", [self.expr(v, node), cond],
+                                             {"message": message}))
+                for v in values]
 
     def convert_rest(self, nodes: list, at: int, scope: Scope, outputs: list[str], node: "Node",
                      values: list[Value]) -> list[Value]:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import RelvmError
 from ...ir.nodes import If
 from ...passes.type_infer import _Mismatch, join
 from .converters import converter, make_tuple
-from .importer import BranchesDiffer, Node
+from .importer import BranchesDiffer, Node, both_branches
 from .values import Value
 
 
@@ -55,29 +54,13 @@ def if_(n: Node):
         c = n.call("reshape", c, newshape=[])
     if n.dtype(0) != "bool":
         raise n.fail(f"the condition must be bool, got {n.dtype(0)}")
-    values: list = []
-    failures: list[RelvmError | None] = []
-    for graph in (then_graph, else_graph):
-        try:
-            values.append(n.imp.convert_subgraph(graph, n.scope))
-            failures.append(None)
-        except RelvmError as e:  # this branch cannot run (on these shapes): fails when taken
-            values.append(None)
-            failures.append(e)
-    if failures[0] and failures[1]:
-        raise failures[0]
+    values, failures = both_branches(
+        lambda b: n.imp.convert_subgraph((then_graph, else_graph)[b], n.scope))
     if failures[0] or failures[1]:
-        # One branch converts: the model runs it, guarded, and stops with the other's error
-        # when the condition picks the other, as ONNX Runtime fails there at run time (a
-        # silero-vad file's 8 kHz branch cannot take a 16 kHz chunk's shape once the shape is
-        # fixed: converted against it, its LSTM would read a rank-5 value).
+        # One branch cannot run (a silero-vad file's 8 kHz branch once its chunk is fixed at
+        # 512 samples: its LSTM would read a rank-5 value): the other runs, guarded.
         good = 1 if failures[0] else 0
-        which = ("then", "else")
-        cond = c if good == 0 else n.call("logical_not", c)
-        message = (f"{n.describe()} took its {which[1 - good]}-branch, where the model cannot "
-                   f"run: {failures[1 - good]}")
-        return [n.call("guard", n.imp.expr(v, n), cond, message=message)
-                for v in values[good]]
+        return n.imp.guard_branch(n, c, good, values[good], failures[1 - good])
     branches = []
     for vals in values:
         exprs = [n.imp.expr(v, n) for v in vals]
