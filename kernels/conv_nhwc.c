@@ -144,9 +144,10 @@ static void dwn_row_narrow(const struct relvm_conv2d_shape *s, const float *imag
 
 /* Output pixel (oy, ox) at a border: over the part of the window that reads inside the image,
  * window rows [i0, i1) x the columns [j0, j1) that do (tables off and woff: taps long). */
-static void dwn_border(const struct relvm_conv2d_shape *s, struct dwn_kernels k,
-                       const float *image, const struct dwn_job *j, int64_t oy, int64_t ox,
-                       int64_t i0, int64_t i1, int64_t *off, int64_t *woff, float *out) {
+static void dwn_border(const struct dwn_job *j, struct dwn_kernels k, const float *image,
+                       int64_t oy, int64_t ox, int64_t i0, int64_t i1, int64_t *off,
+                       int64_t *woff, float *out) {
+    const struct relvm_conv2d_shape *s = j->s;
     const int64_t C = s->c, iy0 = oy * s->sh - s->pt, ix0 = ox * s->sw - s->pl;
     int64_t j0 = 0, j1 = s->kw, nt = 0;
     while (j0 < s->kw && ix0 + j0 * s->dw < 0) ++j0;
@@ -215,9 +216,9 @@ static void dwn_tasks(void *ctx, int64_t begin, int64_t end) {
                         s->sw * C, off, woff, j->wt + i0 * s->kw * C, (i1 - i0) * s->kw, C,
                         j->bias, j->clamp, yrow + a * C);
             for (int64_t ox = 0; ox < a; ++ox) /* the left border (or the whole row) */
-                dwn_border(s, k, image, j, oy, ox, i0, i1, boff, bwoff, yrow + ox * C);
+                dwn_border(j, k, image, oy, ox, i0, i1, boff, bwoff, yrow + ox * C);
             for (int64_t ox = b; ox < s->ow; ++ox) /* the right border */
-                dwn_border(s, k, image, j, oy, ox, i0, i1, boff, bwoff, yrow + ox * C);
+                dwn_border(j, k, image, oy, ox, i0, i1, boff, bwoff, yrow + ox * C);
             if (j->post) j->post(j->post_ctx, at, 1, s->ow * C, s->ow * C);
         }
     }
@@ -569,11 +570,15 @@ static int nhwc_gemm(const struct relvm_conv2d_shape *s, const float *x, const f
         j.chunks = (total + j.chunk - 1) / j.chunk;
     } else if ((j.gather = j.icg < NHWC_GATHER_BELOW)) {
         /* bands of about NHWC_BAND_PIXELS pixels (a gathered A of up to 64 x k floats), at
-         * least two a thread where there are rows enough */
+         * least two a thread where there are rows enough; a task: a band, every panel */
         const int64_t ow = relvm_max64(1, s->ow), want = 2 * threads;
         const int64_t even = (s->n * s->oh + want - 1) / want;
         j.chunk = relvm_max64(1, relvm_min64(even, (NHWC_BAND_PIXELS + ow - 1) / ow));
         j.chunks = s->n * ((s->oh + j.chunk - 1) / j.chunk);
+        const int64_t fmas = relvm_max64(1, j.chunk * s->ow * PG_PANEL * k * panels);
+        relvm_parallel_for(j.chunks, relvm_max64(1, PG_GRAIN_FMAS / fmas), nhwc_gather_tasks,
+                           &j);
+        return j.failed ? RELVM_NO_MEMORY : RELVM_OK;
     } else { /* bands of whole rows over which each k block's weights stay in L1 */
         const int64_t ow = relvm_max64(1, s->ow);
         j.chunk = relvm_min64(relvm_min64(s->oh, NHWC_BAND_ROWS),
@@ -588,12 +593,6 @@ static int nhwc_gemm(const struct relvm_conv2d_shape *s, const float *x, const f
     j.panel_major = panels > 1 &&
                     (weight_bytes > (512 << 10) || j.chunks * s->groups < 2 * threads);
     const int64_t per = j.flat ? j.chunk : j.chunk * s->ow;
-    if (j.gather) { /* a task: a band, every panel */
-        const int64_t fmas = relvm_max64(1, per * PG_PANEL * k * panels);
-        relvm_parallel_for(j.chunks, relvm_max64(1, PG_GRAIN_FMAS / fmas), nhwc_gather_tasks,
-                           &j);
-        return j.failed ? RELVM_NO_MEMORY : RELVM_OK;
-    }
     const int64_t fmas = relvm_max64(1, per * PG_PANEL * k);
     const int64_t tasks = j.flat && !j.panel_major ? j.chunks * s->groups : j.chunks * panels;
     relvm_parallel_for(tasks, relvm_max64(1, PG_GRAIN_FMAS / fmas),

@@ -83,21 +83,15 @@ def replayable(fn: VMFunction, programs: Sequence[tuple]) -> bool:
     """Whether ``fn`` may be replayed at all (see the module docstring)."""
     if any(p.is_tuple or not p.tensors for p in fn.params):
         return False  # replays are keyed by input shapes: tensors only
-    last = len(fn.instructions) - 1
-    known = None if branches(fn) else per_shape_registers(fn.instructions)
-    for pc, ins in enumerate(fn.instructions):
-        spec = spec_of(ins)
-        if spec.has("dims"):
-            if not _dims_of_shapes(ins, programs, known):
-                return False
-        elif not (spec.has("kernel") or spec.has("pure") or (spec.name == "Ret" and pc == last)
-                  or spec.name in ("AllocStorage", "AllocTensor", "If", "Goto")):
-            return False
-    return True
+    return replayable_code(fn.instructions, programs)
 
 
 def branches(fn: VMFunction) -> bool:
-    return any(spec_of(ins).name in ("If", "Goto") for ins in fn.instructions)
+    return _has_branches(fn.instructions)
+
+
+def _has_branches(code: Sequence[tuple]) -> bool:
+    return any(spec_of(ins).name in ("If", "Goto") for ins in code)
 
 
 def path(fn: VMFunction, taken: Mapping[int, bool]) -> list[int] | None:
@@ -186,31 +180,19 @@ def _guard(ins: tuple, taken: bool, nxt: int) -> Callable:
     return step
 
 
-def straight_line(code: Sequence[tuple], programs: Sequence[tuple]) -> bool:
-    """True if ``code`` has only the instructions a replay can run (see :func:`plan`)."""
-    return _replayable_code(code, programs, ())
-
-
 def replayable_code(code: Sequence[tuple], programs: Sequence[tuple]) -> bool:
-    """:func:`straight_line`, or code with ``if``s (and their ``goto``s) that has only the
-    instructions a replay along a path can run: dims from the input shapes alone."""
-    return _replayable_code(code, programs, ("If", "Goto"))
-
-
-def _replayable_code(code: Sequence[tuple], programs: Sequence[tuple],
-                     control: tuple[str, ...]) -> bool:
+    """True if ``code`` has only the instructions a replay (along a path, where it has ``if``s)
+    can run: kernels, pure instructions, allocations, ``if``/``goto``, a last ``ret``, and dims
+    from the input shapes alone (in straight-line code, or from values they decide)."""
     last = len(code) - 1
-    has_control = any(spec_of(ins).name in ("If", "Goto") for ins in code)
-    if has_control and not control:
-        return False
-    known = None if has_control else per_shape_registers(code)
+    known = None if _has_branches(code) else per_shape_registers(code)
     for pc, ins in enumerate(code):
         spec = spec_of(ins)
         if spec.has("dims"):
             if not _dims_of_shapes(ins, programs, known):
                 return False
         elif not (spec.has("kernel") or spec.has("pure") or (spec.name == "Ret" and pc == last)
-                  or spec.name in ("AllocStorage", "AllocTensor") + control):
+                  or spec.name in ("AllocStorage", "AllocTensor", "If", "Goto")):
             return False
     return True
 
