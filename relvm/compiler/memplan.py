@@ -19,6 +19,7 @@ not allow.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .. import dtypes
 from ..errors import RelvmCompileError
@@ -200,6 +201,10 @@ def _result_shapes(lo: Lowered, entry_symbols: set, statements: list[tuple]):
     return shapes
 
 
+#: producers() before any definition of the register is seen.
+_UNSEEN = object()
+
+
 def _outputs(code: list[tuple], ret_pc: int, lo: Lowered, shapes: list,
              single: dict[int, bool], programs: list[tuple]) -> tuple[OutputSig, ...]:
     """For each result tensor, the AllocTensor pcs that produce it (for zero-copy binding),
@@ -210,29 +215,34 @@ def _outputs(code: list[tuple], ret_pc: int, lo: Lowered, shapes: list,
         for r in operands(ins, ("dst",)):
             defs.setdefault(r, []).append(pc)
 
-    def producers(reg: int, depth: int = 0) -> list[list[int] | None]:
-        """Per leaf of the value in ``reg``: alloc pcs, or None where binding is impossible."""
-        found: list[list[int] | None] | None = None
+    def producers(reg: int, depth: int = 0) -> Any:
+        """What produces the value in ``reg``: for a tensor, its alloc pcs (a list), or None
+        where binding is impossible; for a tuple, a tuple of those, field by field."""
+        found: Any = _UNSEEN
         for pc in defs.get(reg, []) or [None]:
             ins = code[pc] if pc is not None else None
             spec = spec_of(ins) if ins is not None else None
             if ins is None or depth > 64:
-                leaves = [None]
+                value = None
             elif spec.has("bindable") and ins.storage < 0:
-                leaves = [[pc]]
+                value = [pc]
             elif spec.has("call") and spec.name == "Invoke" and single.get(ins.func, False):
-                leaves = [[pc]]  # the callee's tensor result: it writes the caller's array
-            elif spec.has("pure") and shared(ins, ("view", "holds")):
-                # a view or a tuple of the values it reads: their producers, leaf by leaf
-                leaves = [leaf for r in shared(ins, ("view", "holds"))
-                          for leaf in producers(r, depth + 1)]
+                value = [pc]  # the callee's tensor result: it writes the caller's array
+            elif spec.has("pure") and shared(ins, ("view",)):
+                value = producers(shared(ins, ("view",))[0], depth + 1)  # itself or a view
+            elif spec.has("pure") and spec.name == "AllocADT":
+                value = tuple(producers(r, depth + 1) for r in shared(ins, ("holds",)))
+            elif spec.has("pure") and spec.name == "GetField":
+                whole = producers(shared(ins, ("part",))[0], depth + 1)
+                value = (whole[ins.index] if isinstance(whole, tuple)
+                         and ins.index < len(whole) else None)
             else:
-                leaves = [None]
-            found = leaves if found is None else _merge(found, leaves)
-        return found or [None]
+                value = None
+            found = value if found is _UNSEEN else _merge(found, value)
+        return None if found is _UNSEEN else found
 
     ret_reg = code[ret_pc].result
-    leaf_pcs = producers(ret_reg)
+    leaf_pcs = list(_flat(producers(ret_reg)))
     leaf_types = ([lo.ret_type] if isinstance(lo.ret_type, TensorType) else
                   [t for _, t in _tuple_leaves(lo.ret_type)] if isinstance(lo.ret_type, TupleType)
                   else [])
@@ -287,8 +297,22 @@ def _only_flows_to_result(reg: int, code: list[tuple], readers: dict[int, list[i
     return True
 
 
-def _merge(a: list, b: list) -> list:
-    """Leafwise union of two producer lists (the two branches of an if)."""
-    if len(a) != len(b):
-        return [None] * max(len(a), len(b))
-    return [None if x is None or y is None else x + y for x, y in zip(a, b)]
+def _merge(a: Any, b: Any) -> Any:
+    """The producers of a value made on two paths (the branches of an if): tensors' alloc pcs
+    joined, tuples field by field; None where either path cannot be bound."""
+    if isinstance(a, list) and isinstance(b, list):
+        return a + b
+    if isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b):
+        return tuple(_merge(x, y) for x, y in zip(a, b))
+    return None
+
+
+def _flat(value: Any):
+    """The leaves of a producers value, in order (a tensor's list, or None)."""
+    if isinstance(value, tuple):
+        for v in value:
+            yield from _flat(v)
+    else:
+        yield value
+
+

@@ -8,6 +8,9 @@
   becomes that constant, whatever its inputs: ``take(shape_of(x), 2)`` of an ``x`` of
   ``[n, 12, 64]`` is 64, as a static build of it would fold. One whose value is an input's
   (of the same type) is that input: ``maximum(n, 0)``, ``where(False, n + 512, n)``.
+- A tuple rebuilt from all the fields of another, in order (``(%r.0, %r.1)`` of an if's pair
+  of results), is that tuple: the results are then bound to the caller's output arrays
+  through the if's branches, and no tuple is taken apart and made again on each call.
 - ``nn.batch_norm`` (inference) becomes a per-channel scale and shift; after an ``nn.conv2d``
   with constant weights used nowhere else, the scale is folded into the weights and the shift
   becomes an ``nn.bias_add``, so the conv's epilogue fusion absorbs it.
@@ -35,7 +38,7 @@ import numpy as np
 
 from .. import dtypes
 from ..ir.nodes import Call, Constant, Expr, Module, Tuple, TupleGetItem, post_order
-from ..ir.types import TensorType, tensor_types
+from ..ir.types import TensorType, TupleType, tensor_types
 from ..ops.dynamic import arange_length
 from ..ops import values
 from ..ops.registry import ELEMWISE, OPS, Op
@@ -74,6 +77,26 @@ class _FoldConstants(Rewriter):
         if isinstance(g.tuple_value, Tuple):
             return g.tuple_value.fields[g.index]
         return g
+
+    def visit_Tuple(self, t: Tuple) -> Expr:
+        new = super().visit_Tuple(t)
+        whole = _projected(t)
+        if not (whole is not None and isinstance(whole.checked_type, TupleType)
+                and len(whole.checked_type.fields) == len(t.fields)):
+            return new
+        # The input module's tuple has the type (a rewritten one has none yet).
+        same = _projected(new) if isinstance(new, Tuple) else None
+        return same if same is not None else new
+
+
+def _projected(t: Tuple) -> Expr | None:
+    """``v`` if ``t`` is ``(v.0, v.1, ..., v.k)`` (all of v's fields if v has k + 1: an if's
+    results returned as they are), else None."""
+    fields = t.fields
+    if fields and all(isinstance(f, TupleGetItem) and f.index == i
+                      and f.tuple_value is fields[0].tuple_value for i, f in enumerate(fields)):
+        return fields[0].tuple_value
+    return None
 
 
 def _known_value(call: Call) -> Constant | None:
