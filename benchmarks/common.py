@@ -50,6 +50,24 @@ def interleaved_us(fns: dict[str, Callable[[], object]], rounds: int = 7, repeat
     return {name: statistics.median(times) for name, times in per_round.items()}
 
 
+def paired_ratio(a: Callable[[], object], b: Callable[[], object], rounds: int = 9,
+                 repeat: int = 3, settle: float = 0.05, warmup: int = 50) -> float:
+    """Median over ``rounds`` of the ratio a/b of two functions measured back to back (their
+    order alternating from round to round): a slow stretch of the machine lands on both
+    halves of a pair, and the median drops the pairs it split. For a ratio near 1 between two
+    builds of one model (symbolic/static), steadier than the ratio of two medians."""
+    ratios = []
+    for r in range(rounds):
+        pair = (a, b) if r % 2 == 0 else (b, a)
+        times = []
+        for fn in pair:
+            time.sleep(settle)
+            times.append(median_us(fn, repeat=repeat, warmup=warmup))
+        ta, tb = times if r % 2 == 0 else times[::-1]
+        ratios.append(ta / tb)
+    return statistics.median(ratios)
+
+
 def optional(module: str):
     """Import a peer's module, or None when it is not installed (peers are optional extras)."""
     try:
