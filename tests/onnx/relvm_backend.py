@@ -94,10 +94,15 @@ class RelvmRep(BackendRep):
         return self.builds[key]
 
     def run(self, inputs, **kwargs):
+        # Tensors as arrays; a sequence input (a list of tensors) as it is, for the import to
+        # refuse by its op types (relvm has tensors only), not for NumPy to fail on.
+        def value(v):
+            return v if isinstance(v, list) else np.asarray(v)
+
         if isinstance(inputs, dict):
-            feeds = {k: np.asarray(v) for k, v in inputs.items()}
+            feeds = {k: value(v) for k, v in inputs.items()}
         else:
-            feeds = {k: np.asarray(v) for k, v in zip(self.input_names, inputs)}
+            feeds = {k: value(v) for k, v in zip(self.input_names, inputs)}
         vm, names = self._build(feeds)
         vm.set_input("main", *[feeds[k] for k in names])  # also for a graph without inputs
         result = vm.invoke("main")
