@@ -31,7 +31,22 @@ def ops_markdown() -> str:
                           for a in op.attrs) or "—"
         lines.append(f"| `{name}` | {', '.join(op.inputs) or '—'} | {attrs} | {op.pattern}"
                      f"{' (data-dependent shape)' if op.data_dependent else ''} | {op.doc} |")
-    return "\n".join(lines + _compositions()) + "\n"
+    return "\n".join(lines + _element_types() + _compositions()) + "\n"
+
+
+def _element_types() -> list[str]:
+    """The dtypes, and how the C backend computes the narrow float one."""
+    from . import dtypes
+
+    return ["", "## Element types", "",
+            "Every op's inputs and results have one of: "
+            + ", ".join(f"`{d}`" for d in dtypes.DTYPES) + ". The NumPy backend computes each "
+            "as NumPy does. The C backend has float16 kernels for data movement, casts, "
+            "comparisons and a few elementwise ops; every other op on float16 (convs, "
+            "matmuls, softmax, arithmetic, reductions) is computed in float32: the build casts "
+            "its float16 operands to float32 and its results back to float16, rounding to "
+            "nearest even after each op, as ONNX Runtime's CPU provider does "
+            "(`relvm/passes/widen.py`; fusion folds the casts into the loops around them)."]
 
 
 def _compositions() -> list[str]:

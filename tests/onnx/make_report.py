@@ -347,10 +347,10 @@ PROSE_CONFORMANCE = """## Conformance: the ONNX backend test suite
 
 Every one of onnx's own node cases (`onnx.backend.test`; the wheel builds them in memory), run
 through `onnx.backend.test.BackendTest` with a relvm backend (`tests/onnx/relvm_backend.py`:
-`prepare` keeps the model, `run` imports, builds once and runs on the VM). Models are built as
-users build them (C kernels, fusion on), except the three cases the C backend has no kernel for
-(float16 Max, Min and Range: `NUMPY_ONLY` in `tests/onnx/conformance.py`), which run on the
-NumPy kernels; a test checks the C build refuses each of them. Graph inputs the import needs as
+`prepare` keeps the model, `run` imports, builds once and runs on the VM). Every model is built
+as users build them (C kernels, fusion on); float16 ops the C backend has no float16 kernel for
+compute in float32 (`relvm/passes/widen.py`: the operands cast to float32, the results cast
+back, as ONNX Runtime's CPU provider does). Graph inputs the import needs as
 constants (an `axes` input) are frozen from the case's data; the rest are fed at run time. A
 case belongs to an op by its node, or for `*_expanded` cases by the case it expands. *Counted*
 cases are those whose every input and output is float32, int64, int32 or bool.
