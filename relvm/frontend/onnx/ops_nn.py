@@ -374,7 +374,7 @@ def _recurrent(n: Node, op: str, gates: int, per_direction: int, states: int):
         attrs["clip"] = float(n.attr("clip"))
     if op == "nn.lstm":
         attrs["input_forget"] = bool(n.attr("input_forget", 0))
-    else:
+    elif op == "nn.gru":
         attrs["linear_before_reset"] = bool(n.attr("linear_before_reset", 0))
     out = n.call(op, *args, **attrs)
     y = n.field(out, 0)
@@ -393,6 +393,11 @@ def lstm(n: Node):
 @converter("GRU")
 def gru(n: Node):
     return _recurrent(n, "nn.gru", 3, 2, 1)
+
+
+@converter("RNN")
+def rnn(n: Node):
+    return _recurrent(n, "nn.rnn", 1, 1, 1)
 
 
 # --- resize ------------------------------------------------------------------------------------
