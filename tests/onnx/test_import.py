@@ -583,3 +583,16 @@ def test_a_function_op_whose_body_needs_static_shapes_is_named_when_they_are_not
               [tensor("y", F, None)], opset=27)
     with pytest.raises(RelvmImportError, match="relvm cannot import: CausalConvWithState"):
         from_onnx(m)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_upsample_by_non_power_of_two_scales_matches_onnx_runtime(mode) -> None:
+    # Upsample (opset 9): nearest takes floor(out / scale) (scale 3 tells it from rounding).
+    scales = numpy_helper.from_array(np.array([1, 1, 3, 2], np.float32), "scales")
+    m = model([helper.make_node("Upsample", ["x", "scales"], ["y"], mode=mode)],
+              [tensor("x", F, ["n", 2, "h", 4])], [tensor("y", F, None)], [scales], opset=9)
+    rng = np.random.default_rng(3)
+    for n, h in ((1, 3), (2, 5)):
+        got, want = run(m, rng.standard_normal((n, 2, h, 4)).astype(np.float32))
+        assert got[0].shape == (n, 2, 3 * h, 8)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)

@@ -416,6 +416,27 @@ def _full_rank(n: Node, values, axes, rank: int, fill) -> list:
     return out
 
 
+@converter("Upsample")
+def upsample(n: Node):
+    """Upsample (opsets 7-9, deprecated for Resize): out = floor(in * scale); nearest picks
+    floor(out / scale), linear interpolates at out / scale (asymmetric), as ONNX Runtime."""
+    rank = n.rank(0)
+    if rank != 4:
+        raise n.fail(f"only 4-d (NCHW) inputs are supported, got rank {rank}")
+    mode = n.attr("mode", "nearest")
+    if mode not in ("nearest", "linear", "bilinear"):
+        raise n.fail(f"mode {mode!r} is not supported")
+    scales = n.attr("scales") if n.opset < 9 else n.const(1, "scales")
+    scales = [float(s) for s in np.asarray(scales).reshape(-1)]
+    if len(scales) != rank:
+        raise n.fail(f"scales {scales} must have one entry per axis of the rank-{rank} input")
+    if scales[0] != 1 or scales[1] != 1:
+        raise n.fail(f"upsampling N or C is not supported (scales {scales})")
+    return n.call("image.resize2d", n.x(0), scale=scales[2:],
+                  method="nearest_neighbor" if mode == "nearest" else "linear",
+                  coordinate_transformation_mode="asymmetric", rounding_method="floor")
+
+
 @converter("Resize")
 def resize(n: Node):
     rank = n.rank(0)
