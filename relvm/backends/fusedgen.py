@@ -31,9 +31,6 @@ CTYPES = {"float32": "float", "float64": "double", "float16": "_Float16", "int64
           "int32": "int32_t", "int8": "int8_t", "uint8": "uint8_t", "bool": "uint8_t"}
 #: Type in which a dtype's values are computed (float16 computes in float).
 COMPUTE = {"float16": "float"}
-INT_RANGES = {"int64": ("-9223372036854775808.0", "9223372036854775808.0"),
-              "int32": ("-2147483648.0", "2147483648.0"), "int8": ("-128.0", "128.0"),
-              "uint8": ("0.0", "256.0")}
 #: Where C's signed overflow is undefined, add/subtract/multiply/negate compute in the unsigned
 #: type of the same width, which wraps as the references do (kernels/binary.c does the same).
 #: Narrower integers are promoted to int, where these operations cannot overflow.
@@ -149,11 +146,28 @@ def _fill(op: str, args: list[str], arg_types: list[str], out_dtype: str) -> str
 def _cast(x: str, src: str, dst: str) -> str:
     if dst == "bool":
         return f"({x} != 0)"
-    if src.startswith("float") and dst in INT_RANGES:
-        lo, hi = INT_RANGES[dst]
-        # Float to int truncates; NaN and out-of-range values give 0, as the reference does.
-        return f"(({x} == {x} && {x} >= {lo} && {x} < {hi}) ? ({CTYPES[dst]}){x} : 0)"
+    if src.startswith("float") and dst != "bool" and not dst.startswith("float"):
+        return _float_to_int(x, src, dst)
     return f"(({_ctype(dst)}){x})"
+
+
+def _float_to_int(x: str, src: str, dst: str) -> str:
+    """As the reference and kernels/elementwise.c: in range when ``lo <= x <= hi`` with the
+    int range's ends rounded to ``src`` (float32's int32 bound is 2^31), then truncated; NaN,
+    infinities and values outside give 0; a value at the rounded-up bound, just past the int
+    range, gives the int minimum (as x86 and NumPy do)."""
+    info = np.iinfo(dst)
+    lo, hi = _rounded(info.min, src), _rounded(info.max, src)
+    past = float(info.max) + 1.0  # a power of two: exact in every float type and in C
+    # A bound the float type rounds to an infinity (int64's in float16) leaves only the
+    # infinity itself out; below such a maximum, no finite x is past the range.
+    tests = [f"{x} == {x}",
+             f"{x} {'>' if math.isinf(lo) else '>='} {_c_float(lo, 'float64')}",
+             f"{x} {'<' if math.isinf(hi) else '<='} {_c_float(hi, 'float64')}"]
+    value = f"({CTYPES[dst]}){x}"
+    if not math.isinf(hi) and hi >= past:
+        value = f"({x} >= {_c_float(past, 'float64')} ? {_c_int(int(info.min), dst)} : {value})"
+    return f"(({' && '.join(tests)}) ? {value} : 0)"
 
 
 def _binary(op: str, a: str, b: str, dtype: str) -> str:

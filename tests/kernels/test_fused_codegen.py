@@ -160,9 +160,16 @@ def test_clip_leaky_relu_where_cast() -> None:
 
 
 @pytest.mark.parametrize("target", ["int64", "int32", "int8", "uint8", "bool", "float64"])
-def test_cast_edge_values(target) -> None:
-    x = np.array([[0.5, -0.5, 1e20, -1e20, np.nan, 300.7, -129.2, 2.0]], np.float32)
-    run_case([step("cast", [("in", 0)], dtype=target)], [x])
+@pytest.mark.parametrize("source", ["float32", "float64", "float16"])
+def test_cast_edge_values(source, target) -> None:
+    """As the library's cast: out of range is 0, the rounded-up maximum (2^31 in float32) the
+    minimum."""
+    x = np.array([[0.5, -0.5, 1e20, -1e20, np.nan, 300.7, -129.2, 2.0, 2.0**31, 2.0**32,
+                   2.0**63, 2.0**64, 32768.0, 65535.0, 65536.0, -32768.0, 4294967295.0]])
+    if source == "float16":
+        x = np.array([[0.5, -0.5, np.inf, np.nan, 300.7, -129.2, 32768.0, -32768.0, 65504.0]])
+    with np.errstate(over="ignore"):
+        run_case([step("cast", [("in", 0)], dtype=target)], [x.astype(source)])
 
 
 def test_generated_library_is_cached(tmp_path, monkeypatch) -> None:
