@@ -189,7 +189,9 @@ def _binary(name: str, fn, allowed, what: str, out_dtype: str | None, doc: str) 
 
 
 def _divide(a, b):
-    if a.dtype.kind in "iu":
+    if a.dtype.kind == "u":  # in its own type: uint64 past 2^63 does not fit int64
+        return np.where(b == 0, 0, a // np.where(b == 0, 1, b).astype(b.dtype))
+    if a.dtype.kind == "i":
         safe = np.where(b == 0, 1, b)
         q = np.abs(a.astype(np.int64)) // np.abs(safe.astype(np.int64))
         q = np.where((a < 0) != (safe < 0), -q, q)
@@ -247,7 +249,9 @@ def _right_shift(a, b):
     bits = a.dtype.itemsize * 8
     a, b = np.broadcast_arrays(a, b)
     shifted = np.right_shift(a, np.clip(b, 0, bits - 1).astype(a.dtype))
-    return np.where((b < 0) | (b >= bits), np.where(a < 0, -1, 0), shifted)
+    # Unsigned: 0 alone (int64's -1 beside uint64 would promote both to float64).
+    gone = 0 if a.dtype.kind == "u" else np.where(a < 0, -1, 0).astype(a.dtype)
+    return np.where((b < 0) | (b >= bits), gone, shifted)
 
 
 _binary("left_shift", _left_shift, INTEGERS, "an integer dtype", None,
