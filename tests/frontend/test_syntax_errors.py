@@ -76,8 +76,8 @@ ERRORS = [
      RelvmSyntaxError, 1, 11, "parameter %x of @main needs a type annotation"),
     ("missing_closure_param_annotation", "def @main(%x: float32) {\n  %0 = fn (%y) { %y };\n"
      "  %0(%x)\n}", RelvmSyntaxError, 2, 12, "parameter %y of fn needs a type annotation"),
-    ("unknown_literal_suffix", "def @main(%x: float32) { add(%x, 1i16) }",
-     RelvmSyntaxError, 1, 34, "unknown literal suffix 'i16'"),
+    ("unknown_literal_suffix", "def @main(%x: float32) { add(%x, 1i128) }",
+     RelvmSyntaxError, 1, 34, "unknown literal suffix 'i128'"),
     ("literal_out_of_range", "def @main(%x: int8) {\n  add(%x, 300i8)\n}",
      RelvmSyntaxError, 2, 11, "literal 300i8 is out of range for int8"),
     ("negative_literal_out_of_range", "def @main(%x: uint8) {\n  add(%x, -1u8)\n}",
