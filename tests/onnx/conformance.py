@@ -285,7 +285,8 @@ def _elem_type_names(case) -> set[str]:
 
 
 #: ONNX element types relvm has.
-SUPPORTED_TYPES = {"FLOAT", "DOUBLE", "FLOAT16", "INT64", "INT32", "INT8", "UINT8", "BOOL"}
+SUPPORTED_TYPES = {"FLOAT", "DOUBLE", "FLOAT16", "INT64", "INT32", "INT8", "UINT8", "BOOL",
+                   "INT16", "UINT16", "UINT32", "UINT64"}
 
 
 #: How the reasons of the two computed kinds of expected failure begin.
