@@ -3,7 +3,7 @@
 from . import (conv, dynamic, elementwise, gather_scatter, indexing, nn,  # noqa: F401
                pool, reduce, transform)  # (registration)
 # ops the ONNX importer needs
-from . import attention, conv_transpose, image, norm, recurrent, scan  # noqa: F401
+from . import attention, conv_transpose, grid_sample, image, norm, recurrent, scan  # noqa: F401
 from .registry import OPS, Op, get_op
 
 __all__ = ["OPS", "Op", "get_op"]
