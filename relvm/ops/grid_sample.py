@@ -22,7 +22,8 @@ Where ONNX's reference is silent or undefined, relvm gives: a NaN position (a Na
 or an infinite one reflected) samples NaN; an infinite one under ``zeros`` reads nothing (0),
 under ``border`` the edge pixel; an axis of one pixel with ``align_corners`` reflects everything
 onto that pixel; data with an empty spatial axis reads 0 everywhere. Weights and sums are
-computed in float64 and the result rounded once to data's dtype.
+computed in float64 and the result rounded once to data's dtype (the C kernel sums float32
+data in float32, as ONNX's reference and ONNX Runtime do).
 """
 
 from __future__ import annotations

@@ -110,7 +110,8 @@ def grid_points(rand, shape, dtype="float32"):
 @pytest.mark.parametrize("align", [False, True])
 def test_grid_sample_modes(check, rand, shape, gshape, method, padding, align):
     attrs = {"method": method, "padding_mode": padding, "align_corners": align}
-    tol = 0 if method == "nearest" else 1e-6  # nearest reads the very pixel the reference does
+    # Nearest reads the very pixel the reference does; float32 data sums in float32 in C.
+    tol = 0 if method == "nearest" else 1e-5
     check("image.grid_sample", attrs, [rand(shape), grid_points(rand, gshape)], rtol=tol,
           atol=tol)
 
@@ -120,11 +121,11 @@ def test_grid_sample_modes(check, rand, shape, gshape, method, padding, align):
 @pytest.mark.parametrize("method,padding", list(itertools.product(GRID_METHODS, PADDING)),
                          ids=str)
 def test_grid_sample_dtypes(check, rand, dtype, grid_dtype, method, padding):
-    """float64 data sums as the reference does (1e-12); positions in the grid's dtype."""
+    """float64 data sums in float64 as the reference does; positions in the grid's dtype."""
+    tol = 1e-12 if dtype == "float64" else 1e-5
     for shape, gshape in (GRID_SHAPES[1], GRID_SHAPES[4]):
         check("image.grid_sample", {"method": method, "padding_mode": padding},
-              [rand(shape, dtype), grid_points(rand, gshape, grid_dtype)], rtol=1e-12,
-              atol=1e-12 if dtype == "float64" else 1e-6)
+              [rand(shape, dtype), grid_points(rand, gshape, grid_dtype)], rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize("padding", PADDING)
@@ -138,9 +139,9 @@ def test_grid_sample_non_finite_values(check, padding, method):
     grid = np.float32([[[[np.nan, 0.0], [np.inf, 0.1], [-np.inf, -np.inf], [0.3, np.nan]],
                         [[-1.2, -1.3], [1.3, 1.4], [-1.0, -1.0], [1.0, 1.0]]]])
     check("image.grid_sample", {"method": method, "padding_mode": padding}, [x, grid],
-          rtol=1e-6, atol=1e-6)
+          rtol=1e-5, atol=1e-5)
     check("image.grid_sample", {"method": method, "padding_mode": padding,
-                                "align_corners": True}, [x, grid], rtol=1e-6, atol=1e-6)
+                                "align_corners": True}, [x, grid], rtol=1e-5, atol=1e-5)
 
 
 def test_grid_sample_empty_shapes(check, rand):
@@ -155,7 +156,7 @@ def test_grid_sample_threads(check, rand, two_threads):
     """Many blocks of points over the pool's threads, the result as one thread's."""
     for method in GRID_METHODS:
         check("image.grid_sample", {"method": method, "padding_mode": "reflection"},
-              [rand((2, 8, 20, 24)), grid_points(rand, (2, 30, 33, 2))], rtol=1e-6, atol=1e-6)
+              [rand((2, 8, 20, 24)), grid_points(rand, (2, 30, 33, 2))], rtol=1e-5, atol=1e-5)
 
 
 def test_grid_sample_refuses_shapes_that_do_not_fit(c_kernel):
@@ -184,7 +185,7 @@ def test_grid_sample_over_symbolic_dims(rand, method):
     for n, c, h, w, p, q in [(1, 3, 4, 5, 2, 3), (3, 2, 7, 7, 9, 1), (2, 5, 1, 9, 8, 8)]:
         x, g = rand((n, c, h, w)), grid_points(rand, (n, p, q, 2))
         want = op.reference(attrs, x, g)
-        np.testing.assert_allclose(vm.invoke("main", x, g), want, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(vm.invoke("main", x, g), want, rtol=1e-5, atol=1e-5)
     with pytest.raises(relvm.RelvmInputError, match=r"input %g dim 0 is 3, but n is 2"):
         vm.invoke("main", rand((2, 3, 4, 4)), grid_points(rand, (3, 2, 2, 2)))
     with pytest.raises(relvm.RelvmInputError, match=r"input %g dim 3 \(k\) is 3, but "
