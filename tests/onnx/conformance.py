@@ -35,8 +35,8 @@ OPS = ("Conv ConvTranspose Gemm MatMul Relu LeakyRelu PRelu Sigmoid Tanh Gelu Er
        "Trilu CumSum CumProd TopK Einsum Unique "
        "Sin Cos Tan Asin Acos Atan Sinh Cosh Asinh Acosh Atanh Swish Xor "
        "HannWindow HammingWindow BlackmanWindow SpaceToDepth DepthToSpace CenterCropPad Hardmax "
-       "EyeLike Compress LpPool AffineGrid BitwiseAnd BitwiseOr BitwiseXor BitwiseNot BitShift "
-       "ReverseSequence").split()
+       "EyeLike Compress LpPool AffineGrid GridSample BitwiseAnd BitwiseOr BitwiseXor BitwiseNot "
+       "BitShift ReverseSequence").split()
 
 #: TensorProto element types of the counted cases: float32, int32, int64, bool.
 COUNTED_TYPES = {1, 6, 7, 9}

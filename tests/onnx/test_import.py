@@ -596,3 +596,23 @@ def test_upsample_by_non_power_of_two_scales_matches_onnx_runtime(mode) -> None:
         got, want = run(m, rng.standard_normal((n, 2, h, 4)).astype(np.float32))
         assert got[0].shape == (n, 2, 3 * h, 8)
         np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
+
+
+def test_grid_sample_errors_name_the_node():
+    def grid_sample(x_shape, g_shape, **attrs):
+        return model([helper.make_node("GridSample", ["x", "g"], ["y"], name="gs", **attrs)],
+                     [tensor("x", F, x_shape), tensor("g", F, g_shape)], [tensor("y", F, None)],
+                     opset=20)
+
+    with pytest.raises(RelvmImportError, match=r"GridSample node 'gs': mode 'area' is not one of "
+                                               r"bilinear, bicubic, nearest, linear, cubic"):
+        from_onnx(grid_sample([1, 2, 4, 4], [1, 3, 3, 2], mode="area"))
+    with pytest.raises(RelvmImportError, match=r"padding_mode 'wrap' is not zeros, border or "
+                                               r"reflection"):
+        from_onnx(grid_sample([1, 2, 4, 4], [1, 3, 3, 2], padding_mode="wrap"))
+    with pytest.raises(RelvmImportError, match=r"GridSample node 'gs': image.grid_sample: grid's "
+                                               r"last dim must be 3"):
+        from_onnx(grid_sample([1, 2, 4, 4, 4], [1, 3, 3, 3, 2]))
+    # A symbolic batch and grid: one build, checked when it runs.
+    mod, _ = from_onnx(grid_sample(["n", 2, 4, 4], ["n", "p", "q", 2]))
+    assert str(mod["main"].checked_type.ret) == "Tensor[(n, 2, p, q), float32]"

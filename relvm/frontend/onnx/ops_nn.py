@@ -1,4 +1,4 @@
-"""Convolutions, pooling, normalization, matrix products, recurrent layers and Resize.
+"""Convolutions, pooling, normalization, matrix products, recurrent layers, Resize and GridSample.
 
 relvm's window ops are 2-D (NCHW): 1-D convolutions and pools run as 2-D ones over a height of
 1; 3-D pools run as two 2-D pools (over H and W, then over D), which is exact because max and
@@ -509,3 +509,23 @@ def _keep_aspect(n: Node, sizes, shape, axes, policy: str) -> dict:
     scale = min(ratios) if policy == "not_larger" else max(ratios)
     out = [int(scale * shape[a] + 0.5) if a in axes else shape[a] for a in range(len(shape))]
     return {"size": out[2:], "scale": [scale if a in axes else 1.0 for a in (2, 3)]}
+
+
+# --- grid sample -------------------------------------------------------------------------------
+
+#: GridSample's modes: opset 16's names, then opset 20's (N-D: linear and cubic for any rank).
+_GRID_METHODS = {"bilinear": "linear", "bicubic": "cubic", "nearest": "nearest",
+                 "linear": "linear", "cubic": "cubic"}
+
+
+@converter("GridSample")
+def grid_sample(n: Node):
+    """``image.grid_sample``, which checks the ranks and shapes."""
+    mode = n.attr("mode", "bilinear" if n.opset < 20 else "linear")
+    if mode not in _GRID_METHODS:
+        raise n.fail(f"mode {mode!r} is not one of {', '.join(_GRID_METHODS)}")
+    padding = n.attr("padding_mode", "zeros")
+    if padding not in ("zeros", "border", "reflection"):
+        raise n.fail(f"padding_mode {padding!r} is not zeros, border or reflection")
+    return n.call("image.grid_sample", n.x(0), n.x(1), method=_GRID_METHODS[mode],
+                  padding_mode=padding, align_corners=bool(n.attr("align_corners", 0)))
