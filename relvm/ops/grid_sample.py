@@ -17,6 +17,8 @@ dtype), ``zeros`` leaves it. Then ``nearest`` reads pixel ``x``; ``linear`` the 
 ``cubic`` the four from ``floor(x) - 1`` with Keys' weights at ``A = -0.75``, axis by axis
 (N-linear, N-cubic: the innermost axis first). A pixel outside the axis reads 0 (``zeros``),
 the nearest edge pixel (``border``) or its reflection off ``lo`` and ``hi`` (``reflection``).
+(So ``cubic`` with ``border`` reads the edge pixel for a position past ``[lo, hi]``; ONNX Runtime
+and PyTorch instead clamp each tap of the unclamped position, and differ there.)
 
 Where ONNX's reference is silent or undefined, relvm gives: a NaN position (a NaN coordinate,
 or an infinite one reflected) samples NaN; an infinite one under ``zeros`` reads nothing (0),

@@ -101,7 +101,8 @@ def grid_points(rand, shape, dtype="float32"):
     flat = g.reshape(-1)
     exact = np.array([-1, 1, 0, -0.5, 0.5, 0.25, -0.75, 1 / 3, 1.5, -40, 41, 1e6, -1e6])
     flat[::3] = exact[np.arange(flat[::3].size) % len(exact)]
-    return g.astype(dtype)
+    with np.errstate(over="ignore"):  # float16: +-1e6 are infinite
+        return g.astype(dtype)
 
 
 @pytest.mark.parametrize("shape,gshape", GRID_SHAPES, ids=str)
@@ -157,6 +158,26 @@ def test_grid_sample_threads(check, rand, two_threads):
     for method in GRID_METHODS:
         check("image.grid_sample", {"method": method, "padding_mode": "reflection"},
               [rand((2, 8, 20, 24)), grid_points(rand, (2, 30, 33, 2))], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype,grid_dtype", [("float16", "float32"), ("float16", "float16"),
+                                              ("float32", "float16")])
+def test_grid_sample_float16_computes_in_float32(rand, dtype, grid_dtype):
+    """float16 data or grid is cast to float32 around the float32 kernel (passes/widen.py)."""
+    import relvm
+    from relvm.ops import OPS
+
+    text = (f"def @main(%x: Tensor[(2, 3, 5, 6), {dtype}], %g: Tensor[(2, 4, 3, 2), {grid_dtype}])"
+            ' { image.grid_sample(%x, %g, method="cubic", padding_mode="reflection") }')
+    exe = relvm.build(relvm.parse(text))
+    assert "invoke_packed image.grid_sample" in exe.bytecode and "cast" in exe.bytecode
+    x, g = rand((2, 3, 5, 6), dtype), grid_points(rand, (2, 4, 3, 2), grid_dtype)
+    op = OPS["image.grid_sample"]
+    want = op.reference(op.make_attrs({"method": "cubic", "padding_mode": "reflection"}), x, g)
+    got = relvm.VirtualMachine(exe).invoke("main", x, g)
+    assert got.dtype == np.dtype(dtype)
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=2e-3,
+                               atol=2e-3)
 
 
 def test_grid_sample_refuses_shapes_that_do_not_fit(c_kernel):
