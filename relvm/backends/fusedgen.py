@@ -161,10 +161,6 @@ def _cast(x: str, src: str, dst: str) -> str:
         return f"({x} != 0)"
     if src.startswith("float") and dst != "bool" and not dst.startswith("float"):
         return _float_to_int(x, src, dst)
-    if dst in COMPUTE and src != dst:
-        # A narrow float computed in a wider type: the cast rounds to the narrow type (the
-        # unfused kernels store it), then widens for the steps after it.
-        return f"(({_ctype(dst)})({CTYPES[dst]}){x})"
     return f"(({_ctype(dst)}){x})"
 
 

@@ -242,21 +242,3 @@ def test_bitwise_ops_and_shifts(dtype) -> None:
     counts = (np.arange(24).reshape(4, 6) % (bits + 4) - (2 if info.min < 0 else 0))
     for op in ("left_shift", "right_shift"):  # counts past the width, and negative ones
         run_case([step(op, [("in", 0), ("in", 1)])], [a, counts.astype(dtype)])
-
-
-def test_a_cast_to_float16_inside_a_fused_chain_rounds_as_the_unfused_kernel_does() -> None:
-    """float16 steps compute in float32 registers, but a cast to float16 in the middle of a
-    chain rounds there (the unfused cast kernel stores a float16): fused and unfused builds give
-    the same bits (x * y rounded to float16, then widened and added)."""
-    import relvm
-
-    text = """def @main(%a: Tensor[(n), float32], %b: Tensor[(n), float32]) {
-      %0 = cast(multiply(%a, %b), dtype="float16");
-      add(cast(%0, dtype="float32"), 1f)
-    }"""
-    a = np.array([1.0001, 3.14159, 1e-5, 70000.0, -2.71828], np.float32)
-    b = np.array([1.0003, 2.0, 3.0, 2.0, 1.61803], np.float32)
-    want = (a * b).astype(np.float16).astype(np.float32) + np.float32(1)
-    for fuse in (True, False):
-        exe = relvm.build(relvm.parse(text), fuse=fuse)
-        np.testing.assert_array_equal(relvm.VirtualMachine(exe).invoke("main", a, b), want)
