@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+from .importer import _all_nodes, subgraphs
+
 #: Rounds of expansion (a function's body using another function op, and so on).
 MAX_ROUNDS = 4
 
@@ -52,20 +54,15 @@ def _expand_schema_functions(model, has_converter):
     import onnx
     from onnx import inliner
 
-    candidates = [n for n in _all_nodes(model.graph)
-                  if not has_converter(n.domain or "", n.op_type) and _schema(model, n) is not None
-                  and _is_function(_schema(model, n))]
-    if not candidates:
+    if not any(_function_schema(model, n, has_converter) for n in _all_nodes(model.graph)):
         return None
     out = onnx.ModelProto()
     out.CopyFrom(model)
     types = _value_types(out)
     added = 0
     for node in _all_nodes(out.graph):
-        if has_converter(node.domain or "", node.op_type):
-            continue
-        schema = _schema(out, node)
-        if schema is None or not _is_function(schema):
+        schema = _function_schema(out, node, has_converter)
+        if schema is None:
             continue
         body = _function_body(out, node, schema, types)
         if body is None:
@@ -125,8 +122,15 @@ def _schema(model, node):
         return None
 
 
-def _is_function(schema) -> bool:
-    return bool(schema.has_function or schema.has_context_dependent_function)
+def _function_schema(model, node, has_converter):
+    """The schema of ``node``'s op if it has no converter and the standard defines it as a
+    function, else None."""
+    if has_converter(node.domain or "", node.op_type):
+        return None
+    schema = _schema(model, node)
+    if schema is None or not (schema.has_function or schema.has_context_dependent_function):
+        return None
+    return schema
 
 
 def _opset(model, domain: str) -> int | None:
@@ -158,18 +162,7 @@ def _value_types(model) -> dict:
 
 
 def _all_graphs(graph):
-    import onnx
-
     yield graph
     for node in graph.node:
-        for a in node.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                yield from _all_graphs(a.g)
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                for g in a.graphs:
-                    yield from _all_graphs(g)
-
-
-def _all_nodes(graph):
-    for g in _all_graphs(graph):
-        yield from g.node
+        for g in subgraphs(node):
+            yield from _all_graphs(g)

@@ -620,13 +620,19 @@ def _default_opset(model) -> int:
 
 
 def _all_nodes(graph):
-    import onnx
-
+    """Every node of ``graph`` and of its subgraphs, depth first."""
     for node in graph.node:
         yield node
-        for a in node.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                yield from _all_nodes(a.g)
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                for g in a.graphs:
-                    yield from _all_nodes(g)
+        for g in subgraphs(node):
+            yield from _all_nodes(g)
+
+
+def subgraphs(node):
+    """The graphs a node's attributes hold (an If's branches, a Loop's body)."""
+    import onnx
+
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            yield a.g
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            yield from a.graphs
