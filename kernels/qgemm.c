@@ -1,0 +1,708 @@
+/* The integer GEMM of quantized products (qgemm.h): nn.matmul_integer, and nn.conv2d_integer
+ * on it through a channels-last copy of each image unrolled into packed panels.
+ *
+ * Packed operands. a is packed a block of QG_MR rows at a time (its rows' sums, then its bytes
+ * as [k / 4][QG_MR rows][4 k's]), b a panel of QG_NP columns at a time (its columns' sums,
+ * then [k / 4][QG_NP columns][4 k's]); k is padded to a multiple of 4 with zeros, which add
+ * nothing. a's bytes are unsigned, b's signed: an int8 a and a uint8 b are moved by 128 (their
+ * top bit flipped), and their zero points with them, so (a - za) and (b - zb) are unchanged.
+ * The tile (QG_MR rows x up to QG_NV panels) keeps its sums in registers over all of k; on
+ * AVX-512 VNNI each k / 4 step is a load of each panel's 64 bytes and one vpdpbusd per row and
+ * panel (a broadcast of the row's 4 bytes from memory). The zero points are applied to the
+ * finished tile (see qgemm.h). All sums are taken modulo 2**32 (unsigned arithmetic, or the
+ * wrapping vector adds), which is what int32 accumulation gives. */
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include "relvm_config.h"
+#include "qgemm.h"
+#include "internal/scratch.h"
+#include "internal/types.h"
+#include "threads.h"
+
+#define QG_MR 8    /* rows of a tile, and of a packed block of a */
+#define QG_NP 16   /* columns of a packed panel of b */
+#define QG_NV 3    /* panels of a tile */
+#define QG_HEAD 64 /* bytes before a block's or a panel's data: its sums, as int32 */
+
+static inline int64_t kgroups(int64_t k) { return (k + 3) / 4; }
+static inline int64_t block_bytes(int64_t k) { return QG_HEAD + kgroups(k) * QG_MR * 4; }
+static inline int64_t panel_bytes(int64_t k) { return QG_HEAD + kgroups(k) * QG_NP * 4; }
+static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static int quantized(int dtype) { return dtype == RELVM_INT8 || dtype == RELVM_UINT8; }
+
+/* What a packed a's bytes are xor-ed with (int8 -> unsigned), and a packed b's. */
+static inline uint8_t a_flip(int dtype) { return dtype == RELVM_INT8 ? 0x80 : 0; }
+static inline uint8_t b_flip(int dtype) { return dtype == RELVM_UINT8 ? 0x80 : 0; }
+
+static inline int32_t zp_at(int dtype, const void *zp, int64_t i) {
+    return dtype == RELVM_INT8 ? ((const i8 *)zp)[i] : ((const u8 *)zp)[i];
+}
+/* A zero point as the packed bytes see it. */
+static inline int32_t a_zp(int dtype, const void *zp, int64_t i) {
+    return zp_at(dtype, zp, i) + (dtype == RELVM_INT8 ? 128 : 0);
+}
+static inline int32_t b_zp(int dtype, const void *zp, int64_t i) {
+    return zp_at(dtype, zp, i) - (dtype == RELVM_UINT8 ? 128 : 0);
+}
+
+/* --- the tile ----------------------------------------------------------------------------------
+ * c (rows x cols, row stride ldc) = the block of a times nv panels of b (panel_stride bytes
+ * apart), then less za[r] * (column sums) and zb[j] * (row sums - k * za[r]); zb holds one value
+ * per column of the nv panels. */
+typedef void qg_tile_fn(int rows, int nv, int64_t kg, const uint8_t *block, const uint8_t *panel,
+                        int64_t panel_stride, int cols, const int32_t *za, const int32_t *zb,
+                        uint32_t k, int32_t *c, int64_t ldc);
+/* A packed panel's column sums (its head), from its data. */
+typedef void qg_sums_fn(int64_t kg, uint8_t *panel);
+
+static inline void tile_portable_body(int rows, int nv, int64_t kg, const uint8_t *block,
+                                      const uint8_t *panel, int64_t panel_stride, int cols,
+                                      const int32_t *za, const int32_t *zb, uint32_t k,
+                                      int32_t *c, int64_t ldc) {
+    uint32_t acc[QG_MR][QG_NV * QG_NP];
+    memset(acc, 0, sizeof acc);
+    const uint8_t *a = block + QG_HEAD;
+    for (int64_t g = 0; g < kg; ++g) {
+        for (int r = 0; r < rows; ++r) {
+            const uint8_t *ar = a + g * QG_MR * 4 + r * 4;
+            const int32_t a0 = ar[0], a1 = ar[1], a2 = ar[2], a3 = ar[3];
+            for (int v = 0; v < nv; ++v) {
+                const i8 *b = (const i8 *)(panel + v * panel_stride + QG_HEAD + g * QG_NP * 4);
+                uint32_t *out = acc[r] + v * QG_NP;
+                for (int j = 0; j < QG_NP; ++j) /* each sum of 4 products fits in 18 bits */
+                    out[j] += (uint32_t)(a0 * b[4 * j] + a1 * b[4 * j + 1] + a2 * b[4 * j + 2] +
+                                         a3 * b[4 * j + 3]);
+            }
+        }
+    }
+    const int32_t *row_sums = (const int32_t *)block;
+    for (int r = 0; r < rows; ++r) {
+        const uint32_t zr = (uint32_t)za[r], rest = (uint32_t)row_sums[r] - k * zr;
+        for (int j = 0; j < cols; ++j) {
+            const int32_t *col_sums = (const int32_t *)(panel + j / QG_NP * panel_stride);
+            const uint32_t v = acc[r][j] - zr * (uint32_t)col_sums[j % QG_NP] -
+                               (uint32_t)zb[j] * rest;
+            c[r * ldc + j] = (int32_t)v;
+        }
+    }
+}
+
+RELVM_ISA_VERSIONS(static, tile_portable,
+                   (int rows, int nv, int64_t kg, const uint8_t *block, const uint8_t *panel,
+                    int64_t panel_stride, int cols, const int32_t *za, const int32_t *zb,
+                    uint32_t k, int32_t *c, int64_t ldc),
+                   tile_portable_body(rows, nv, kg, block, panel, panel_stride, cols, za, zb,
+                                      k, c, ldc))
+
+static void sums_portable(int64_t kg, uint8_t *panel) {
+    uint32_t sums[QG_NP] = {0};
+    for (int64_t g = 0; g < kg; ++g) {
+        const i8 *b = (const i8 *)(panel + QG_HEAD + g * QG_NP * 4);
+        for (int j = 0; j < QG_NP; ++j)
+            sums[j] += (uint32_t)(b[4 * j] + b[4 * j + 1] + b[4 * j + 2] + b[4 * j + 3]);
+    }
+    memcpy(panel, sums, sizeof sums);
+}
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define QG_VNNI 1
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512vnni")
+
+/* The tile for `rows` rows and `nv` panels, both constants where it is inlined: its sums are
+ * named variables (c<row><panel>; GCC kept an array of them on the stack), those of rows and
+ * panels past the tile's unused. */
+#define QG_SUMS(r) __m512i c##r##0 = zero, c##r##1 = zero, c##r##2 = zero;
+#define QG_STEP(r)                                                                             \
+    if (rows > r) {                                                                            \
+        int32_t four;                                                                          \
+        memcpy(&four, a + g * QG_MR * 4 + r * 4, 4);                                           \
+        const __m512i av = _mm512_set1_epi32(four);                                            \
+        c##r##0 = _mm512_dpbusd_epi32(c##r##0, av, b0);                                        \
+        if (nv > 1) c##r##1 = _mm512_dpbusd_epi32(c##r##1, av, b1);                            \
+        if (nv > 2) c##r##2 = _mm512_dpbusd_epi32(c##r##2, av, b2);                            \
+    }
+#define QG_KEEP(r)                                                                             \
+    if (rows > r) {                                                                            \
+        _mm512_store_si512((void *)done[r][0], c##r##0);                                       \
+        if (nv > 1) _mm512_store_si512((void *)done[r][1], c##r##1);                           \
+        if (nv > 2) _mm512_store_si512((void *)done[r][2], c##r##2);                           \
+    }
+
+static inline __m512i panel_vector(const uint8_t *at) {
+    return _mm512_load_si512((const void *)at);
+}
+
+static inline __mmask16 column_mask(int left) {
+    return left >= QG_NP ? (__mmask16)0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+}
+
+static inline __attribute__((always_inline)) void
+tile_vnni_body(const int rows, const int nv, int64_t kg, const uint8_t *block,
+               const uint8_t *panel, int64_t panel_stride, int cols, const int32_t *za,
+               const int32_t *zb, uint32_t k, int32_t *c, int64_t ldc) {
+    const __m512i zero = _mm512_setzero_si512();
+    QG_SUMS(0) QG_SUMS(1) QG_SUMS(2) QG_SUMS(3) QG_SUMS(4) QG_SUMS(5) QG_SUMS(6) QG_SUMS(7)
+    const uint8_t *a = block + QG_HEAD;
+    const uint8_t *p0 = panel + QG_HEAD, *p1 = p0 + panel_stride, *p2 = p1 + panel_stride;
+    for (int64_t g = 0; g < kg; ++g) {
+        const __m512i b0 = panel_vector(p0 + g * QG_NP * 4);
+        const __m512i b1 = nv > 1 ? panel_vector(p1 + g * QG_NP * 4) : zero;
+        const __m512i b2 = nv > 2 ? panel_vector(p2 + g * QG_NP * 4) : zero;
+        QG_STEP(0) QG_STEP(1) QG_STEP(2) QG_STEP(3) QG_STEP(4) QG_STEP(5) QG_STEP(6) QG_STEP(7)
+    }
+    /* The sums leave their registers at once: kept live into the zero points' arithmetic
+     * below, GCC spilled them to the stack on every step of the loop. */
+    int32_t done[QG_MR][QG_NV][QG_NP] __attribute__((aligned(64)));
+    QG_KEEP(0) QG_KEEP(1) QG_KEEP(2) QG_KEEP(3) QG_KEEP(4) QG_KEEP(5) QG_KEEP(6) QG_KEEP(7)
+    const int32_t *row_sums = (const int32_t *)block;
+    for (int v = 0; v < nv; ++v) {
+        const __m512i col_sums = panel_vector(panel + v * panel_stride);
+        const __m512i zbv = _mm512_loadu_si512((const void *)(zb + v * QG_NP));
+        const __mmask16 mask = column_mask(cols - v * QG_NP);
+        for (int r = 0; r < rows; ++r) {
+            const uint32_t rest = (uint32_t)row_sums[r] - k * (uint32_t)za[r];
+            __m512i out = _mm512_load_si512((const void *)done[r][v]);
+            out = _mm512_sub_epi32(out, _mm512_mullo_epi32(_mm512_set1_epi32(za[r]), col_sums));
+            out = _mm512_sub_epi32(out, _mm512_mullo_epi32(_mm512_set1_epi32((int32_t)rest), zbv));
+            _mm512_mask_storeu_epi32(c + r * ldc + v * QG_NP, mask, out);
+        }
+    }
+}
+#undef QG_SUMS
+#undef QG_STEP
+#undef QG_KEEP
+
+/* One copy of the tile per (rows, panels), so that its sums stay in registers. */
+static void tile_vnni(int rows, int nv, int64_t kg, const uint8_t *block, const uint8_t *panel,
+                      int64_t panel_stride, int cols, const int32_t *za, const int32_t *zb,
+                      uint32_t k, int32_t *c, int64_t ldc) {
+#define QG_CASE(R, V)                                                                          \
+    case (R) * 4 + (V):                                                                        \
+        tile_vnni_body(R, V, kg, block, panel, panel_stride, cols, za, zb, k, c, ldc);         \
+        return;
+#define QG_ROW(R) QG_CASE(R, 1) QG_CASE(R, 2) QG_CASE(R, 3)
+    switch (rows * 4 + nv) {
+        QG_ROW(1) QG_ROW(2) QG_ROW(3) QG_ROW(4) QG_ROW(5) QG_ROW(6) QG_ROW(7) QG_ROW(8)
+    default: break;
+    }
+#undef QG_ROW
+#undef QG_CASE
+}
+
+static void sums_vnni(int64_t kg, uint8_t *panel) {
+    __m512i sums = _mm512_setzero_si512();
+    const __m512i ones = _mm512_set1_epi8(1);
+    for (int64_t g = 0; g < kg; ++g)
+        sums = _mm512_dpbusd_epi32(
+            sums, ones, _mm512_load_si512((const void *)(panel + QG_HEAD + g * QG_NP * 4)));
+    _mm512_store_si512((void *)panel, sums);
+}
+#pragma GCC pop_options
+#endif
+
+static pthread_once_t choose_once = PTHREAD_ONCE_INIT;
+static qg_tile_fn *chosen_tile;
+static qg_sums_fn *chosen_sums;
+static const char *chosen_isa = "portable";
+
+/* VNNI where the CPU has it, unless RELVM_PGEMM_ISA holds the GEMMs to avx2 or sse2. */
+static void choose(void) {
+    chosen_tile = tile_portable;
+    chosen_sums = sums_portable;
+#ifdef QG_VNNI
+    const char *cap = getenv("RELVM_PGEMM_ISA");
+    const int lesser = cap && (strcmp(cap, "avx2") == 0 || strcmp(cap, "sse2") == 0);
+    __builtin_cpu_init();
+    if (!lesser && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni")) {
+        chosen_tile = tile_vnni;
+        chosen_sums = sums_vnni;
+        chosen_isa = "avx512vnni";
+    }
+#endif
+}
+
+static void chosen(qg_tile_fn **tile, qg_sums_fn **sums) {
+    pthread_once(&choose_once, choose);
+    *tile = chosen_tile;
+    *sums = chosen_sums;
+}
+
+RELVM_EXPORT const char *relvm_qgemm_isa(void) {
+    pthread_once(&choose_once, choose);
+    return chosen_isa;
+}
+
+/* Runs `panels` panels (from `panel`) against one block: tiles of up to QG_NV panels. */
+static void run_block(qg_tile_fn *tile, int rows, int64_t k, const uint8_t *block,
+                      const uint8_t *panel, int64_t panels, int64_t cols, const int32_t *za,
+                      const int32_t *zb, int32_t *c, int64_t ldc) {
+    const int64_t kg = kgroups(k), ps = panel_bytes(k);
+    for (int64_t q = 0; q < panels; q += QG_NV) {
+        const int nv = (int)relvm_min64(QG_NV, panels - q);
+        const int tile_cols = (int)relvm_min64(QG_NV * QG_NP, cols - q * QG_NP);
+        tile(rows, nv, kg, block, panel + q * ps, ps, tile_cols, za, zb + q * QG_NP,
+             (uint32_t)k, c + q * QG_NP, ldc);
+    }
+}
+
+/* --- packing --------------------------------------------------------------------------------- */
+
+/* `rows` rows of a (row r at src[r], k bytes) into a block, xor-ed with `flip`; the rest of
+ * the block's rows are zeros. */
+static void pack_block(const uint8_t *const *src, int rows, int64_t k, uint8_t flip,
+                       uint8_t *block) {
+    const int64_t kg = kgroups(k);
+    int32_t sums[QG_MR] = {0};
+    uint8_t *data = block + QG_HEAD;
+    if (rows < QG_MR || k % 4) memset(data, 0, (size_t)(kg * QG_MR * 4));
+    const uint32_t flips = flip * 0x01010101u;
+    for (int r = 0; r < rows; ++r) {
+        const uint8_t *row = src[r];
+        uint32_t sum = 0;
+        for (int64_t p = 0; p < k; ++p) sum += (uint8_t)(row[p] ^ flip); /* (vectorized) */
+        sums[r] = (int32_t)sum;
+        int64_t p = 0;
+        for (; p + 4 <= k; p += 4) { /* 4 bytes at a time into their place in the block */
+            uint32_t four;
+            memcpy(&four, row + p, 4);
+            four ^= flips;
+            memcpy(data + p * QG_MR + r * 4, &four, 4);
+        }
+        for (; p < k; ++p) data[p / 4 * QG_MR * 4 + r * 4 + p % 4] = row[p] ^ flip;
+    }
+    memcpy(block, sums, sizeof sums);
+}
+
+RELVM_EXPORT int64_t relvm_qgemm_packed_b_size(int64_t k, int64_t n) {
+    return ceil_div(n, QG_NP) * panel_bytes(k);
+}
+
+/* Columns [col0, col0 + QG_NP) of b (k x n) into a panel (zeros past n). */
+static void pack_panel(const uint8_t *b, int64_t k, int64_t n, int64_t col0, uint8_t flip,
+                       qg_sums_fn *sums, uint8_t *panel) {
+    const int64_t cols = relvm_min64(QG_NP, n - col0);
+    uint8_t *data = panel + QG_HEAD;
+    if (cols < QG_NP || k % 4) memset(data, 0, (size_t)(kgroups(k) * QG_NP * 4));
+    for (int64_t p = 0; p < k; ++p) {
+        const uint8_t *row = b + p * n + col0;
+        uint8_t *out = data + p / 4 * QG_NP * 4 + p % 4;
+        for (int64_t j = 0; j < cols; ++j) out[j * 4] = row[j] ^ flip;
+    }
+    sums(kgroups(k), panel);
+}
+
+RELVM_EXPORT void relvm_qgemm_pack_b(int dtype, int64_t k, int64_t n, const void *b,
+                                     void *packed) {
+    qg_tile_fn *tile;
+    qg_sums_fn *sums;
+    chosen(&tile, &sums);
+    for (int64_t q = 0; q * QG_NP < n; ++q)
+        pack_panel(b, k, n, q * QG_NP, b_flip(dtype), sums,
+                   (uint8_t *)packed + q * panel_bytes(k));
+}
+
+/* --- nn.matmul_integer ----------------------------------------------------------------------- */
+
+/* The GEMMs of a call: `gemms` of `rows` rows each (one GEMM of batch * m rows when every batch
+ * item shares b). Task t is GEMM t / (blocks * chunks), its block of rows (t / chunks) % blocks
+ * and chunk of panels t % chunks: a task packs its block of a once for its chunk. */
+struct mm_job {
+    qg_tile_fn *tile;
+    int a_dtype;
+    int64_t m, n, k, gemms, rows, blocks, panels, chunk, chunks, b_bytes;
+    const uint8_t *a;
+    int64_t stride_a;
+    const uint8_t *packed_b;
+    const int32_t *za, *zb; /* za: 1 or m values (za_step 0 or 1); zb: one per padded column */
+    int za_step;
+    int32_t *c;
+    atomic_int *failed; /* set by a thread that found no memory for its scratch */
+};
+
+static void mm_tasks(void *ctx, int64_t begin, int64_t end) {
+    const struct mm_job *j = ctx;
+    uint8_t *block = (uint8_t *)relvm_scratch_floats((size_t)(block_bytes(j->k) / 4));
+    if (!block) {
+        atomic_store(j->failed, 1);
+        return;
+    }
+    for (int64_t t = begin; t < end; ++t) {
+        const int64_t gemm = t / (j->blocks * j->chunks), blk = t / j->chunks % j->blocks;
+        const int64_t chunk = t % j->chunks, r0 = blk * QG_MR;
+        const int rows = (int)relvm_min64(QG_MR, j->rows - r0);
+        const uint8_t *src[QG_MR];
+        int32_t za[QG_MR];
+        for (int r = 0; r < rows; ++r) {
+            /* row r0 + r of this GEMM: item `item` of the batch, its row `row` */
+            const int64_t at = r0 + r, item = j->gemms > 1 ? gemm : at / j->m;
+            const int64_t row = j->gemms > 1 ? at : at % j->m;
+            src[r] = j->a + item * j->stride_a + row * j->k;
+            za[r] = j->za[j->za_step * row];
+        }
+        pack_block(src, rows, j->k, a_flip(j->a_dtype), block);
+        const int64_t q0 = chunk * j->chunk, q1 = relvm_min64(j->panels, q0 + j->chunk);
+        const uint8_t *panel = j->packed_b + gemm * j->b_bytes + q0 * panel_bytes(j->k);
+        int32_t *c = j->c + (gemm * j->rows + r0) * j->n + q0 * QG_NP;
+        run_block(j->tile, rows, j->k, block, panel, q1 - q0, j->n - q0 * QG_NP, za,
+                  j->zb + q0 * QG_NP, c, j->n);
+    }
+}
+
+/* Packs item t / panels of b, its panel t % panels. */
+struct pack_job {
+    qg_sums_fn *sums;
+    int dtype;
+    int64_t k, n, panels, stride;
+    const uint8_t *b;
+    uint8_t *packed;
+};
+
+static void pack_tasks(void *ctx, int64_t begin, int64_t end) {
+    const struct pack_job *j = ctx;
+    for (int64_t t = begin; t < end; ++t) {
+        const int64_t item = t / j->panels, q = t % j->panels;
+        pack_panel(j->b + item * j->stride, j->k, j->n, q * QG_NP, b_flip(j->dtype), j->sums,
+                   j->packed + t * panel_bytes(j->k));
+    }
+}
+
+/* How many chunks to split `panels` panels into so that `tasks` tasks of whole rows become
+ * enough for the threads (a few each), each chunk at least a tile wide. */
+static int64_t chunks_for(int64_t tasks, int64_t panels) {
+    const int64_t want = 4 * (int64_t)relvm_threads_get();
+    if (tasks >= want) return 1;
+    return relvm_max64(1, relvm_min64(ceil_div(want, tasks), ceil_div(panels, QG_NV)));
+}
+
+RELVM_EXPORT int relvm_matmul_integer(int a_dtype, int b_dtype, int64_t batch, int64_t m,
+                                      int64_t n, int64_t k, const void *a, int64_t stride_a,
+                                      const void *b, int64_t stride_b, const void *packed_b,
+                                      const void *a_zero_point, int64_t a_zp_count,
+                                      const void *b_zero_point, int64_t b_zp_count, void *c) {
+    if (!quantized(a_dtype) || !quantized(b_dtype) || batch < 0 || m < 0 || n < 0 || k < 0 ||
+        stride_a < 0 || stride_b < 0 || (a_zp_count != 1 && a_zp_count != m) ||
+        (b_zp_count != 1 && b_zp_count != n) || (packed_b && stride_b))
+        return RELVM_UNSUPPORTED;
+    if (batch == 0 || m == 0 || n == 0) return RELVM_OK;
+    qg_tile_fn *tile;
+    qg_sums_fn *sums;
+    chosen(&tile, &sums);
+    const int64_t panels = ceil_div(n, QG_NP), b_items = stride_b ? batch : 1;
+    const int64_t b_bytes = panels * panel_bytes(k);
+    int32_t *zps = malloc((size_t)(a_zp_count + panels * QG_NP) * sizeof(int32_t));
+    uint8_t *own_b = packed_b ? NULL : aligned_alloc(64, (size_t)(b_items * b_bytes));
+    if (!zps || (!packed_b && !own_b)) {
+        free(zps);
+        free(own_b);
+        return RELVM_NO_MEMORY;
+    }
+    int32_t *za = zps, *zb = zps + a_zp_count;
+    for (int64_t i = 0; i < a_zp_count; ++i) za[i] = a_zp(a_dtype, a_zero_point, i);
+    for (int64_t j = 0; j < panels * QG_NP; ++j)
+        zb[j] = j < n ? b_zp(b_dtype, b_zero_point, b_zp_count == 1 ? 0 : j) : 0;
+    if (own_b) {
+        struct pack_job pj = {sums, b_dtype, k, n, panels, stride_b, b, own_b};
+        relvm_parallel_for(b_items * panels, relvm_max64(1, RELVM_GRAIN / relvm_max64(1, k * QG_NP)),
+                           pack_tasks, &pj);
+    }
+    /* Every batch item shares b (and a is one contiguous run of them): one tall GEMM. */
+    const int shared = stride_b == 0 && (batch == 1 || stride_a == m * k);
+    const int64_t gemms = shared ? 1 : batch, rows = shared ? batch * m : m;
+    const int64_t blocks = ceil_div(rows, QG_MR);
+    const int64_t chunks = chunks_for(gemms * blocks, panels);
+    const int64_t chunk = ceil_div(ceil_div(panels, chunks), QG_NV) * QG_NV;
+    atomic_int failed = 0;
+    struct mm_job job = {tile, a_dtype, m, n, k, gemms, rows, blocks, panels, chunk,
+                         ceil_div(panels, chunk), stride_b ? b_bytes : 0, a, stride_a,
+                         packed_b ? packed_b : own_b, za, zb, a_zp_count == 1 ? 0 : 1, c,
+                         &failed};
+    relvm_parallel_for(gemms * blocks * job.chunks, 1, mm_tasks, &job);
+    free(zps);
+    free(own_b);
+    return atomic_load(&failed) ? RELVM_NO_MEMORY : RELVM_OK;
+}
+
+/* --- nn.conv2d_integer ----------------------------------------------------------------------- */
+
+/* A conv's GEMM per image and group: its weights are a (rows: the group's output channels; k:
+ * each tap's channels, padded to a multiple of 4, tap by tap), the unrolled image b (columns:
+ * the output pixels). */
+struct conv_dims {
+    int64_t cg, ocg, c4, taps, k, k_real, pixels, blocks, group_bytes;
+};
+
+static struct conv_dims conv_dims(const struct relvm_conv2d_shape *s) {
+    struct conv_dims d;
+    d.cg = s->c / s->groups;
+    d.ocg = s->oc / s->groups;
+    d.c4 = (d.cg + 3) / 4 * 4;
+    d.taps = s->kh * s->kw;
+    d.k = d.taps * d.c4;
+    d.k_real = d.taps * d.cg;
+    d.pixels = s->oh * s->ow;
+    d.blocks = ceil_div(d.ocg, QG_MR);
+    d.group_bytes = d.blocks * block_bytes(d.k);
+    return d;
+}
+
+static int depthwise(const struct relvm_conv2d_shape *s) { return s->c == s->groups; }
+
+RELVM_EXPORT int64_t relvm_conv2d_integer_packed_size(const struct relvm_conv2d_shape *s) {
+    return depthwise(s) ? 0 : s->groups * conv_dims(s).group_bytes;
+}
+
+RELVM_EXPORT void relvm_conv2d_integer_pack_weights(const struct relvm_conv2d_shape *s,
+                                                    int dtype, const void *w_, void *packed) {
+    const struct conv_dims d = conv_dims(s);
+    const uint8_t *w = w_;
+    const uint8_t flip = a_flip(dtype);
+    /* One output channel's weights in the GEMM's k order (tap, channel), padded with zeros. */
+    uint8_t *row = malloc((size_t)relvm_max64(1, QG_MR * d.k));
+    if (!row) return;
+    for (int64_t g = 0; g < s->groups; ++g) {
+        for (int64_t blk = 0; blk < d.blocks; ++blk) {
+            const int rows = (int)relvm_min64(QG_MR, d.ocg - blk * QG_MR);
+            const uint8_t *src[QG_MR];
+            memset(row, 0, (size_t)(QG_MR * d.k));
+            for (int r = 0; r < rows; ++r) {
+                const uint8_t *wo = w + (g * d.ocg + blk * QG_MR + r) * d.cg * d.taps;
+                uint8_t *out = row + r * d.k;
+                for (int64_t ci = 0; ci < d.cg; ++ci)
+                    for (int64_t t = 0; t < d.taps; ++t)
+                        out[t * d.c4 + ci] = wo[ci * d.taps + t] ^ flip;
+                src[r] = out;
+            }
+            uint8_t *block = (uint8_t *)packed + g * d.group_bytes + blk * block_bytes(d.k);
+            pack_block(src, rows, d.k, 0, block); /* (flipped above: padding stays zero) */
+            /* pack_block summed the padding's zeros too: nothing to correct */
+        }
+    }
+    free(row);
+}
+
+/* Image rows t of the input into the channels-last copy: (n, h, w, groups, c4), bytes flipped
+ * as b's, channels past a group's own zero. */
+struct nhwc_job {
+    const struct relvm_conv2d_shape *s;
+    struct conv_dims d;
+    uint8_t flip;
+    const uint8_t *x;
+    uint8_t *out;
+};
+
+static void nhwc_rows(void *ctx, int64_t begin, int64_t end) {
+    const struct nhwc_job *j = ctx;
+    const struct relvm_conv2d_shape *s = j->s;
+    const int64_t pixel = s->groups * j->d.c4; /* bytes per pixel of the copy */
+    for (int64_t t = begin; t < end; ++t) {
+        const int64_t img = t / s->h, iy = t % s->h;
+        uint8_t *out = j->out + t * s->w * pixel;
+        if (j->d.c4 != j->d.cg) memset(out, 0, (size_t)(s->w * pixel));
+        for (int64_t ch = 0; ch < s->c; ++ch) {
+            const uint8_t *src = j->x + ((img * s->c + ch) * s->h + iy) * s->w;
+            uint8_t *dst = out + ch / j->d.cg * j->d.c4 + ch % j->d.cg;
+            for (int64_t ix = 0; ix < s->w; ++ix) dst[ix * pixel] = src[ix] ^ j->flip;
+        }
+    }
+}
+
+/* Task t: image t / (groups * chunks), group t / chunks % groups, chunk of pixel panels
+ * t % chunks, unrolled into this thread's scratch, then run against every block of the
+ * group's weights. */
+struct conv_job {
+    const struct relvm_conv2d_shape *s;
+    struct conv_dims d;
+    qg_tile_fn *tile;
+    qg_sums_fn *sums;
+    int64_t panels, chunk, chunks;
+    const uint8_t *nhwc, *pattern, *packed_w;
+    const int32_t *za; /* one per output channel (za_step 1) or one for all (0) */
+    int za_step;
+    const int32_t *zb; /* x's zero point, QG_NV * QG_NP times */
+    int32_t *y;
+    atomic_int *failed;
+};
+
+/* Output pixels [p0, p0 + QG_NP) of image img, group g, unrolled into a panel: for each pixel,
+ * each tap's c4 channels (the zero point's pattern where the tap reads padding). */
+static void unroll_panel(const struct conv_job *j, int64_t img, int64_t g, int64_t p0,
+                         uint8_t *panel) {
+    const struct relvm_conv2d_shape *s = j->s;
+    const struct conv_dims *d = &j->d;
+    const int64_t per_tap = d->c4 / 4, pixel = s->groups * d->c4;
+    uint8_t *data = panel + QG_HEAD;
+    if (p0 + QG_NP > d->pixels) memset(data, 0, (size_t)(kgroups(d->k) * QG_NP * 4));
+    const uint8_t *image = j->nhwc + img * s->h * s->w * pixel + g * d->c4;
+    for (int64_t jj = 0; jj < QG_NP && p0 + jj < d->pixels; ++jj) {
+        const int64_t oy = (p0 + jj) / s->ow, ox = (p0 + jj) % s->ow;
+        for (int64_t ky = 0; ky < s->kh; ++ky) {
+            const int64_t iy = oy * s->sh - s->pt + ky * s->dh;
+            for (int64_t kx = 0; kx < s->kw; ++kx) {
+                const int64_t ix = ox * s->sw - s->pl + kx * s->dw;
+                const uint8_t *src = iy >= 0 && iy < s->h && ix >= 0 && ix < s->w
+                                         ? image + (iy * s->w + ix) * pixel
+                                         : j->pattern;
+                uint8_t *dst = data + ((ky * s->kw + kx) * per_tap * QG_NP + jj) * 4;
+                for (int64_t q = 0; q < per_tap; ++q) memcpy(dst + q * QG_NP * 4, src + q * 4, 4);
+            }
+        }
+    }
+    j->sums(kgroups(d->k), panel);
+}
+
+static void conv_tasks(void *ctx, int64_t begin, int64_t end) {
+    const struct conv_job *j = ctx;
+    const struct relvm_conv2d_shape *s = j->s;
+    const struct conv_dims *d = &j->d;
+    const int64_t ps = panel_bytes(d->k);
+    uint8_t *panels = (uint8_t *)relvm_scratch_floats((size_t)(j->chunk * ps / 4));
+    if (!panels) {
+        atomic_store(j->failed, 1);
+        return;
+    }
+    for (int64_t t = begin; t < end; ++t) {
+        const int64_t img = t / (s->groups * j->chunks), g = t / j->chunks % s->groups;
+        const int64_t q0 = t % j->chunks * j->chunk, q1 = relvm_min64(j->panels, q0 + j->chunk);
+        for (int64_t q = q0; q < q1; ++q) unroll_panel(j, img, g, q * QG_NP, panels + (q - q0) * ps);
+        for (int64_t blk = 0; blk < d->blocks; ++blk) {
+            const int64_t oc0 = g * d->ocg + blk * QG_MR;
+            const int rows = (int)relvm_min64(QG_MR, d->ocg - blk * QG_MR);
+            int32_t za[QG_MR];
+            for (int r = 0; r < rows; ++r) za[r] = j->za[j->za_step * (oc0 + r)];
+            const uint8_t *block = j->packed_w + g * d->group_bytes + blk * block_bytes(d->k);
+            int32_t *y = j->y + (img * s->oc + oc0) * d->pixels + q0 * QG_NP;
+            /* every tile reads the same zero point: zb is its QG_NV panels' worth */
+            for (int64_t q = q0; q < q1; q += QG_NV) {
+                const int nv = (int)relvm_min64(QG_NV, q1 - q);
+                const int cols = (int)relvm_min64(QG_NV * QG_NP, d->pixels - q * QG_NP);
+                j->tile(rows, nv, kgroups(d->k), block, panels + (q - q0) * ps, ps, cols, za,
+                        j->zb, (uint32_t)d->k_real, y + (q - q0) * QG_NP, d->pixels);
+            }
+        }
+    }
+}
+
+/* A depthwise conv, directly: plane t (image t / oc, output channel t % oc). */
+struct dw_job {
+    const struct relvm_conv2d_shape *s;
+    int x_dtype, w_dtype;
+    const uint8_t *x, *w;
+    int32_t zx;
+    const void *w_zero_point;
+    int64_t w_zp_count;
+    int32_t *y;
+    atomic_int *failed;
+};
+
+static void dw_planes(void *ctx, int64_t begin, int64_t end) {
+    const struct dw_job *j = ctx;
+    const struct relvm_conv2d_shape *s = j->s;
+    const int64_t taps = s->kh * s->kw, per_group = s->oc / s->groups;
+    uint32_t *acc = (uint32_t *)relvm_scratch_floats((size_t)relvm_max64(1, s->ow));
+    if (!acc) {
+        atomic_store(j->failed, 1);
+        return;
+    }
+    for (int64_t t = begin; t < end; ++t) {
+        const int64_t img = t / s->oc, oc = t % s->oc, ch = oc / per_group;
+        const int32_t zw = zp_at(j->w_dtype, j->w_zero_point, j->w_zp_count == 1 ? 0 : oc);
+        const uint8_t *plane = j->x + (img * s->c + ch) * s->h * s->w;
+        int32_t *out = j->y + t * s->oh * s->ow;
+        for (int64_t oy = 0; oy < s->oh; ++oy) {
+            memset(acc, 0, (size_t)s->ow * sizeof *acc);
+            for (int64_t ky = 0; ky < s->kh; ++ky) {
+                const int64_t iy = oy * s->sh - s->pt + ky * s->dh;
+                if (iy < 0 || iy >= s->h) continue; /* padding: x's zero point, adds nothing */
+                const uint8_t *row = plane + iy * s->w;
+                for (int64_t kx = 0; kx < s->kw; ++kx) {
+                    const int32_t wv = zp_at(j->w_dtype, j->w, oc * taps + ky * s->kw + kx) - zw;
+                    const int64_t off = kx * s->dw - s->pl; /* ix = ox * sw + off */
+                    const int64_t lo = off >= 0 ? 0 : ceil_div(-off, s->sw);
+                    const int64_t hi = relvm_min64(s->ow, s->w - off > 0 ? ceil_div(s->w - off, s->sw) : 0);
+                    if (j->x_dtype == RELVM_INT8) {
+                        const i8 *r = (const i8 *)row;
+                        for (int64_t ox = lo; ox < hi; ++ox)
+                            acc[ox] += (uint32_t)((r[ox * s->sw + off] - j->zx) * wv);
+                    } else {
+                        for (int64_t ox = lo; ox < hi; ++ox)
+                            acc[ox] += (uint32_t)((row[ox * s->sw + off] - j->zx) * wv);
+                    }
+                }
+            }
+            memcpy(out + oy * s->ow, acc, (size_t)s->ow * sizeof *acc);
+        }
+    }
+}
+
+RELVM_EXPORT int relvm_conv2d_integer(const struct relvm_conv2d_shape *s, int x_dtype,
+                                      int w_dtype, const void *x, const void *w,
+                                      const void *packed_w, const void *x_zero_point,
+                                      const void *w_zero_point, int64_t w_zp_count,
+                                      void *y) {
+    if (!quantized(x_dtype) || !quantized(w_dtype) || s->groups < 1 || s->c % s->groups ||
+        s->oc % s->groups || (w_zp_count != 1 && w_zp_count != s->oc) || s->n < 0 ||
+        s->oh < 0 || s->ow < 0)
+        return RELVM_UNSUPPORTED;
+    const int64_t outputs = s->n * s->oc * s->oh * s->ow;
+    if (outputs == 0) return RELVM_OK;
+    if (depthwise(s)) {
+        atomic_int failed = 0;
+        struct dw_job job = {s, x_dtype, w_dtype, x, w, zp_at(x_dtype, x_zero_point, 0),
+                             w_zero_point, w_zp_count, y, &failed};
+        const int64_t work = s->oh * s->ow * s->kh * s->kw;
+        relvm_parallel_for(s->n * s->oc, relvm_max64(1, RELVM_GRAIN / relvm_max64(1, work)),
+                           dw_planes, &job);
+        return atomic_load(&failed) ? RELVM_NO_MEMORY : RELVM_OK;
+    }
+    qg_tile_fn *tile;
+    qg_sums_fn *sums;
+    chosen(&tile, &sums);
+    const struct conv_dims d = conv_dims(s);
+    const int64_t panels = ceil_div(d.pixels, QG_NP), ps = panel_bytes(d.k);
+    /* Chunks of panels about 96 KB (in L2 while every block of weights runs over them), and
+     * enough tasks for the threads. */
+    int64_t chunk = relvm_max64(1, relvm_min64(panels, (96 << 10) / ps));
+    const int64_t per_image = s->n * s->groups;
+    if (per_image * ceil_div(panels, chunk) < 4 * (int64_t)relvm_threads_get())
+        chunk = relvm_max64(1, relvm_min64(chunk, ceil_div(panels * per_image,
+                                                            4 * (int64_t)relvm_threads_get())));
+    if (chunk > QG_NV) chunk = chunk / QG_NV * QG_NV;
+    const int64_t copy_bytes = s->n * s->h * s->w * s->groups * d.c4;
+    uint8_t *copy = malloc((size_t)relvm_max64(1, copy_bytes) + (size_t)d.c4);
+    const int64_t w_bytes = ceil_div(relvm_max64(1, s->groups * d.group_bytes), 64) * 64;
+    uint8_t *own_w = packed_w ? NULL : aligned_alloc(64, (size_t)w_bytes);
+    int32_t *za = malloc((size_t)w_zp_count * sizeof(int32_t));
+    if (!copy || (!packed_w && !own_w) || !za) {
+        free(copy);
+        free(own_w);
+        free(za);
+        return RELVM_NO_MEMORY;
+    }
+    if (own_w) relvm_conv2d_integer_pack_weights(s, w_dtype, w, own_w);
+    for (int64_t i = 0; i < w_zp_count; ++i) za[i] = a_zp(w_dtype, w_zero_point, i);
+    int32_t zb[QG_NV * QG_NP];
+    for (int i = 0; i < QG_NV * QG_NP; ++i) zb[i] = b_zp(x_dtype, x_zero_point, 0);
+    /* What a tap reads in the padding: x's zero point, in each of a group's channels. */
+    uint8_t *pattern = copy + copy_bytes;
+    for (int64_t i = 0; i < d.c4; ++i)
+        pattern[i] = i < d.cg ? (uint8_t)(((const uint8_t *)x_zero_point)[0] ^ b_flip(x_dtype)) : 0;
+    struct nhwc_job nj = {s, d, b_flip(x_dtype), x, copy};
+    relvm_parallel_for(s->n * s->h, relvm_max64(1, RELVM_GRAIN / relvm_max64(1, s->w * s->c)),
+                       nhwc_rows, &nj);
+    atomic_int failed = 0;
+    struct conv_job job = {s, d, tile, sums, panels, chunk, ceil_div(panels, chunk), copy,
+                           pattern, packed_w ? packed_w : own_w, za, w_zp_count == 1 ? 0 : 1,
+                           zb, y, &failed};
+    relvm_parallel_for(per_image * job.chunks, 1, conv_tasks, &job);
+    free(copy);
+    free(own_w);
+    free(za);
+    return atomic_load(&failed) ? RELVM_NO_MEMORY : RELVM_OK;
+}
