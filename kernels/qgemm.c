@@ -246,7 +246,7 @@ static void run_block(qg_tile_fn *tile, int rows, int64_t k, const uint8_t *bloc
     const int64_t kg = kgroups(k), ps = panel_bytes(k);
     for (int64_t q = 0; q < panels; q += QG_NV) {
         const int nv = (int)relvm_min64(QG_NV, panels - q);
-        const int tile_cols = (int)relvm_min64(QG_NV * QG_NP, cols - q * QG_NP);
+        const int tile_cols = (int)relvm_min64(nv * QG_NP, cols - q * QG_NP);
         tile(rows, nv, kg, block, panel + q * ps, ps, tile_cols, za, zb + q * QG_NP,
              (uint32_t)k, c + q * QG_NP, ldc);
     }
@@ -581,7 +581,7 @@ static void conv_tasks(void *ctx, int64_t begin, int64_t end) {
             /* every tile reads the same zero point: zb is its QG_NV panels' worth */
             for (int64_t q = q0; q < q1; q += QG_NV) {
                 const int nv = (int)relvm_min64(QG_NV, q1 - q);
-                const int cols = (int)relvm_min64(QG_NV * QG_NP, d->pixels - q * QG_NP);
+                const int cols = (int)relvm_min64(nv * QG_NP, d->pixels - q * QG_NP);
                 j->tile(rows, nv, kgroups(d->k), block, panels + (q - q0) * ps, ps, cols, za,
                         j->zb, (uint32_t)d->k_real, y + (q - q0) * QG_NP, d->pixels);
             }

@@ -7,7 +7,8 @@ threads, and the portable tile (without AVX-512 VNNI)."""
 import numpy as np
 import pytest
 
-from conftest import make_entry, random_array
+from relvm.ops import OPS
+from relvm.runtime.executable import KernelEntry
 
 QUANTIZED = ["uint8", "int8"]
 MIXES = [(a, b) for a in QUANTIZED for b in QUANTIZED]
@@ -18,8 +19,14 @@ def q(rng):
     """Values over a quantized dtype's whole range."""
     def make(shape, dtype):
         info = np.iinfo(dtype)
-        return random_array(rng, shape, dtype, info.min, info.max)
+        return rng.integers(info.min, info.max + 1, shape).astype(dtype)
     return make
+
+
+def make_entry(op, attrs, inputs):
+    full = {k: list(v) if isinstance(v, tuple) else v
+            for k, v in OPS[op].make_attrs(attrs).items()}
+    return KernelEntry(op, op, full, tuple(inputs), ("int32",))
 
 
 @pytest.mark.parametrize("ad, bd", MIXES)
@@ -70,13 +77,12 @@ def test_matmul_integer_with_a_constant_b_packs_it_once(q):
     serves every later call, whatever a's rows."""
     from relvm.backends import c
     from relvm.runtime.vm.kernels import Constants
-    from relvm.ops import OPS
 
     b = q((70, 45), "int8")
     b.setflags(write=False)
     constants = Constants([b])
-    kernel = c.make_kernel(make_entry("nn.matmul_integer", {}, ["uint8", "int8", "uint8", "int8"],
-                                      ["int32"]), constants)
+    kernel = c.make_kernel(make_entry("nn.matmul_integer", {}, ["uint8", "int8", "uint8", "int8"]),
+                           constants)
     op = OPS["nn.matmul_integer"]
     for rows in (1, 13, 40, 13):
         a, za, zb = q((rows, 70), "uint8"), q((), "uint8"), q((45,), "int8")
@@ -131,13 +137,12 @@ def test_conv2d_integer_padding_holds_the_zero_point_at_either_end(check, q, xd,
 def test_conv2d_integer_with_constant_weights(q):
     from relvm.backends import c
     from relvm.runtime.vm.kernels import Constants
-    from relvm.ops import OPS
 
     w = q((24, 12, 3, 3), "int8")
     constants = Constants([w])
     attrs = {"padding": [1, 1]}
     kernel = c.make_kernel(make_entry("nn.conv2d_integer", attrs,
-                                      ["uint8", "int8", "uint8", "int8"], ["int32"]), constants)
+                                      ["uint8", "int8", "uint8", "int8"]), constants)
     op = OPS["nn.conv2d_integer"]
     for size in (5, 9, 5):
         x, zx, zw = q((2, 12, size, size), "uint8"), q((), "uint8"), q((24,), "int8")
