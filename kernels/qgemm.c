@@ -454,6 +454,13 @@ static struct conv_dims conv_dims(const struct relvm_conv2d_shape *s) {
 
 static int depthwise(const struct relvm_conv2d_shape *s) { return s->c == s->groups; }
 
+/* A 1x1 conv of stride 1 without padding: its unrolled image is the image (a channel's plane
+ * is a row of b), packed straight from the input. */
+static int pointwise(const struct relvm_conv2d_shape *s) {
+    return s->kh == 1 && s->kw == 1 && s->sh == 1 && s->sw == 1 && s->pt == 0 && s->pl == 0 &&
+           s->oh == s->h && s->ow == s->w;
+}
+
 RELVM_EXPORT int64_t relvm_conv2d_integer_packed_size(const struct relvm_conv2d_shape *s) {
     return depthwise(s) ? 0 : s->groups * conv_dims(s).group_bytes;
 }
@@ -487,29 +494,79 @@ RELVM_EXPORT void relvm_conv2d_integer_pack_weights(const struct relvm_conv2d_sh
     free(row);
 }
 
-/* Image rows t of the input into the channels-last copy: (n, h, w, groups, c4), bytes flipped
- * as b's, channels past a group's own zero. */
+/* dst[p * dst_stride + ch] = src[ch * src_stride + p] ^ flip for ch < channels, p < pixels:
+ * 16 x 16 blocks transposed in SSE2 registers (a byte at a time, strided, the copy took half
+ * of a 1x1 conv's time). */
+static void transpose_bytes(const uint8_t *src, int64_t src_stride, int64_t channels,
+                            int64_t pixels, uint8_t *dst, int64_t dst_stride, uint8_t flip) {
+    int64_t ch = 0;
+#if defined(__SSE2__)
+    const __m128i flips = _mm_set1_epi8((char)flip);
+    for (; ch + 16 <= channels; ch += 16) {
+        int64_t p = 0;
+        for (; p + 16 <= pixels; p += 16) {
+            __m128i r[16], t[16];
+            for (int i = 0; i < 16; ++i)
+                r[i] = _mm_xor_si128(
+                    _mm_loadu_si128((const __m128i *)(src + (ch + i) * src_stride + p)), flips);
+            for (int i = 0; i < 8; ++i) { /* pairs of rows, byte by byte */
+                t[2 * i] = _mm_unpacklo_epi8(r[2 * i], r[2 * i + 1]);
+                t[2 * i + 1] = _mm_unpackhi_epi8(r[2 * i], r[2 * i + 1]);
+            }
+            for (int i = 0; i < 4; ++i) { /* fours of rows, two bytes at a time */
+                r[4 * i] = _mm_unpacklo_epi16(t[4 * i], t[4 * i + 2]);
+                r[4 * i + 1] = _mm_unpackhi_epi16(t[4 * i], t[4 * i + 2]);
+                r[4 * i + 2] = _mm_unpacklo_epi16(t[4 * i + 1], t[4 * i + 3]);
+                r[4 * i + 3] = _mm_unpackhi_epi16(t[4 * i + 1], t[4 * i + 3]);
+            }
+            for (int i = 0; i < 2; ++i) { /* eights of rows, four bytes at a time */
+                for (int j = 0; j < 4; ++j) {
+                    t[8 * i + 2 * j] = _mm_unpacklo_epi32(r[8 * i + j], r[8 * i + j + 4]);
+                    t[8 * i + 2 * j + 1] = _mm_unpackhi_epi32(r[8 * i + j], r[8 * i + j + 4]);
+                }
+            }
+            for (int j = 0; j < 8; ++j) { /* all 16 rows: pixel 2j and 2j + 1 */
+                r[2 * j] = _mm_unpacklo_epi64(t[j], t[j + 8]);
+                r[2 * j + 1] = _mm_unpackhi_epi64(t[j], t[j + 8]);
+            }
+            for (int i = 0; i < 16; ++i)
+                _mm_storeu_si128((__m128i *)(dst + (p + i) * dst_stride + ch), r[i]);
+        }
+        for (; p < pixels; ++p)
+            for (int64_t i = 0; i < 16; ++i)
+                dst[p * dst_stride + ch + i] = src[(ch + i) * src_stride + p] ^ flip;
+    }
+#endif
+    for (; ch < channels; ++ch)
+        for (int64_t p = 0; p < pixels; ++p)
+            dst[p * dst_stride + ch] = src[ch * src_stride + p] ^ flip;
+}
+
+/* The channels-last copy of the input, (n, h, w, groups, c4), its bytes flipped as b's and a
+ * group's channels past its own zero: task t is image t / chunks, its pixels in chunk
+ * t % chunks. */
+#define QG_COPY_PIXELS 256
 struct nhwc_job {
     const struct relvm_conv2d_shape *s;
     struct conv_dims d;
     uint8_t flip;
+    int64_t chunks;
     const uint8_t *x;
     uint8_t *out;
 };
 
-static void nhwc_rows(void *ctx, int64_t begin, int64_t end) {
+static void nhwc_chunks(void *ctx, int64_t begin, int64_t end) {
     const struct nhwc_job *j = ctx;
     const struct relvm_conv2d_shape *s = j->s;
-    const int64_t pixel = s->groups * j->d.c4; /* bytes per pixel of the copy */
+    const int64_t plane = s->h * s->w, pixel = s->groups * j->d.c4; /* bytes of a pixel */
     for (int64_t t = begin; t < end; ++t) {
-        const int64_t img = t / s->h, iy = t % s->h;
-        uint8_t *out = j->out + t * s->w * pixel;
-        if (j->d.c4 != j->d.cg) memset(out, 0, (size_t)(s->w * pixel));
-        for (int64_t ch = 0; ch < s->c; ++ch) {
-            const uint8_t *src = j->x + ((img * s->c + ch) * s->h + iy) * s->w;
-            uint8_t *dst = out + ch / j->d.cg * j->d.c4 + ch % j->d.cg;
-            for (int64_t ix = 0; ix < s->w; ++ix) dst[ix * pixel] = src[ix] ^ j->flip;
-        }
+        const int64_t img = t / j->chunks, p0 = t % j->chunks * QG_COPY_PIXELS;
+        const int64_t pixels = relvm_min64(QG_COPY_PIXELS, plane - p0);
+        uint8_t *out = j->out + (img * plane + p0) * pixel;
+        if (j->d.c4 != j->d.cg) memset(out, 0, (size_t)(pixels * pixel));
+        for (int64_t g = 0; g < s->groups; ++g)
+            transpose_bytes(j->x + (img * s->c + g * j->d.cg) * plane + p0, plane, j->d.cg,
+                            pixels, out + g * j->d.c4, pixel, j->flip);
     }
 }
 
@@ -528,6 +585,8 @@ struct conv_job {
     const int32_t *zb; /* x's zero point, QG_NV * QG_NP times */
     int32_t *y;
     atomic_int *failed;
+    const uint8_t *direct; /* a pointwise conv's input, packed from as it is; else NULL */
+    uint8_t flip;          /* (what its bytes are xor-ed with) */
 };
 
 /* Output pixels [p0, p0 + QG_NP) of image img, group g, unrolled into a panel: for each pixel,
@@ -536,25 +595,97 @@ static void unroll_panel(const struct conv_job *j, int64_t img, int64_t g, int64
                          uint8_t *panel) {
     const struct relvm_conv2d_shape *s = j->s;
     const struct conv_dims *d = &j->d;
-    const int64_t per_tap = d->c4 / 4, pixel = s->groups * d->c4;
+    const int64_t per_tap = d->c4 / 4, pixel = s->groups * d->c4, wide = d->c4 / 16 * 16;
     uint8_t *data = panel + QG_HEAD;
-    if (p0 + QG_NP > d->pixels) memset(data, 0, (size_t)(kgroups(d->k) * QG_NP * 4));
     const uint8_t *image = j->nhwc + img * s->h * s->w * pixel + g * d->c4;
-    for (int64_t jj = 0; jj < QG_NP && p0 + jj < d->pixels; ++jj) {
-        const int64_t oy = (p0 + jj) / s->ow, ox = (p0 + jj) % s->ow;
-        for (int64_t ky = 0; ky < s->kh; ++ky) {
-            const int64_t iy = oy * s->sh - s->pt + ky * s->dh;
-            for (int64_t kx = 0; kx < s->kw; ++kx) {
-                const int64_t ix = ox * s->sw - s->pl + kx * s->dw;
-                const uint8_t *src = iy >= 0 && iy < s->h && ix >= 0 && ix < s->w
-                                         ? image + (iy * s->w + ix) * pixel
-                                         : j->pattern;
-                uint8_t *dst = data + ((ky * s->kw + kx) * per_tap * QG_NP + jj) * 4;
-                for (int64_t q = 0; q < per_tap; ++q) memcpy(dst + q * QG_NP * 4, src + q * 4, 4);
+    /* Where each pixel's window starts (pixels past the plane read the pattern: their sums
+     * are never stored). */
+    int64_t y0[QG_NP], x0[QG_NP];
+    for (int jj = 0; jj < QG_NP; ++jj) {
+        const int64_t p = relvm_min64(p0 + jj, d->pixels - 1);
+        y0[jj] = p0 + jj < d->pixels ? p / s->ow * s->sh - s->pt : -(s->kh * s->dh) - 1;
+        x0[jj] = p % s->ow * s->sw - s->pl;
+    }
+    for (int64_t ky = 0; ky < s->kh; ++ky) {
+        for (int64_t kx = 0; kx < s->kw; ++kx) {
+            uint8_t *dst = data + (ky * s->kw + kx) * per_tap * QG_NP * 4;
+            const uint8_t *src[QG_NP];
+            for (int jj = 0; jj < QG_NP; ++jj) {
+                const int64_t iy = y0[jj] + ky * s->dh, ix = x0[jj] + kx * s->dw;
+                src[jj] = iy >= 0 && iy < s->h && ix >= 0 && ix < s->w
+                              ? image + (iy * s->w + ix) * pixel
+                              : j->pattern;
             }
+            int64_t c = 0;
+#if defined(__SSE2__)
+            /* 4 pixels x 16 channels at a time: a 4 x 4 transpose of 4-channel groups */
+            for (; c < wide; c += 16) {
+                for (int jj = 0; jj < QG_NP; jj += 4) {
+                    const __m128i a0 = _mm_loadu_si128((const __m128i *)(src[jj] + c));
+                    const __m128i a1 = _mm_loadu_si128((const __m128i *)(src[jj + 1] + c));
+                    const __m128i a2 = _mm_loadu_si128((const __m128i *)(src[jj + 2] + c));
+                    const __m128i a3 = _mm_loadu_si128((const __m128i *)(src[jj + 3] + c));
+                    const __m128i t0 = _mm_unpacklo_epi32(a0, a1), t1 = _mm_unpacklo_epi32(a2, a3);
+                    const __m128i t2 = _mm_unpackhi_epi32(a0, a1), t3 = _mm_unpackhi_epi32(a2, a3);
+                    uint8_t *out = dst + (c / 4 * QG_NP + jj) * 4;
+                    _mm_storeu_si128((__m128i *)out, _mm_unpacklo_epi64(t0, t1));
+                    _mm_storeu_si128((__m128i *)(out + QG_NP * 4), _mm_unpackhi_epi64(t0, t1));
+                    _mm_storeu_si128((__m128i *)(out + 2 * QG_NP * 4), _mm_unpacklo_epi64(t2, t3));
+                    _mm_storeu_si128((__m128i *)(out + 3 * QG_NP * 4), _mm_unpackhi_epi64(t2, t3));
+                }
+            }
+#endif
+            for (; c < d->c4; c += 4)
+                for (int jj = 0; jj < QG_NP; ++jj)
+                    memcpy(dst + (c / 4 * QG_NP + jj) * 4, src[jj] + c, 4);
         }
     }
     j->sums(kgroups(d->k), panel);
+}
+
+/* The same panel of a pointwise conv, from the input itself: k step g is 4 channels' planes
+ * at the panel's pixels, interleaved (channels past the group's, and pixels past the plane,
+ * zero). */
+static void pointwise_panel(const struct conv_job *j, const uint8_t *x, int64_t img, int64_t g,
+                            int64_t p0, uint8_t flip, uint8_t *panel) {
+    const struct relvm_conv2d_shape *s = j->s;
+    const int64_t cg = j->d.cg, plane = j->d.pixels, kg = kgroups(j->d.k);
+    const int64_t count = relvm_min64(QG_NP, plane - p0);
+    const uint8_t *planes = x + (img * s->c + g * cg) * plane + p0;
+    uint8_t *data = panel + QG_HEAD;
+    for (int64_t q = 0; q < kg; ++q) {
+        uint8_t *out = data + q * QG_NP * 4;
+#if defined(__SSE2__)
+        const __m128i flips = _mm_set1_epi8((char)flip);
+        __m128i r[4];
+        for (int i = 0; i < 4; ++i) {
+            const int64_t ch = 4 * q + i;
+            if (ch < cg && count == QG_NP) {
+                r[i] = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(planes + ch * plane)),
+                                     flips);
+            } else { /* past the group's channels, or the plane's last panel */
+                uint8_t row[QG_NP] = {0};
+                for (int64_t jj = 0; ch < cg && jj < count; ++jj)
+                    row[jj] = planes[ch * plane + jj] ^ flip;
+                r[i] = _mm_loadu_si128((const __m128i *)row);
+            }
+        }
+        const __m128i r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
+        const __m128i lo01 = _mm_unpacklo_epi8(r0, r1), hi01 = _mm_unpackhi_epi8(r0, r1);
+        const __m128i lo23 = _mm_unpacklo_epi8(r2, r3), hi23 = _mm_unpackhi_epi8(r2, r3);
+        _mm_storeu_si128((__m128i *)out, _mm_unpacklo_epi16(lo01, lo23));
+        _mm_storeu_si128((__m128i *)(out + 16), _mm_unpackhi_epi16(lo01, lo23));
+        _mm_storeu_si128((__m128i *)(out + 32), _mm_unpacklo_epi16(hi01, hi23));
+        _mm_storeu_si128((__m128i *)(out + 48), _mm_unpackhi_epi16(hi01, hi23));
+#else
+        for (int i = 0; i < 4; ++i) {
+            const int64_t ch = 4 * q + i;
+            for (int jj = 0; jj < QG_NP; ++jj)
+                out[jj * 4 + i] = ch < cg && jj < count ? planes[ch * plane + jj] ^ flip : 0;
+        }
+#endif
+    }
+    j->sums(kg, panel);
 }
 
 static void conv_tasks(void *ctx, int64_t begin, int64_t end) {
@@ -570,7 +701,12 @@ static void conv_tasks(void *ctx, int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
         const int64_t img = t / (s->groups * j->chunks), g = t / j->chunks % s->groups;
         const int64_t q0 = t % j->chunks * j->chunk, q1 = relvm_min64(j->panels, q0 + j->chunk);
-        for (int64_t q = q0; q < q1; ++q) unroll_panel(j, img, g, q * QG_NP, panels + (q - q0) * ps);
+        for (int64_t q = q0; q < q1; ++q) {
+            if (j->direct)
+                pointwise_panel(j, j->direct, img, g, q * QG_NP, j->flip, panels + (q - q0) * ps);
+            else
+                unroll_panel(j, img, g, q * QG_NP, panels + (q - q0) * ps);
+        }
         for (int64_t blk = 0; blk < d->blocks; ++blk) {
             const int64_t oc0 = g * d->ocg + blk * QG_MR;
             const int rows = (int)relvm_min64(QG_MR, d->ocg - blk * QG_MR);
@@ -598,45 +734,60 @@ struct dw_job {
     const void *w_zero_point;
     int64_t w_zp_count;
     int32_t *y;
-    atomic_int *failed;
 };
+
+/* acc[i] += (x[i * stride] - zx) * w for i < n, in uint32 (wrapping as int32 sums do); a
+ * vector loop for stride 1. */
+static RELVM_VECTORIZE void dw_tap_u8(uint32_t *restrict acc, const u8 *restrict x, int64_t n,
+                                      int32_t zx, int32_t w) {
+    for (int64_t i = 0; i < n; ++i) acc[i] += (uint32_t)((x[i] - zx) * w);
+}
+
+static RELVM_VECTORIZE void dw_tap_i8(uint32_t *restrict acc, const i8 *restrict x, int64_t n,
+                                      int32_t zx, int32_t w) {
+    for (int64_t i = 0; i < n; ++i) acc[i] += (uint32_t)((x[i] - zx) * w);
+}
+
+static void dw_tap(int is_signed, uint32_t *acc, const uint8_t *x, int64_t n, int64_t stride,
+                   int32_t zx, int32_t w) {
+    if (stride == 1 && is_signed) {
+        dw_tap_i8(acc, (const i8 *)x, n, zx, w);
+    } else if (stride == 1) {
+        dw_tap_u8(acc, x, n, zx, w);
+    } else if (is_signed) {
+        for (int64_t i = 0; i < n; ++i) acc[i] += (uint32_t)((((const i8 *)x)[i * stride] - zx) * w);
+    } else {
+        for (int64_t i = 0; i < n; ++i) acc[i] += (uint32_t)((x[i * stride] - zx) * w);
+    }
+}
 
 static void dw_planes(void *ctx, int64_t begin, int64_t end) {
     const struct dw_job *j = ctx;
     const struct relvm_conv2d_shape *s = j->s;
     const int64_t taps = s->kh * s->kw, per_group = s->oc / s->groups;
-    uint32_t *acc = (uint32_t *)relvm_scratch_floats((size_t)relvm_max64(1, s->ow));
-    if (!acc) {
-        atomic_store(j->failed, 1);
-        return;
-    }
+    const int64_t ow = s->ow, sw = s->sw, w = s->w, h = s->h;
+    const int is_signed = j->x_dtype == RELVM_INT8;
     for (int64_t t = begin; t < end; ++t) {
         const int64_t img = t / s->oc, oc = t % s->oc, ch = oc / per_group;
         const int32_t zw = zp_at(j->w_dtype, j->w_zero_point, j->w_zp_count == 1 ? 0 : oc);
-        const uint8_t *plane = j->x + (img * s->c + ch) * s->h * s->w;
-        int32_t *out = j->y + t * s->oh * s->ow;
-        for (int64_t oy = 0; oy < s->oh; ++oy) {
-            memset(acc, 0, (size_t)s->ow * sizeof *acc);
+        const uint8_t *plane = j->x + (img * s->c + ch) * h * w;
+        uint32_t *out = (uint32_t *)j->y + t * s->oh * ow; /* the sums, in place */
+        memset(out, 0, (size_t)(s->oh * ow) * sizeof *out);
+        for (int64_t oy = 0; oy < s->oh; ++oy) { /* a row of sums, in L1 over its taps */
             for (int64_t ky = 0; ky < s->kh; ++ky) {
                 const int64_t iy = oy * s->sh - s->pt + ky * s->dh;
-                if (iy < 0 || iy >= s->h) continue; /* padding: x's zero point, adds nothing */
-                const uint8_t *row = plane + iy * s->w;
+                if (iy < 0 || iy >= h) continue; /* padding: x's zero point, adds nothing */
                 for (int64_t kx = 0; kx < s->kw; ++kx) {
                     const int32_t wv = zp_at(j->w_dtype, j->w, oc * taps + ky * s->kw + kx) - zw;
-                    const int64_t off = kx * s->dw - s->pl; /* ix = ox * sw + off */
-                    const int64_t lo = off >= 0 ? 0 : ceil_div(-off, s->sw);
-                    const int64_t hi = relvm_min64(s->ow, s->w - off > 0 ? ceil_div(s->w - off, s->sw) : 0);
-                    if (j->x_dtype == RELVM_INT8) {
-                        const i8 *r = (const i8 *)row;
-                        for (int64_t ox = lo; ox < hi; ++ox)
-                            acc[ox] += (uint32_t)((r[ox * s->sw + off] - j->zx) * wv);
-                    } else {
-                        for (int64_t ox = lo; ox < hi; ++ox)
-                            acc[ox] += (uint32_t)((row[ox * s->sw + off] - j->zx) * wv);
-                    }
+                    /* the output columns whose tap reads inside the row: ix = ox * sw + off */
+                    const int64_t off = kx * s->dw - s->pl;
+                    const int64_t lo = off >= 0 ? 0 : ceil_div(-off, sw);
+                    const int64_t hi = relvm_min64(ow, w - off > 0 ? ceil_div(w - off, sw) : 0);
+                    if (wv != 0 && lo < hi)
+                        dw_tap(is_signed, out + oy * ow + lo, plane + iy * w + lo * sw + off,
+                               hi - lo, sw, j->zx, wv);
                 }
             }
-            memcpy(out + oy * s->ow, acc, (size_t)s->ow * sizeof *acc);
         }
     }
 }
@@ -653,13 +804,12 @@ RELVM_EXPORT int relvm_conv2d_integer(const struct relvm_conv2d_shape *s, int x_
     const int64_t outputs = s->n * s->oc * s->oh * s->ow;
     if (outputs == 0) return RELVM_OK;
     if (depthwise(s)) {
-        atomic_int failed = 0;
         struct dw_job job = {s, x_dtype, w_dtype, x, w, zp_at(x_dtype, x_zero_point, 0),
-                             w_zero_point, w_zp_count, y, &failed};
+                             w_zero_point, w_zp_count, y};
         const int64_t work = s->oh * s->ow * s->kh * s->kw;
         relvm_parallel_for(s->n * s->oc, relvm_max64(1, RELVM_GRAIN / relvm_max64(1, work)),
                            dw_planes, &job);
-        return atomic_load(&failed) ? RELVM_NO_MEMORY : RELVM_OK;
+        return RELVM_OK;
     }
     qg_tile_fn *tile;
     qg_sums_fn *sums;
@@ -674,7 +824,7 @@ RELVM_EXPORT int relvm_conv2d_integer(const struct relvm_conv2d_shape *s, int x_
         chunk = relvm_max64(1, relvm_min64(chunk, ceil_div(panels * per_image,
                                                             4 * (int64_t)relvm_threads_get())));
     if (chunk > QG_NV) chunk = chunk / QG_NV * QG_NV;
-    const int64_t copy_bytes = s->n * s->h * s->w * s->groups * d.c4;
+    const int64_t copy_bytes = pointwise(s) ? 0 : s->n * s->h * s->w * s->groups * d.c4;
     uint8_t *copy = malloc((size_t)relvm_max64(1, copy_bytes) + (size_t)d.c4);
     const int64_t w_bytes = ceil_div(relvm_max64(1, s->groups * d.group_bytes), 64) * 64;
     uint8_t *own_w = packed_w ? NULL : aligned_alloc(64, (size_t)w_bytes);
@@ -693,13 +843,16 @@ RELVM_EXPORT int relvm_conv2d_integer(const struct relvm_conv2d_shape *s, int x_
     uint8_t *pattern = copy + copy_bytes;
     for (int64_t i = 0; i < d.c4; ++i)
         pattern[i] = i < d.cg ? (uint8_t)(((const uint8_t *)x_zero_point)[0] ^ b_flip(x_dtype)) : 0;
-    struct nhwc_job nj = {s, d, b_flip(x_dtype), x, copy};
-    relvm_parallel_for(s->n * s->h, relvm_max64(1, RELVM_GRAIN / relvm_max64(1, s->w * s->c)),
-                       nhwc_rows, &nj);
+    if (!pointwise(s)) {
+        const int64_t chunks = ceil_div(s->h * s->w, QG_COPY_PIXELS);
+        struct nhwc_job nj = {s, d, b_flip(x_dtype), chunks, x, copy};
+        relvm_parallel_for(s->n * chunks, relvm_max64(1, RELVM_GRAIN / (QG_COPY_PIXELS * s->c)),
+                           nhwc_chunks, &nj);
+    }
     atomic_int failed = 0;
     struct conv_job job = {s, d, tile, sums, panels, chunk, ceil_div(panels, chunk), copy,
                            pattern, packed_w ? packed_w : own_w, za, w_zp_count == 1 ? 0 : 1,
-                           zb, y, &failed};
+                           zb, y, &failed, pointwise(s) ? x : NULL, b_flip(x_dtype)};
     relvm_parallel_for(per_image * job.chunks, 1, conv_tasks, &job);
     free(copy);
     free(own_w);
