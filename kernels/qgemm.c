@@ -748,6 +748,20 @@ static RELVM_VECTORIZE void dw_tap_i8(uint32_t *restrict acc, const i8 *restrict
     for (int64_t i = 0; i < n; ++i) acc[i] += (uint32_t)((x[i] - zx) * w);
 }
 
+/* acc[i] += (a[i] - zx) w0 + (b[i] - zx) w1 + (c[i] - zx) w2 for i < n: a row of 3 taps in
+ * one pass (`zw` = zx (w0 + w1 + w2)); each sum fits in 18 bits. */
+static RELVM_VECTORIZE void dw_taps3_u8(uint32_t *restrict acc, const u8 *restrict a,
+                                        const u8 *restrict b, const u8 *restrict c, int64_t n,
+                                        int32_t w0, int32_t w1, int32_t w2, int32_t zw) {
+    for (int64_t i = 0; i < n; ++i) acc[i] += (uint32_t)(a[i] * w0 + b[i] * w1 + c[i] * w2 - zw);
+}
+
+static RELVM_VECTORIZE void dw_taps3_i8(uint32_t *restrict acc, const i8 *restrict a,
+                                        const i8 *restrict b, const i8 *restrict c, int64_t n,
+                                        int32_t w0, int32_t w1, int32_t w2, int32_t zw) {
+    for (int64_t i = 0; i < n; ++i) acc[i] += (uint32_t)(a[i] * w0 + b[i] * w1 + c[i] * w2 - zw);
+}
+
 static void dw_tap(int is_signed, uint32_t *acc, const uint8_t *x, int64_t n, int64_t stride,
                    int32_t zx, int32_t w) {
     if (stride == 1 && is_signed) {
@@ -761,12 +775,60 @@ static void dw_tap(int is_signed, uint32_t *acc, const uint8_t *x, int64_t n, in
     }
 }
 
+/* The output columns whose tap kx reads inside a row: [lo, hi), ix = ox * sw + off. */
+struct dw_columns {
+    int64_t off, lo, hi;
+};
+
+static struct dw_columns dw_columns(const struct relvm_conv2d_shape *s, int64_t kx) {
+    struct dw_columns c;
+    c.off = kx * s->dw - s->pl;
+    c.lo = c.off >= 0 ? 0 : ceil_div(-c.off, s->sw);
+    c.hi = relvm_min64(s->ow, s->w - c.off > 0 ? ceil_div(s->w - c.off, s->sw) : 0);
+    return c;
+}
+
+/* One row of a depthwise conv's 3 taps along w (stride 1): the columns where all three read
+ * inside in one pass, each tap alone at the borders. */
+static void dw_row3(int is_signed, uint32_t *sums, const uint8_t *row, const struct dw_columns *c,
+                    int64_t both_lo, int64_t both_hi, const int32_t *wv, int32_t zx) {
+    if (both_lo < both_hi) {
+        const int64_t n = both_hi - both_lo;
+        const uint8_t *x0 = row + both_lo + c[0].off, *x1 = row + both_lo + c[1].off;
+        const uint8_t *x2 = row + both_lo + c[2].off;
+        const int32_t bias = zx * (wv[0] + wv[1] + wv[2]);
+        if (is_signed)
+            dw_taps3_i8(sums + both_lo, (const i8 *)x0, (const i8 *)x1, (const i8 *)x2, n,
+                        wv[0], wv[1], wv[2], bias);
+        else
+            dw_taps3_u8(sums + both_lo, x0, x1, x2, n, wv[0], wv[1], wv[2], bias);
+    } else {
+        both_lo = both_hi = 0; /* no common part: each tap over all its columns */
+    }
+    for (int kx = 0; kx < 3; ++kx) {
+        const int64_t ends[2][2] = {{c[kx].lo, relvm_min64(c[kx].hi, both_lo)},
+                                    {relvm_max64(c[kx].lo, both_hi), c[kx].hi}};
+        for (int part = 0; part < 2; ++part) {
+            const int64_t l = ends[part][0], u = ends[part][1];
+            if (l < u) dw_tap(is_signed, sums + l, row + l + c[kx].off, u - l, 1, zx, wv[kx]);
+        }
+    }
+}
+
 static void dw_planes(void *ctx, int64_t begin, int64_t end) {
     const struct dw_job *j = ctx;
     const struct relvm_conv2d_shape *s = j->s;
     const int64_t taps = s->kh * s->kw, per_group = s->oc / s->groups;
     const int64_t ow = s->ow, sw = s->sw, w = s->w, h = s->h;
-    const int is_signed = j->x_dtype == RELVM_INT8;
+    const int is_signed = j->x_dtype == RELVM_INT8, rows3 = s->kw == 3 && sw == 1;
+    /* a row of 3 taps: each tap's columns, and where all three read inside */
+    struct dw_columns c3[3];
+    int64_t both_lo = 0, both_hi = ow;
+    for (int kx = 0; rows3 && kx < 3; ++kx) {
+        c3[kx] = dw_columns(s, kx);
+        both_lo = relvm_max64(both_lo, c3[kx].lo);
+        both_hi = relvm_min64(both_hi, c3[kx].hi);
+    }
     for (int64_t t = begin; t < end; ++t) {
         const int64_t img = t / s->oc, oc = t % s->oc, ch = oc / per_group;
         const int32_t zw = zp_at(j->w_dtype, j->w_zero_point, j->w_zp_count == 1 ? 0 : oc);
@@ -777,15 +839,22 @@ static void dw_planes(void *ctx, int64_t begin, int64_t end) {
             for (int64_t ky = 0; ky < s->kh; ++ky) {
                 const int64_t iy = oy * s->sh - s->pt + ky * s->dh;
                 if (iy < 0 || iy >= h) continue; /* padding: x's zero point, adds nothing */
+                const uint8_t *row = plane + iy * w;
+                uint32_t *sums = out + oy * ow;
+                const int64_t tap0 = oc * taps + ky * s->kw;
+                if (rows3) {
+                    const int32_t wv[3] = {zp_at(j->w_dtype, j->w, tap0) - zw,
+                                           zp_at(j->w_dtype, j->w, tap0 + 1) - zw,
+                                           zp_at(j->w_dtype, j->w, tap0 + 2) - zw};
+                    dw_row3(is_signed, sums, row, c3, both_lo, both_hi, wv, j->zx);
+                    continue;
+                }
                 for (int64_t kx = 0; kx < s->kw; ++kx) {
-                    const int32_t wv = zp_at(j->w_dtype, j->w, oc * taps + ky * s->kw + kx) - zw;
-                    /* the output columns whose tap reads inside the row: ix = ox * sw + off */
-                    const int64_t off = kx * s->dw - s->pl;
-                    const int64_t lo = off >= 0 ? 0 : ceil_div(-off, sw);
-                    const int64_t hi = relvm_min64(ow, w - off > 0 ? ceil_div(w - off, sw) : 0);
-                    if (wv != 0 && lo < hi)
-                        dw_tap(is_signed, out + oy * ow + lo, plane + iy * w + lo * sw + off,
-                               hi - lo, sw, j->zx, wv);
+                    const struct dw_columns c = dw_columns(s, kx);
+                    const int32_t v = zp_at(j->w_dtype, j->w, tap0 + kx) - zw;
+                    if (v != 0 && c.lo < c.hi)
+                        dw_tap(is_signed, sums + c.lo, row + c.lo * sw + c.off, c.hi - c.lo, sw,
+                               j->zx, v);
                 }
             }
         }

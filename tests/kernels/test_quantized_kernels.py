@@ -110,6 +110,10 @@ CONVS = [
     ((2, 8, 10, 10), (8, 1, 3, 3), {"groups": 8, "padding": [1, 1]}),  # depthwise
     ((1, 8, 10, 10), (16, 1, 3, 3), {"groups": 8, "padding": [1, 1], "strides": [2, 2]}),
     ((1, 5, 11, 11), (5, 1, 5, 5), {"groups": 5, "padding": [2, 2], "dilation": [2, 1]}),
+    # depthwise 3-tap rows: no columns where all 3 taps read inside; dilated along w
+    ((2, 6, 4, 2), (6, 1, 3, 3), {"groups": 6, "padding": [1, 1]}),
+    ((1, 3, 6, 9), (6, 1, 3, 3), {"groups": 3, "padding": [0, 3], "dilation": [1, 2]}),
+    ((1, 3, 6, 40), (3, 1, 3, 3), {"groups": 3, "padding": [1, 1]}),
     ((3, 16, 7, 7), (32, 16, 1, 1), {}),  # pointwise
     ((1, 17, 5, 6), (20, 17, 2, 2), {"padding": [1, 0]}),  # channels no multiple of 4
     ((1, 64, 14, 14), (40, 64, 3, 3), {"padding": [1, 1]}),  # several chunks of panels
