@@ -409,8 +409,9 @@ RELVM_EXPORT int relvm_matmul_integer(int a_dtype, int b_dtype, int64_t batch, i
         zb[j] = j < n ? b_zp(b_dtype, b_zero_point, b_zp_count == 1 ? 0 : j) : 0;
     if (own_b) {
         struct pack_job pj = {sums, b_dtype, k, n, panels, stride_b, b, own_b};
-        relvm_parallel_for(b_items * panels, relvm_max64(1, RELVM_GRAIN / relvm_max64(1, k * QG_NP)),
-                           pack_tasks, &pj);
+        relvm_parallel_for(b_items * panels,
+                           relvm_max64(1, RELVM_GRAIN / relvm_max64(1, k * QG_NP)), pack_tasks,
+                           &pj);
     }
     /* Every batch item shares b (and a is one contiguous run of them): one tall GEMM. */
     const int shared = stride_b == 0 && (batch == 1 || stride_a == m * k);
@@ -769,7 +770,8 @@ static void dw_tap(int is_signed, uint32_t *acc, const uint8_t *x, int64_t n, in
     } else if (stride == 1) {
         dw_tap_u8(acc, x, n, zx, w);
     } else if (is_signed) {
-        for (int64_t i = 0; i < n; ++i) acc[i] += (uint32_t)((((const i8 *)x)[i * stride] - zx) * w);
+        const i8 *xs = (const i8 *)x;
+        for (int64_t i = 0; i < n; ++i) acc[i] += (uint32_t)((xs[i * stride] - zx) * w);
     } else {
         for (int64_t i = 0; i < n; ++i) acc[i] += (uint32_t)((x[i * stride] - zx) * w);
     }

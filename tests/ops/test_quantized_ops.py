@@ -73,7 +73,7 @@ def test_type_errors(op, types, attrs, message):
         infer(op, *types, **attrs)
 
 
-# --- references against element loops --------------------------------------------------------------
+# --- references against element loops -----------------------------------------------------
 
 def loop_matmul(a, b, za, zb):
     """ONNX MatMulInteger on 2-d operands, one output at a time, in Python ints."""
@@ -129,7 +129,8 @@ def loop_conv(x, w, zx, zw, stride, pad, dilation, groups):
     for b, o, y, xx in itertools.product(range(nb), range(oc), range(oh), range(ow)):
         g = o // (oc // groups)
         for ci, i, j in itertools.product(range(icg), range(kh), range(kw)):
-            iy, ix = y * stride[0] - pad[0] + i * dilation[0], xx * stride[1] - pad[1] + j * dilation[1]
+            iy = y * stride[0] - pad[0] + i * dilation[0]
+            ix = xx * stride[1] - pad[1] + j * dilation[1]
             v = int(x[b, g * icg + ci, iy, ix]) if 0 <= iy < h and 0 <= ix < wd else int(zx)
             out[b, o, y, xx] += (v - int(zx)) * (int(w[o, ci, i, j]) - int(zw[o]))
     return out
@@ -150,7 +151,7 @@ def test_conv2d_integer_reference(xd, wd, case):
     np.testing.assert_array_equal(got, loop_conv(x, w, zx, zw, stride, pad, dilation, groups))
 
 
-# --- text, build, run -------------------------------------------------------------------------------
+# --- text, build, run --------------------------------------------------------------------
 
 def test_text_round_trip_and_run_time_checks():
     text = """

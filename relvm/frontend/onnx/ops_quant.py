@@ -80,7 +80,7 @@ def _saturate(n: Node, q, dtype: str):
     return n.call("cast", n.call("clip", q, a_min=float(lo), a_max=float(hi)), dtype=dtype)
 
 
-# --- scales and zero points along an axis ------------------------------------------------------------
+# --- scales and zero points along an axis -------------------------------------------------
 
 def _granularity(n: Node, x, param, what: str):
     """A scale or zero point shaped to broadcast against ``x``: a scalar as it is; a vector along
@@ -112,7 +112,8 @@ def _granularity(n: Node, x, param, what: str):
     dim, blocks = shape[axis], t.shape[axis]
     if isinstance(dim, int) and isinstance(blocks, int) and blocks != -(-dim // block):
         raise n.fail(f"{what} {D.shape_str(t.shape)} has {blocks} blocks along axis {axis}; "
-                     f"the input {D.shape_str(shape)} in blocks of {block} needs {-(-dim // block)}")
+                     f"the input {D.shape_str(shape)} in blocks of {block} needs "
+                     f"{-(-dim // block)}")
     if isinstance(dim, int):
         index = n.constant(np.arange(dim, dtype=np.int64) // block)
     else:  # a symbolic dim: the same gather, its positions made when the program runs
