@@ -76,6 +76,8 @@ typedef void (*binary_fn)(const void *a, int64_t sa, const void *b, int64_t sb, 
 FLOAT_BINARY(f32, f32, powf, fmodf)
 FLOAT_BINARY(f64, f64, pow, fmod)
 
+/* UT: the unsigned type arithmetic wraps in. 16-bit operands take uint32_t: a uint16_t
+ * promotes to int, where 65535 * 65535 overflows (the 8-bit products fit in an int). */
 #define WRAPPING(S, T, UT)                                                                    \
     BINARY(add_##S, T, T, (UT)x + (UT)y)                                                      \
     BINARY(subtract_##S, T, T, (UT)x - (UT)y)                                                 \
@@ -88,10 +90,20 @@ WRAPPING(i64, i64, uint64_t)
 WRAPPING(i32, i32, uint32_t)
 WRAPPING(i8, i8, uint8_t)
 WRAPPING(u8, u8, uint8_t)
+WRAPPING(i16, i16, uint32_t)
+WRAPPING(u16, u16, uint32_t)
+WRAPPING(u32, u32, uint32_t)
+WRAPPING(u64, u64, uint64_t)
 BINARY(divide_i64, i64, i64, y == 0 ? 0 : (y == -1 ? (i64)(0 - (uint64_t)x) : x / y))
 BINARY(divide_i32, i32, i32, y == 0 ? 0 : (y == -1 ? (i32)(0 - (uint32_t)x) : x / y))
-BINARY(divide_i8, i8, i8, y == 0 ? 0 : x / y) /* promoted to int: -128 / -1 cannot trap */
-BINARY(divide_u8, u8, u8, y == 0 ? 0 : x / y)
+/* Promoted to int: -128 / -1 and -32768 / -1 cannot trap (the result wraps back). */
+BINARY(divide_i8, i8, i8, y == 0 ? 0 : x / y)
+BINARY(divide_i16, i16, i16, y == 0 ? 0 : x / y)
+#define UNSIGNED_DIVIDE(S, T) BINARY(divide_##S, T, T, y == 0 ? 0 : x / y)
+UNSIGNED_DIVIDE(u8, u8)
+UNSIGNED_DIVIDE(u16, u16)
+UNSIGNED_DIVIDE(u32, u32)
+UNSIGNED_DIVIDE(u64, u64)
 /* The remainder of x / y, 0 for y of 0 or -1 (INT_MIN % -1 traps); floored: moved into y's
  * sign. Narrow types are promoted to int. */
 #define INT_REMAINDERS(S, T)                                                                  \
@@ -101,6 +113,15 @@ BINARY(divide_u8, u8, u8, y == 0 ? 0 : x / y)
 INT_REMAINDERS(i64, i64)
 INT_REMAINDERS(i32, i32)
 INT_REMAINDERS(i8, i8)
+INT_REMAINDERS(i16, i16)
+/* Unsigned: both remainders are x % y (never negative), 0 for y of 0. */
+#define UNSIGNED_REMAINDERS(S, T)                                                             \
+    BINARY(mod_##S, T, T, y == 0 ? 0 : x % y)                                                 \
+    BINARY(floor_mod_##S, T, T, y == 0 ? 0 : x % y)
+UNSIGNED_REMAINDERS(u8, u8)
+UNSIGNED_REMAINDERS(u16, u16)
+UNSIGNED_REMAINDERS(u32, u32)
+UNSIGNED_REMAINDERS(u64, u64)
 #define BITWISE(S, T)                                                                         \
     BINARY(bitwise_and_##S, T, T, x & y)                                                      \
     BINARY(bitwise_or_##S, T, T, x | y)                                                       \
@@ -109,18 +130,28 @@ BITWISE(i64, i64)
 BITWISE(i32, i32)
 BITWISE(i8, i8)
 BITWISE(u8, u8)
-/* Shifts (ONNX BitShift): left in the unsigned type (wraps); right arithmetic for signed x;
- * a count outside [0, bits) shifts every bit out: 0, or -1 for a negative x shifted right. */
+BITWISE(i16, i16)
+BITWISE(u16, u16)
+BITWISE(u32, u32)
+BITWISE(u64, u64)
+/* Shifts (ONNX BitShift): left in the unsigned type UT (wraps; uint32_t for the 16-bit types,
+ * as above); right arithmetic for signed x; a count outside [0, bits) shifts every bit out: 0,
+ * or -1 for a negative x shifted right. Unsigned counts are never negative (GCC refuses a
+ * test its type decides under -Werror). */
 #define SHIFTS(S, T, UT, BITS)                                                                \
     BINARY(left_shift_##S, T, T, (y < 0 || y >= BITS) ? 0 : (T)((UT)x << y))                  \
     BINARY(right_shift_##S, T, T, (y < 0 || y >= BITS) ? (x < 0 ? -1 : 0) : x >> y)
+#define UNSIGNED_SHIFTS(S, T, UT, BITS)                                                       \
+    BINARY(left_shift_##S, T, T, y >= BITS ? 0 : (T)((UT)x << y))                             \
+    BINARY(right_shift_##S, T, T, y >= BITS ? 0 : x >> y)
 SHIFTS(i64, i64, uint64_t, 64)
 SHIFTS(i32, i32, uint32_t, 32)
 SHIFTS(i8, i8, uint8_t, 8)
-BINARY(left_shift_u8, u8, u8, y >= 8 ? 0 : (u8)(x << y))
-BINARY(right_shift_u8, u8, u8, y >= 8 ? 0 : x >> y)
-BINARY(mod_u8, u8, u8, y == 0 ? 0 : x % y)
-BINARY(floor_mod_u8, u8, u8, y == 0 ? 0 : x % y)
+SHIFTS(i16, i16, uint32_t, 16)
+UNSIGNED_SHIFTS(u8, u8, uint8_t, 8)
+UNSIGNED_SHIFTS(u16, u16, uint32_t, 16)
+UNSIGNED_SHIFTS(u32, u32, uint32_t, 32)
+UNSIGNED_SHIFTS(u64, u64, uint64_t, 64)
 COMPARISONS(b8, u8)
 COMPARISONS(f16, f16) /* _Float16 compares exactly, as float (IsNaN is x != x) */
 BINARY(logical_and_b8, u8, u8, x && y)
@@ -128,15 +159,11 @@ BINARY(logical_or_b8, u8, u8, x || y)
 
 #define FLOATS_OF(OP) {[RELVM_FLOAT32] = OP##_f32, [RELVM_FLOAT64] = OP##_f64}
 #define NUMBERS_OF(OP)                                                                        \
-    {[RELVM_FLOAT32] = OP##_f32, [RELVM_FLOAT64] = OP##_f64, [RELVM_INT64] = OP##_i64,        \
-     [RELVM_INT32] = OP##_i32, [RELVM_INT8] = OP##_i8, [RELVM_UINT8] = OP##_u8}
-#define INTS_OF(OP)                                                                           \
-    {[RELVM_INT64] = OP##_i64, [RELVM_INT32] = OP##_i32, [RELVM_INT8] = OP##_i8,              \
-     [RELVM_UINT8] = OP##_u8}
+    {[RELVM_FLOAT32] = OP##_f32, [RELVM_FLOAT64] = OP##_f64, RELVM_INT_ENTRIES(OP)}
+#define INTS_OF(OP) {RELVM_INT_ENTRIES(OP)}
 #define ALL_OF(OP)                                                                            \
     {[RELVM_FLOAT32] = OP##_f32, [RELVM_FLOAT64] = OP##_f64, [RELVM_FLOAT16] = OP##_f16,      \
-     [RELVM_INT64] = OP##_i64, [RELVM_INT32] = OP##_i32, [RELVM_INT8] = OP##_i8,              \
-     [RELVM_UINT8] = OP##_u8, [RELVM_BOOL] = OP##_b8}
+     RELVM_INT_ENTRIES(OP), [RELVM_BOOL] = OP##_b8}
 
 static const binary_fn binary_table[RELVM_NUM_BINARY][RELVM_NUM_DTYPES] = {
     [RELVM_ADD] = NUMBERS_OF(add),

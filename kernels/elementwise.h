@@ -18,7 +18,8 @@ int relvm_unary_supported(int op, int dtype);
 int relvm_unary(int op, int dtype, const void *x, void *out, int64_t n);
 
 /* out[i] = min(max(x[i], lo), hi), NaN kept. Float dtypes read lo/hi, integer ones ilo/ihi
- * (the bounds already rounded into the dtype, as the reference does). */
+ * (the bounds already rounded into the dtype, as the reference does; uint64's as the int64_t
+ * of the same bits). */
 int relvm_clip(int dtype, const void *x, void *out, int64_t n, double lo, double hi, int64_t ilo,
                int64_t ihi);
 
@@ -26,6 +27,8 @@ int relvm_clip(int dtype, const void *x, void *out, int64_t n, double lo, double
 int relvm_leaky_relu(int dtype, const void *x, void *out, int64_t n, double alpha);
 
 /* out[i] = x[i] converted from dtype `from` to `to`: float to int truncates toward zero and
- * gives 0 for NaN, inf and values outside the int range; anything to bool is x != 0. */
+ * gives 0 for NaN, inf and values outside the int range (its ends rounded to the float type),
+ * the int minimum for the one value past it that rounding makes (2^31 in float32 for int32);
+ * int to int wraps; anything to bool is x != 0. */
 int relvm_cast(int from, int to, const void *x, void *out, int64_t n);
 #endif

@@ -70,6 +70,10 @@ INT_COMBINE(i64, i64, uint64_t)
 INT_COMBINE(i32, i32, uint32_t)
 INT_COMBINE(i8, i8, uint8_t)
 INT_COMBINE(u8, u8, uint32_t)
+INT_COMBINE(i16, i16, uint32_t)
+INT_COMBINE(u16, u16, uint32_t) /* uint16_t would promote to int, where 65535 * 65535 overflows */
+INT_COMBINE(u32, u32, uint32_t)
+INT_COMBINE(u64, u64, uint64_t)
 
 static inline u8 combine_b8(int red, u8 a, u8 v) {
     switch (red) {
@@ -171,6 +175,10 @@ SCATTER_ELEMENTS(i32, i32)
 SCATTER_ELEMENTS(i8, i8)
 SCATTER_ELEMENTS(u8, u8)
 SCATTER_ELEMENTS(b8, u8)
+SCATTER_ELEMENTS(i16, i16)
+SCATTER_ELEMENTS(u16, u16)
+SCATTER_ELEMENTS(u32, u32)
+SCATTER_ELEMENTS(u64, u64)
 
 static void scatter_elements_units(void *ctx, int64_t begin, int64_t end) {
     struct elements_job *j = ctx;
@@ -182,9 +190,16 @@ static void scatter_elements_units(void *ctx, int64_t begin, int64_t end) {
     case RELVM_INT32: scatter_elements_i32(j, begin, end); break;
     case RELVM_INT8: scatter_elements_i8(j, begin, end); break;
     case RELVM_UINT8: scatter_elements_u8(j, begin, end); break;
-    default: scatter_elements_b8(j, begin, end);
+    case RELVM_BOOL: scatter_elements_b8(j, begin, end); break;
+    case RELVM_INT16: scatter_elements_i16(j, begin, end); break;
+    case RELVM_UINT16: scatter_elements_u16(j, begin, end); break;
+    case RELVM_UINT32: scatter_elements_u32(j, begin, end); break;
+    case RELVM_UINT64: scatter_elements_u64(j, begin, end); break;
+    default: break; /* valid_scatter checked the code */
     }
 }
+
+_Static_assert(RELVM_NUM_DTYPES == 12, "the scatters need a case for each dtype");
 
 static int valid_scatter(int dtype, int reduction, int index_dtype) {
     return dtype >= 0 && dtype < RELVM_NUM_DTYPES && reduction >= 0 &&
@@ -300,6 +315,10 @@ SCATTER_ND(i32, i32)
 SCATTER_ND(i8, i8)
 SCATTER_ND(u8, u8)
 SCATTER_ND(b8, u8)
+SCATTER_ND(i16, i16)
+SCATTER_ND(u16, u16)
+SCATTER_ND(u32, u32)
+SCATTER_ND(u64, u64)
 
 static void scatter_nd_positions(void *ctx, int64_t begin, int64_t end) {
     const struct nd_job *j = ctx;
@@ -311,7 +330,12 @@ static void scatter_nd_positions(void *ctx, int64_t begin, int64_t end) {
     case RELVM_INT32: scatter_nd_i32(j, begin, end); break;
     case RELVM_INT8: scatter_nd_i8(j, begin, end); break;
     case RELVM_UINT8: scatter_nd_u8(j, begin, end); break;
-    default: scatter_nd_b8(j, begin, end);
+    case RELVM_BOOL: scatter_nd_b8(j, begin, end); break;
+    case RELVM_INT16: scatter_nd_i16(j, begin, end); break;
+    case RELVM_UINT16: scatter_nd_u16(j, begin, end); break;
+    case RELVM_UINT32: scatter_nd_u32(j, begin, end); break;
+    case RELVM_UINT64: scatter_nd_u64(j, begin, end); break;
+    default: break; /* valid_scatter checked the code */
     }
 }
 

@@ -9,8 +9,12 @@
 #include "threads.h"
 
 static int is_int(int dtype) {
-    return dtype == RELVM_INT64 || dtype == RELVM_INT32 || dtype == RELVM_INT8 ||
-           dtype == RELVM_UINT8;
+    switch (dtype) {
+    case RELVM_INT64: case RELVM_INT32: case RELVM_INT8: case RELVM_UINT8: case RELVM_INT16:
+    case RELVM_UINT16: case RELVM_UINT32: case RELVM_UINT64:
+        return 1;
+    default: return 0;
+    }
 }
 
 struct int_gemm {
@@ -20,12 +24,19 @@ struct int_gemm {
     char *c;
 };
 
-static inline int64_t load_int(int dtype, const char *base, int64_t i) {
+/* An element as uint64_t: modulo 2^64, which is all the wrapping product needs. is_int has
+ * checked the dtype. */
+static inline uint64_t load_int(int dtype, const char *base, int64_t i) {
     switch (dtype) {
-    case RELVM_INT64: return ((const i64 *)base)[i];
-    case RELVM_INT32: return ((const i32 *)base)[i];
-    case RELVM_INT8: return ((const i8 *)base)[i];
-    default: return ((const u8 *)base)[i];
+    case RELVM_INT64: return (uint64_t)((const i64 *)base)[i];
+    case RELVM_INT32: return (uint64_t)((const i32 *)base)[i];
+    case RELVM_INT8: return (uint64_t)((const i8 *)base)[i];
+    case RELVM_INT16: return (uint64_t)((const i16 *)base)[i];
+    case RELVM_UINT16: return ((const u16 *)base)[i];
+    case RELVM_UINT32: return ((const u32 *)base)[i];
+    case RELVM_UINT64: return ((const u64 *)base)[i];
+    case RELVM_UINT8: return ((const u8 *)base)[i];
+    default: return 0;
     }
 }
 
@@ -34,7 +45,12 @@ static void store_int(int dtype, char *base, int64_t i, uint64_t v) {
     case RELVM_INT64: ((i64 *)base)[i] = (i64)v; break;
     case RELVM_INT32: ((i32 *)base)[i] = (i32)v; break;
     case RELVM_INT8: ((i8 *)base)[i] = (i8)v; break;
-    default: ((u8 *)base)[i] = (u8)v; break;
+    case RELVM_INT16: ((i16 *)base)[i] = (i16)v; break;
+    case RELVM_UINT16: ((u16 *)base)[i] = (u16)v; break;
+    case RELVM_UINT32: ((u32 *)base)[i] = (u32)v; break;
+    case RELVM_UINT64: ((u64 *)base)[i] = v; break;
+    case RELVM_UINT8: ((u8 *)base)[i] = (u8)v; break;
+    default: break;
     }
 }
 
@@ -51,7 +67,7 @@ static void int_gemm_rows(void *ctx, int64_t begin, int64_t end) {
             for (int64_t p = 0; p < g->k; ++p) {
                 const int64_t ai = g->trans_a ? p * g->m + i : i * g->k + p;
                 const int64_t bi = g->trans_b ? j * g->k + p : p * g->n + j;
-                acc += (uint64_t)load_int(g->dtype, a, ai) * (uint64_t)load_int(g->dtype, b, bi);
+                acc += load_int(g->dtype, a, ai) * load_int(g->dtype, b, bi);
             }
             store_int(g->out_dtype, g->c, r * g->n + j, acc);
         }

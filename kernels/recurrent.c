@@ -1,4 +1,4 @@
-/* LSTM and GRU on relvm's GEMM. The input projection of every step is one product up front,
+/* LSTM, GRU and the simple RNN on relvm's GEMM. The input projection of every step is one product up front,
  * with the biases that only add (all of them but a GRU's recurrent hidden bias under
  * linear_before_reset) applied in its epilogue; each step then multiplies the hidden states of
  * the whole batch by the recurrent weights (one product; a GRU without linear_before_reset
@@ -63,6 +63,14 @@ static RELVM_VECTORIZE void activate(int64_t kind, float a, float b, int clip, f
     }
 }
 
+/* The cell's number of gates G: each direction's weights have G*H rows. */
+static inline int64_t gates_of(const struct relvm_rnn *s) {
+    return s->cell == RELVM_CELL_LSTM ? 4 : (s->cell == RELVM_CELL_GRU ? 3 : 1);
+}
+
+/* Whether s is a GRU (whose hidden gate needs the reset gate first). */
+static inline int is_gru(const struct relvm_rnn *s) { return s->cell == RELVM_CELL_GRU; }
+
 /* Gate group `which` (0: f, 1: g, 2: LSTM's h) of s applied to v; h is not clipped. */
 static void gate(const struct relvm_rnn *s, int which, float *v, int64_t n) {
     activate(s->act[which], (float)s->alpha[which], (float)s->beta[which],
@@ -100,7 +108,7 @@ static int64_t row_chunks(const struct relvm_rnn *s) {
 static int carve(struct rnn_state *m, const struct relvm_rnn *s, int64_t gates, int pack_w,
                  int pack_r, int64_t chunks) {
     const int64_t H = s->hidden, GH = gates * H, bh = s->batch * H;
-    const int second = s->gru && !s->linear_before_reset;
+    const int second = is_gru(s) && !s->linear_before_reset;
     /* The packings as relvm_rnn_pack writes them (a GRU's R_h alone too, used or not). */
     int64_t w_floats, r_floats;
     relvm_rnn_packed_sizes(gates, s->input, H, &w_floats, &r_floats);
@@ -156,6 +164,14 @@ static RELVM_VECTORIZE void lstm_row(const struct relvm_rnn *s, const float *xg,
     for (int64_t j = 0; j < H; ++j) h[j] = out[j] * cand[j];
 }
 
+/* One simple RNN row: h = f(clip(projection + recurrent product)), biases in the projection. */
+static RELVM_VECTORIZE void rnn_row(const struct relvm_rnn *s, const float *xg, const float *rg,
+                                    float *h) {
+    const int64_t H = s->hidden;
+    for (int64_t j = 0; j < H; ++j) h[j] = xg[j] + rg[j];
+    gate(s, 0, h, H);
+}
+
 /* GRU's first pass: z and r into g; with linear_before_reset also the new h (rb_h: the
  * recurrent hidden bias, which r multiplies). Otherwise leaves reset * h in rh for the
  * second product. */
@@ -197,7 +213,7 @@ static void start_states(const struct relvm_rnn *s, struct rnn_state *m, const f
 /* The z and r rows of a GRU's GEMM need only the first 2H columns: a GRU step multiplies by
  * all of R when r applies after the product (linear_before_reset), else by R_z and R_r. */
 static int64_t first_product_width(const struct relvm_rnn *s, int64_t GH) {
-    return s->gru && !s->linear_before_reset ? 2 * s->hidden : GH;
+    return is_gru(s) && !s->linear_before_reset ? 2 * s->hidden : GH;
 }
 
 /* What one step shares with the threads that run its row chunks. */
@@ -215,19 +231,23 @@ struct rnn_step {
 static void step_rows(const struct rnn_step *st, int64_t b0, int64_t b1, float *g) {
     const struct relvm_rnn *s = st->s;
     struct rnn_state *m = st->m;
-    const int64_t H = s->hidden, G = s->gru ? 3 : 4, GH = G * H, rows = b1 - b0;
+    const int64_t H = s->hidden, GH = gates_of(s) * H, rows = b1 - b0;
     relvm_pgemm(rows, first_product_width(s, GH), H, m->h + b0 * H, H, st->r_pack,
                 m->rec + b0 * GH, GH, NULL, 0, NULL, NULL, NULL);
     for (int64_t bi = b0; bi < b1; ++bi) {
         const int64_t at = step_of(s, st->lens, bi, st->t);
         if (at < 0) continue;
         const float *xg = m->xw + (at * s->batch + bi) * GH, *rg = m->rec + bi * GH;
-        if (!s->gru) lstm_row(s, xg, rg, st->peephole, g, m->h + bi * H, m->c + bi * H);
-        else gru_first(s, xg, rg, st->rb_h, g, m->h + bi * H, m->rh + bi * H);
-        if (s->gru && !s->linear_before_reset) /* keep z for the second pass, in columns */
+        if (s->cell == RELVM_CELL_LSTM)
+            lstm_row(s, xg, rg, st->peephole, g, m->h + bi * H, m->c + bi * H);
+        else if (s->cell == RELVM_CELL_RNN)
+            rnn_row(s, xg, rg, m->h + bi * H);
+        else
+            gru_first(s, xg, rg, st->rb_h, g, m->h + bi * H, m->rh + bi * H);
+        if (is_gru(s) && !s->linear_before_reset) /* keep z for the second pass, in columns */
             memcpy(m->rec + bi * GH + 2 * H, g, (size_t)H * sizeof(float)); /* 2H.. of rec */
     }
-    if (s->gru && !s->linear_before_reset) {
+    if (is_gru(s) && !s->linear_before_reset) {
         float *rhr = m->rec; /* (reset * h) R_h^T into columns 0..H of rec's rows */
         relvm_pgemm(rows, H, H, m->rh + b0 * H, H, st->rh_pack, rhr + b0 * GH, GH, NULL, 0,
                     NULL, NULL, NULL);
@@ -248,7 +268,7 @@ static void step_rows(const struct rnn_step *st, int64_t b0, int64_t b1, float *
 
 static void step_chunks(void *ctx, int64_t begin, int64_t end) {
     const struct rnn_step *st = ctx;
-    const int64_t batch = st->s->batch, gh = (st->s->gru ? 3 : 4) * st->s->hidden;
+    const int64_t batch = st->s->batch, gh = gates_of(st->s) * st->s->hidden;
     for (int64_t c = begin; c < end; ++c)
         step_rows(st, batch * c / st->chunks, batch * (c + 1) / st->chunks,
                   st->m->g + c * (int64_t)part(gh));
@@ -268,7 +288,7 @@ static void run_step(struct rnn_step *st, int64_t t) {
 
 static int valid_rnn(const struct relvm_rnn *s) {
     if (s->seq < 0 || s->batch < 0 || s->input < 0 || s->hidden < 1 || s->dirs < 1 ||
-        s->dir < 0 || s->dir >= s->dirs)
+        s->dir < 0 || s->dir >= s->dirs || s->cell < RELVM_CELL_LSTM || s->cell > RELVM_CELL_RNN)
         return 0;
     for (int k = 0; k < 3; ++k)
         if (s->act[k] < RELVM_ACT_SIGMOID || s->act[k] > RELVM_ACT_SOFTPLUS) return 0;
@@ -300,19 +320,20 @@ RELVM_EXPORT int relvm_rnn_direction(const struct relvm_rnn *s, const float *x, 
                                      const float *h0, const float *c0, const float *peephole,
                                      float *y, float *h_last, float *c_last,
                                      const float *w_packed, const float *r_packed) {
-    if (!valid_rnn(s) || (!s->gru && (!c0 || !peephole || !c_last))) return RELVM_UNSUPPORTED;
+    if (!valid_rnn(s) || (s->cell == RELVM_CELL_LSTM && (!c0 || !peephole || !c_last)))
+        return RELVM_UNSUPPORTED;
     for (int64_t bi = 0; bi < s->batch; ++bi)
         if (lens[bi] < 0 || lens[bi] > s->seq) return RELVM_BAD_INDEX;
-    const int64_t H = s->hidden, G = s->gru ? 3 : 4, GH = G * H, chunks = row_chunks(s);
+    const int64_t H = s->hidden, G = gates_of(s), GH = G * H, chunks = row_chunks(s);
     struct rnn_state m;
     if (carve(&m, s, G, !w_packed, !r_packed, chunks) != RELVM_OK) return RELVM_NO_MEMORY;
     if (!w_packed || !r_packed)
         relvm_rnn_pack(G, s->input, H, w, r, w_packed ? NULL : m.w_pack,
                        r_packed ? NULL : m.r_pack);
     const float *wp = w_packed ? w_packed : m.w_pack, *rp = r_packed ? r_packed : m.r_pack;
-    const float *rhp = s->gru ? rp + relvm_pgemm_packed_size(H, GH) : NULL;
+    const float *rhp = is_gru(s) ? rp + relvm_pgemm_packed_size(H, GH) : NULL;
     /* The projection's bias: input biases, and the recurrent ones that only add. */
-    const int lbr = s->gru && s->linear_before_reset;
+    const int lbr = is_gru(s) && s->linear_before_reset;
     for (int64_t j = 0; j < GH; ++j)
         m.bias[j] = b[j] + (lbr && j >= 2 * H ? 0.0f : b[GH + j]);
     for (int64_t t = 0; t < s->seq; ++t) /* rows no step reaches stay 0 */
@@ -322,7 +343,8 @@ RELVM_EXPORT int relvm_rnn_direction(const struct relvm_rnn *s, const float *x, 
         relvm_pgemm(s->seq * s->batch, GH, s->input, x, s->input, wp, m.xw, GH, m.bias, 0,
                     NULL, NULL, NULL);
     start_states(s, &m, h0, c0);
-    struct rnn_step st = {s, &m, 0, chunks, rp, rhp, b + GH + 2 * H, peephole, lens, y};
+    struct rnn_step st = {s, &m, 0, chunks, rp, rhp, is_gru(s) ? b + GH + 2 * H : NULL,
+                          peephole, lens, y};
     for (int64_t t = 0; t < s->seq; ++t) run_step(&st, t);
     memcpy(h_last, m.h, (size_t)(s->batch * H) * sizeof(float));
     if (c_last) memcpy(c_last, m.c, (size_t)(s->batch * H) * sizeof(float));

@@ -74,8 +74,10 @@
     }
 
 #define FLOAT_MEAN(T, acc, count) ((count) ? (T)((double)(acc) / (double)(count)) : (T)NAN)
-/* C's integer division truncates toward zero, as the reference's mean does. */
+/* C's integer division truncates toward zero, as the reference's mean does. The accumulator
+ * holds the sum modulo 2^64: signed for the signed types, as it is for uint64. */
 #define INT_MEAN(T, acc, count) ((count) ? (T)((int64_t)(acc) / (count)) : (T)0)
+#define UNSIGNED_MEAN(T, acc, count) ((count) ? (T)((acc) / (uint64_t)(count)) : (T)0)
 
 #define FLOAT_SUM_RUN(S, T, ACC) vm_sum_##S(x, n)
 #define INT_SUM_RUN(S, T, ACC) int_sum_##S(x, n)
@@ -100,11 +102,19 @@ INT_EXTREME(i64, i64)
 INT_EXTREME(i32, i32)
 INT_EXTREME(i8, i8)
 INT_EXTREME(u8, u8)
+INT_EXTREME(i16, i16)
+INT_EXTREME(u16, u16)
+INT_EXTREME(u32, u32)
+INT_EXTREME(u64, u64)
 
 INT_SUM(i64, i64)
 INT_SUM(i32, i32)
 INT_SUM(i8, i8)
 INT_SUM(u8, u8)
+INT_SUM(i16, i16)
+INT_SUM(u16, u16)
+INT_SUM(u32, u32)
+INT_SUM(u64, u64)
 
 #define REDUCER(S, T, ACC, BEST, ISNAN, LOWEST, HIGHEST, MEAN, SUM_RUN, EXTREME_RUN)         \
     STATE(S, ACC, BEST)                                                                       \
@@ -143,6 +153,15 @@ REDUCER(i32, i32, uint64_t, int64_t, INT_ISNAN, INT64_MIN, INT64_MAX, INT_MEAN,
 REDUCER(i8, i8, uint64_t, int64_t, INT_ISNAN, INT64_MIN, INT64_MAX, INT_MEAN,
         INT_SUM_RUN, INT_EXTREME_RUN)
 REDUCER(u8, u8, uint64_t, int64_t, INT_ISNAN, INT64_MIN, INT64_MAX, INT_MEAN,
+        INT_SUM_RUN, INT_EXTREME_RUN)
+REDUCER(i16, i16, uint64_t, int64_t, INT_ISNAN, INT64_MIN, INT64_MAX, INT_MEAN,
+        INT_SUM_RUN, INT_EXTREME_RUN)
+REDUCER(u16, u16, uint64_t, int64_t, INT_ISNAN, INT64_MIN, INT64_MAX, INT_MEAN,
+        INT_SUM_RUN, INT_EXTREME_RUN)
+REDUCER(u32, u32, uint64_t, int64_t, INT_ISNAN, INT64_MIN, INT64_MAX, INT_MEAN,
+        INT_SUM_RUN, INT_EXTREME_RUN)
+/* uint64 values past int64's range: its best is uint64_t, its mean unsigned. */
+REDUCER(u64, u64, uint64_t, uint64_t, INT_ISNAN, 0, UINT64_MAX, UNSIGNED_MEAN,
         INT_SUM_RUN, INT_EXTREME_RUN)
 
 struct reduce_job {
@@ -231,6 +250,10 @@ WALKS(i64, i64)
 WALKS(i32, i32)
 WALKS(i8, i8)
 WALKS(u8, u8)
+WALKS(i16, i16)
+WALKS(u16, u16)
+WALKS(u32, u32)
+WALKS(u64, u64)
 
 static void reduce_range(void *ctx, int64_t begin, int64_t end) {
     const struct reduce_job *j = ctx;
@@ -244,15 +267,24 @@ static void reduce_range(void *ctx, int64_t begin, int64_t end) {
     case RELVM_INT64: DISPATCH(i64)
     case RELVM_INT32: DISPATCH(i32)
     case RELVM_INT8: DISPATCH(i8)
-    default: DISPATCH(u8)
+    case RELVM_UINT8: DISPATCH(u8)
+    case RELVM_INT16: DISPATCH(i16)
+    case RELVM_UINT16: DISPATCH(u16)
+    case RELVM_UINT32: DISPATCH(u32)
+    case RELVM_UINT64: DISPATCH(u64)
+    default: return; /* relvm_reduce_supported refused it */
     }
 #undef DISPATCH
 }
 
 RELVM_EXPORT int relvm_reduce_supported(int op, int dtype) {
-    return op >= 0 && op < RELVM_NUM_REDUCE &&
-           (dtype == RELVM_FLOAT32 || dtype == RELVM_FLOAT64 || dtype == RELVM_INT64 ||
-            dtype == RELVM_INT32 || dtype == RELVM_INT8 || dtype == RELVM_UINT8);
+    if (op < 0 || op >= RELVM_NUM_REDUCE) return 0;
+    switch (dtype) {
+    case RELVM_FLOAT32: case RELVM_FLOAT64: case RELVM_INT64: case RELVM_INT32: case RELVM_INT8:
+    case RELVM_UINT8: case RELVM_INT16: case RELVM_UINT16: case RELVM_UINT32: case RELVM_UINT64:
+        return 1;
+    default: return 0; /* float16, bool */
+    }
 }
 
 static int copy_dims(int ndim, const int64_t *shape, const int64_t *strides, int64_t *shape_to,

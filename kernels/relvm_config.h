@@ -22,10 +22,12 @@
 /* The same for work of ~20 flops an element (exp, tanh, erf, softmax). */
 #define RELVM_GRAIN_HEAVY (1 << 13)
 
-/* Element types, numbered as relvm/dtypes.py orders DTYPES (the executable's dtype codes). */
+/* Element types, numbered as relvm/dtypes.py orders DTYPES (the executable's dtype codes):
+ * new ones are appended, never inserted. */
 enum relvm_dtype {
     RELVM_FLOAT32 = 0, RELVM_FLOAT64 = 1, RELVM_FLOAT16 = 2, RELVM_INT64 = 3,
-    RELVM_INT32 = 4, RELVM_INT8 = 5, RELVM_UINT8 = 6, RELVM_BOOL = 7, RELVM_NUM_DTYPES = 8
+    RELVM_INT32 = 4, RELVM_INT8 = 5, RELVM_UINT8 = 6, RELVM_BOOL = 7, RELVM_INT16 = 8,
+    RELVM_UINT16 = 9, RELVM_UINT32 = 10, RELVM_UINT64 = 11, RELVM_NUM_DTYPES = 12
 };
 
 /* What a kernel returns: 0, or why it did nothing (the Python side raises). */

@@ -51,11 +51,14 @@ CUMULATIVES(i64, i64, uint64_t)
 CUMULATIVES(i32, i32, uint32_t)
 CUMULATIVES(i8, i8, uint32_t) /* promoted: the product of two uint8_t is an int, may overflow */
 CUMULATIVES(u8, u8, uint32_t)
+CUMULATIVES(i16, i16, uint32_t) /* uint16_t would promote to int, as uint8_t */
+CUMULATIVES(u16, u16, uint32_t)
+CUMULATIVES(u32, u32, uint32_t)
+CUMULATIVES(u64, u64, uint64_t)
 
 typedef void (*cumulative_fn)(const struct cumulative_job *, int64_t);
 #define NUMBERS_OF(OP)                                                                        \
-    {[RELVM_FLOAT32] = OP##_f32, [RELVM_FLOAT64] = OP##_f64, [RELVM_INT64] = OP##_i64,        \
-     [RELVM_INT32] = OP##_i32, [RELVM_INT8] = OP##_i8, [RELVM_UINT8] = OP##_u8}
+    {[RELVM_FLOAT32] = OP##_f32, [RELVM_FLOAT64] = OP##_f64, RELVM_INT_ENTRIES(OP)}
 static const cumulative_fn cumulative_table[RELVM_NUM_CUMULATIVE][RELVM_NUM_DTYPES] = {
     [RELVM_CUMSUM] = NUMBERS_OF(cumsum),
     [RELVM_CUMPROD] = NUMBERS_OF(cumprod),
@@ -157,6 +160,10 @@ TOPK(i64, i64, NEVER_NAN)
 TOPK(i32, i32, NEVER_NAN)
 TOPK(i8, i8, NEVER_NAN)
 TOPK(u8, u8, NEVER_NAN)
+TOPK(i16, i16, NEVER_NAN)
+TOPK(u16, u16, NEVER_NAN)
+TOPK(u32, u32, NEVER_NAN)
+TOPK(u64, u64, NEVER_NAN)
 
 typedef void (*topk_fn)(const struct topk_job *, int64_t, int64_t *);
 static const topk_fn topk_table[RELVM_NUM_DTYPES] = NUMBERS_OF(topk);
@@ -218,12 +225,14 @@ ROW_COMPARE(i64, i64, NEVER_NAN)
 ROW_COMPARE(i32, i32, NEVER_NAN)
 ROW_COMPARE(i8, i8, NEVER_NAN)
 ROW_COMPARE(u8, u8, NEVER_NAN)
+ROW_COMPARE(i16, i16, NEVER_NAN)
+ROW_COMPARE(u16, u16, NEVER_NAN)
+ROW_COMPARE(u32, u32, NEVER_NAN)
+ROW_COMPARE(u64, u64, NEVER_NAN)
 
 static const row_compare row_compare_table[RELVM_NUM_DTYPES] = {
     [RELVM_FLOAT32] = compare_rows_f32, [RELVM_FLOAT64] = compare_rows_f64,
-    [RELVM_INT64] = compare_rows_i64,   [RELVM_INT32] = compare_rows_i32,
-    [RELVM_INT8] = compare_rows_i8,     [RELVM_UINT8] = compare_rows_u8,
-    [RELVM_BOOL] = compare_rows_u8};
+    RELVM_INT_ENTRIES(compare_rows), [RELVM_BOOL] = compare_rows_u8};
 
 /* order[0..n) = the rows' indices sorted, stable (a bottom-up merge sort through tmp). */
 static int64_t *sort_rows(row_compare cmp, const void *x, int64_t outer, int64_t n,

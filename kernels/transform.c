@@ -450,6 +450,10 @@ RELVM_EXPORT int relvm_arange(int dtype, void *out, int64_t n, const void *start
     case RELVM_INT32: ARANGE_INT(i32, uint32_t); return RELVM_OK;
     case RELVM_INT8: ARANGE_INT(i8, uint8_t); return RELVM_OK;
     case RELVM_UINT8: ARANGE_INT(u8, uint8_t); return RELVM_OK;
+    case RELVM_INT16: ARANGE_INT(i16, uint32_t); return RELVM_OK; /* uint16_t would promote */
+    case RELVM_UINT16: ARANGE_INT(u16, uint32_t); return RELVM_OK;
+    case RELVM_UINT32: ARANGE_INT(u32, uint32_t); return RELVM_OK;
+    case RELVM_UINT64: ARANGE_INT(u64, uint64_t); return RELVM_OK;
     default: return RELVM_UNSUPPORTED;
     }
 }
@@ -459,9 +463,13 @@ static inline int nonzero(int dtype, const char *x, int64_t i) {
     case RELVM_FLOAT32: return ((const f32 *)(const void *)x)[i] != 0; /* NaN != 0 */
     case RELVM_FLOAT64: return ((const f64 *)(const void *)x)[i] != 0;
     case RELVM_FLOAT16: return (((const uint16_t *)(const void *)x)[i] & 0x7fff) != 0;
-    case RELVM_INT64: return ((const i64 *)(const void *)x)[i] != 0;
-    case RELVM_INT32: return ((const i32 *)(const void *)x)[i] != 0;
-    default: return ((const u8 *)(const void *)x)[i] != 0; /* int8, uint8, bool */
+    default: /* integers and bool: any bit set, whatever the signedness */
+        switch (relvm_itemsize[dtype]) {
+        case 1: return ((const u8 *)(const void *)x)[i] != 0;
+        case 2: return ((const u16 *)(const void *)x)[i] != 0;
+        case 4: return ((const u32 *)(const void *)x)[i] != 0;
+        default: return ((const u64 *)(const void *)x)[i] != 0;
+        }
     }
 }
 

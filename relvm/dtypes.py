@@ -14,10 +14,16 @@ DTYPES: dict[str, np.dtype] = {
     "int8": np.dtype("int8"),
     "uint8": np.dtype("uint8"),
     "bool": np.dtype("bool"),
+    # Appended after bool, never inserted: a file's dtype codes keep their meaning.
+    "int16": np.dtype("int16"),
+    "uint16": np.dtype("uint16"),
+    "uint32": np.dtype("uint32"),
+    "uint64": np.dtype("uint64"),
 }
 
 FLOAT_DTYPES = frozenset({"float32", "float64", "float16"})
-INT_DTYPES = frozenset({"int64", "int32", "int8", "uint8"})
+INT_DTYPES = frozenset({"int64", "int32", "int8", "uint8", "int16", "uint16", "uint32",
+                        "uint64"})
 
 
 def is_dtype(name: object) -> bool:

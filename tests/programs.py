@@ -634,3 +634,78 @@ def @main(%x: Tensor[(n), float32]) {
   %0 = @f(%x);
   add(%0, %0)
 }""", lambda n, r: [f32(r, n)], lambda x: np.concatenate([x, x, x]) * np.float32(2))
+
+
+# --- every integer dtype: wrapping, division by zero, shifts past the width, casts -------------
+# The expectations compute in Python ints, one element at a time, and wrap the result into the
+# dtype: independent of NumPy's integer rules as of relvm's.
+
+def _wrapped(values, dtype: str) -> np.ndarray:
+    """Python ints wrapped into ``dtype`` (modulo 2^bits, then read with its sign)."""
+    dt = np.dtype(dtype)
+    bits = dt.itemsize * 8
+    return np.array([v % 2**bits for v in values], f"u{dt.itemsize}").view(dt)
+
+
+def _truncated(x: int, y: int) -> int:
+    q = abs(x) // abs(y)
+    return -q if (x < 0) != (y < 0) else q
+
+
+def _int_ops(dtype: str):
+    bits = np.dtype(dtype).itemsize * 8
+
+    def expect(a, b, s, f):
+        A, B, S = a.tolist(), b.tolist(), s.tolist()
+        w = lambda vs: _wrapped(vs, dtype)  # noqa: E731
+        v = lambda x: _wrapped([x], dtype).item()  # noqa: E731  (one value, wrapped)
+        info = np.iinfo(dtype)
+        lo, hi = max(info.min, -5), min(info.max, 1000)  # clip(a_min=-5.5f, a_max=1000.5f)
+        cast = []  # cast(f, dtype): truncated; out of range (or the NaN) gives 0
+        for x in f.tolist():
+            cast.append(math.trunc(x) if math.isfinite(x) and info.min <= x <= info.max else 0)
+        return (
+            w([x * y + (x - y) for x, y in zip(A, B)]),
+            w([0 if y == 0 else _truncated(x, y) for x, y in zip(A, B)]),
+            w([0 if y == 0 else x - y * _truncated(x, y) for x, y in zip(A, B)]),
+            w([0 if y == 0 else x % y for x, y in zip(A, B)]),
+            w([max(x, y) if x > y else min(v(-x), v(abs(y))) for x, y in zip(A, B)]),
+            w([(0 if k < 0 or k >= bits else x << k) ^ ~(y >> k if 0 <= k < bits
+                                                        else -1 if y < 0 else 0)
+               for x, y, k in zip(A, B, S)]),
+            w([min(max(x, lo), hi) for x in A]),
+            w([(x > 0) - (x < 0) + max(x, 0) for x in A]),
+            np.array([x <= y for x, y in zip(A, B)]),
+            w(cast))
+    return expect
+
+
+def _int_inputs(dtype: str):
+    info = np.iinfo(dtype)
+    bits = info.bits
+    edges = [info.min, info.max, 0, 1, 2, 7, info.max // 2 + 1, info.max - 1, 3]
+    if info.min < 0:
+        edges += [-1, -7, info.min + 1]
+    counts = [0, 1, 3, bits - 1, bits, bits + 5] + ([-1, -bits] if info.min < 0 else [])
+    floats = [0.5, -0.6, 7.9, -7.9, 1e30, -1e30, np.nan, float(info.max), 1e4, 40000.5]
+
+    def pick(values, n, r, dtype):  # not r.choice: it would read uint64's max as a float
+        return np.array([values[i] for i in r.integers(0, len(values), n)], dtype)
+
+    def make(n, r):
+        return [pick(edges, n, r, dtype), pick(edges, n, r, dtype), pick(counts, n, r, dtype),
+                pick(floats, n, r, np.float64)]
+    return make
+
+
+for _dt in ("int16", "uint16", "uint32", "uint64"):
+    case(f"integer_ops_{_dt}", f"""
+def @main(%a: Tensor[(n), {_dt}], %b: Tensor[(n), {_dt}], %s: Tensor[(n), {_dt}],
+          %f: Tensor[(n), float64]) {{
+  %0 = add(multiply(%a, %b), subtract(%a, %b));
+  %1 = where(greater(%a, %b), maximum(%a, %b), minimum(negative(%a), abs(%b)));
+  %2 = bitwise_xor(left_shift(%a, %s), bitwise_not(right_shift(%b, %s)));
+  %3 = add(sign(%a), nn.relu(%a));
+  (%0, divide(%a, %b), mod(%a, %b), floor_mod(%a, %b), %1, %2,
+   clip(%a, a_min=-5.5f, a_max=1000.5f), %3, less_equal(%a, %b), cast(%f, dtype="{_dt}"))
+}}""", _int_inputs(_dt), _int_ops(_dt), sizes=(1, 9, 64))

@@ -28,16 +28,24 @@ from ..ops.elementwise import TRIGONOMETRIC, clip_bounds
 from .fused import FUSED_CDEF, MAX_OPERANDS, MAX_ROW_DIMS, signature
 
 CTYPES = {"float32": "float", "float64": "double", "float16": "_Float16", "int64": "int64_t",
-          "int32": "int32_t", "int8": "int8_t", "uint8": "uint8_t", "bool": "uint8_t"}
+          "int32": "int32_t", "int8": "int8_t", "uint8": "uint8_t", "bool": "uint8_t",
+          "int16": "int16_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t"}
 #: Type in which a dtype's values are computed (float16 computes in float).
 COMPUTE = {"float16": "float"}
-INT_RANGES = {"int64": ("-9223372036854775808.0", "9223372036854775808.0"),
-              "int32": ("-2147483648.0", "2147483648.0"), "int8": ("-128.0", "128.0"),
-              "uint8": ("0.0", "256.0")}
 #: Where C's signed overflow is undefined, add/subtract/multiply/negate compute in the unsigned
 #: type of the same width, which wraps as the references do (kernels/binary.c does the same).
-#: Narrower integers are promoted to int, where these operations cannot overflow.
-UNSIGNED = {"int64": "uint64_t", "int32": "uint32_t"}
+#: uint16 computes in uint32_t: it promotes to int, where 65535 * 65535 overflows. The 8-bit
+#: types and int16 are promoted to int, where these operations cannot overflow.
+UNSIGNED = {"int64": "uint64_t", "int32": "uint32_t", "uint16": "uint32_t"}
+#: The unsigned type a left shift computes in (wide enough that no promotion to int overflows).
+SHIFTED = {"int64": "uint64_t", "int32": "uint32_t", "int16": "uint32_t", "int8": "uint8_t",
+           "uint64": "uint64_t", "uint32": "uint32_t", "uint16": "uint32_t", "uint8": "uint8_t"}
+
+
+def _is_unsigned(dtype: str) -> bool:
+    """GCC refuses (under -Werror=type-limits) a test such as x < 0 that an unsigned type
+    decides, so the expressions leave those tests out for these dtypes."""
+    return dtype in ("uint8", "uint16", "uint32", "uint64")
 
 
 def _ctype(dtype: str) -> str:
@@ -53,16 +61,17 @@ def _float_suffix(dtype: str) -> str:
 def _unary(op: str, attrs: dict, x: str, dtype: str, out_dtype: str) -> str:
     f = _float_suffix(dtype)
     is_float = dtype.startswith("float")
+    unsigned = _is_unsigned(dtype)
     if op == "nn.relu":
-        return f"({x} < 0 ? 0 : {x})"
+        return x if unsigned else f"({x} < 0 ? 0 : {x})"
     negated = (f"(({CTYPES[dtype]})(0 - ({UNSIGNED[dtype]}){x}))" if dtype in UNSIGNED
                else f"(-{x})")
     if op == "negative":
         return negated
     if op == "abs":
-        return f"fabs{f}({x})" if is_float else f"({x} < 0 ? {negated} : {x})"
+        return f"fabs{f}({x})" if is_float else x if unsigned else f"({x} < 0 ? {negated} : {x})"
     if op == "sign":
-        return f"({x} != {x} ? {x} : ({x} > 0) - ({x} < 0))"
+        return f"({x} > 0)" if unsigned else f"({x} != {x} ? {x} : ({x} > 0) - ({x} < 0))"
     if op == "logical_not":
         return f"(!{x})"
     if op == "bitwise_not":
@@ -108,7 +117,8 @@ def _c_int(value: int, dtype: str) -> str:
     """A C constant of an integer dtype; int64's minimum has no literal of its own."""
     if value == np.iinfo(np.int64).min:
         return "(-9223372036854775807LL - 1)"
-    return f"(({CTYPES[dtype]}){value}{'LL' if dtype == 'int64' else ''})"
+    suffix = {"int64": "LL", "uint64": "ULL"}.get(dtype, "")
+    return f"(({CTYPES[dtype]}){value}{suffix})"
 
 
 def _clip(x: str, a_min: float, a_max: float, dtype: str) -> str:
@@ -149,11 +159,28 @@ def _fill(op: str, args: list[str], arg_types: list[str], out_dtype: str) -> str
 def _cast(x: str, src: str, dst: str) -> str:
     if dst == "bool":
         return f"({x} != 0)"
-    if src.startswith("float") and dst in INT_RANGES:
-        lo, hi = INT_RANGES[dst]
-        # Float to int truncates; NaN and out-of-range values give 0, as the reference does.
-        return f"(({x} == {x} && {x} >= {lo} && {x} < {hi}) ? ({CTYPES[dst]}){x} : 0)"
+    if src.startswith("float") and dst != "bool" and not dst.startswith("float"):
+        return _float_to_int(x, src, dst)
     return f"(({_ctype(dst)}){x})"
+
+
+def _float_to_int(x: str, src: str, dst: str) -> str:
+    """As the reference and kernels/elementwise.c: in range when ``lo <= x <= hi`` with the
+    int range's ends rounded to ``src`` (float32's int32 bound is 2^31), then truncated; NaN,
+    infinities and values outside give 0; a value at the rounded-up bound, just past the int
+    range, gives the int minimum (as x86 and NumPy do)."""
+    info = np.iinfo(dst)
+    lo, hi = _rounded(info.min, src), _rounded(info.max, src)
+    past = float(info.max) + 1.0  # a power of two: exact in every float type and in C
+    # A bound the float type rounds to an infinity (int64's in float16) leaves only the
+    # infinity itself out; below such a maximum, no finite x is past the range.
+    tests = [f"{x} == {x}",
+             f"{x} {'>' if math.isinf(lo) else '>='} {_c_float(lo, 'float64')}",
+             f"{x} {'<' if math.isinf(hi) else '<='} {_c_float(hi, 'float64')}"]
+    value = f"({CTYPES[dst]}){x}"
+    if not math.isinf(hi) and hi >= past:
+        value = f"({x} >= {_c_float(past, 'float64')} ? {_c_int(int(info.min), dst)} : {value})"
+    return f"(({' && '.join(tests)}) ? {value} : 0)"
 
 
 def _binary(op: str, a: str, b: str, dtype: str) -> str:
@@ -174,6 +201,8 @@ def _binary(op: str, a: str, b: str, dtype: str) -> str:
         if dtype == "int64":
             # Truncated division; x/0 gives 0 and MIN/-1 wraps, as the reference does.
             return (f"({b} == 0 ? 0 : {b} == -1 ? (int64_t)(0 - (uint64_t){a}) : {a} / {b})")
+        if _is_unsigned(dtype):
+            return f"({b} == 0 ? 0 : {a} / {b})"
         return f"({b} == 0 ? 0 : ({CTYPES[dtype]})((int64_t){a} / {b}))"
     if op == "power":
         return f"pow{_float_suffix(dtype)}({a}, {b})"
@@ -208,23 +237,21 @@ def _remainder(op: str, a: str, b: str, dtype: str) -> str:
         zero = "0"
     else:
         r = f"({a} % {b})"
-        # uint8 is never -1 (and GCC refuses a comparison its type decides under -Werror).
-        zero = f"{b} == 0" if dtype == "uint8" else f"({b} == 0 || {b} == -1)"
-    if op == "floor_mod" and dtype != "uint8":
+        # An unsigned b is never -1 (and its remainder never negative).
+        zero = f"{b} == 0" if _is_unsigned(dtype) else f"({b} == 0 || {b} == -1)"
+    if op == "floor_mod" and not _is_unsigned(dtype):
         r = f"(({r} != 0 && ({r} < 0) != ({b} < 0)) ? {r} + {b} : {r})"
     return r if zero == "0" else f"({zero} ? 0 : {r})"
 
 
 def _shift(op: str, a: str, b: str, dtype: str) -> str:
-    """As kernels/binary.c: left in the unsigned type; a count outside [0, bits) shifts every
-    bit out (0, or -1 for a negative a shifted right). uint8 is never negative (GCC refuses a
-    test its type decides under -Werror)."""
+    """As kernels/binary.c: left in an unsigned type (``SHIFTED``); a count outside [0, bits)
+    shifts every bit out (0, or -1 for a negative a shifted right)."""
     bits, ctype = np.dtype(dtype).itemsize * 8, CTYPES[dtype]
-    signed = dtype != "uint8"
+    signed = not _is_unsigned(dtype)
     outside = f"({b} < 0 || {b} >= {bits})" if signed else f"({b} >= {bits})"
     if op == "left_shift":
-        unsigned = UNSIGNED.get(dtype, "uint8_t")
-        return f"({outside} ? 0 : ({ctype})(({unsigned}){a} << {b}))"
+        return f"({outside} ? 0 : ({ctype})(({SHIFTED[dtype]}){a} << {b}))"
     gone = f"({a} < 0 ? -1 : 0)" if signed else "0"
     return f"({outside} ? {gone} : ({ctype})({a} >> {b}))"
 

@@ -184,9 +184,9 @@ def stage(name: str):
 
 
 def optimize(module: Module, bound: dict[int, np.ndarray], fuse: bool,
-             channels_last: bool = False) -> Module:
-    """The build-time passes, in order: bind params, fold, (channels last,) fuse. Returns a
-    typed module."""
+             channels_last: bool = False, backend: str = "c") -> Module:
+    """The build-time passes, in order: bind params, fold, (channels last,) float16 in
+    float32 where the C backend has no float16 kernel, fuse. Returns a typed module."""
     from ..passes import fold
     from ..passes.bind_params import bind_params
     from ..passes.fuse import fuse as fuse_ops
@@ -203,6 +203,11 @@ def optimize(module: Module, bound: dict[int, np.ndarray], fuse: bool,
 
         with stage("convs to channels last"):
             module = infer_module(to_channels_last(module))
+    if backend == "c":
+        from ..passes.widen import widen_float16
+
+        with stage("float16 ops without a C kernel in float32"):
+            module = infer_module(widen_float16(module))
     if fuse:
         with stage("fuse"):
             module = infer_module(fuse_ops(module))
@@ -211,7 +216,7 @@ def optimize(module: Module, bound: dict[int, np.ndarray], fuse: bool,
 
 def _compile(module: Module, bound: dict[int, np.ndarray], bounds: dict[str, int],
              backend: str, fuse: bool, channels_last: bool) -> Executable:
-    module = optimize(module, bound, fuse, channels_last)
+    module = optimize(module, bound, fuse, channels_last, backend)
     program = Program(codegen=backend in CODEGEN_BACKENDS)
     for i, name in enumerate(module.functions):
         program.function_index[name] = i

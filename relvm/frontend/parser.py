@@ -185,7 +185,8 @@ _NUMBER = re.compile(r"(?P<digits>[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)"
 
 #: Literal suffix -> dtype. Relay writes a float32 as ``1f`` and an int32 with no suffix.
 LITERAL_SUFFIXES = {"f": "float32", "f32": "float32", "f16": "float16", "f64": "float64",
-                    "i8": "int8", "i32": "int32", "i64": "int64", "u8": "uint8"}
+                    "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8",
+                    "u16": "uint16", "u32": "uint32", "u64": "uint64"}
 
 
 def _split_number(text: str) -> tuple[str, str | None, bool]:

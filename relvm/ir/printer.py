@@ -92,7 +92,8 @@ def module_constants(module: Module) -> list[np.ndarray | None]:
 
 #: dtype -> literal suffix: the inverse of the parser's LITERAL_SUFFIXES.
 _SUFFIXES = {"float32": "f", "float16": "f16", "float64": "f64", "int32": "", "int64": "i64",
-             "int8": "i8", "uint8": "u8"}
+             "int8": "i8", "uint8": "u8", "int16": "i16", "uint16": "u16", "uint32": "u32",
+             "uint64": "u64"}
 
 
 def _float_text(value: np.floating) -> str:

@@ -146,12 +146,22 @@ def _cast_type(attrs, x):
 def _cast_ref(attrs, x):
     target = np_dtype(attrs.dtype)
     if x.dtype.kind == "f" and target.kind in "iu":
-        # Float to int truncates toward zero (C semantics); NaN and out-of-range give 0.
-        with np.errstate(invalid="ignore"):
-            info = np.iinfo(target)
-            ok = np.isfinite(x) & (x >= info.min) & (x <= info.max)
-            return np.where(ok, np.trunc(np.where(ok, x, 0)), 0).astype(target)
+        return _float_to_int(x, target)
     return x.astype(target)
+
+
+def _float_to_int(x: np.ndarray, target: np.dtype) -> np.ndarray:
+    """Float to int: truncated toward zero (C semantics); NaN, infinities and values outside
+    [min, max] give 0, with min and max rounded to x's float type first (float32's int32 max
+    is 2^31). A value at that rounded-up max, one past the int range, gives the int minimum, as
+    x86 and NumPy's cast do (stated here: NumPy's own cast of it is undefined)."""
+    info = np.iinfo(target)
+    with np.errstate(invalid="ignore", over="ignore"):
+        lo, hi = x.dtype.type(info.min), x.dtype.type(info.max)
+        ok = np.isfinite(x) & (x >= lo) & (x <= hi)
+        t = np.trunc(np.where(ok, x, 0)).astype(np.float64)
+        past = t >= float(info.max) + 1.0  # a power of two: exact in float64
+        return np.where(past, info.min, np.where(ok, t, 0)).astype(target)
 
 
 register("cast", inputs=("data",), infer=_cast_type, reference=_cast_ref, pattern=ELEMWISE,
@@ -179,7 +189,9 @@ def _binary(name: str, fn, allowed, what: str, out_dtype: str | None, doc: str) 
 
 
 def _divide(a, b):
-    if a.dtype.kind in "iu":
+    if a.dtype.kind == "u":  # in its own type: uint64 past 2^63 does not fit int64
+        return np.where(b == 0, 0, a // np.where(b == 0, 1, b).astype(b.dtype))
+    if a.dtype.kind == "i":
         safe = np.where(b == 0, 1, b)
         q = np.abs(a.astype(np.int64)) // np.abs(safe.astype(np.int64))
         q = np.where((a < 0) != (safe < 0), -q, q)
@@ -237,7 +249,9 @@ def _right_shift(a, b):
     bits = a.dtype.itemsize * 8
     a, b = np.broadcast_arrays(a, b)
     shifted = np.right_shift(a, np.clip(b, 0, bits - 1).astype(a.dtype))
-    return np.where((b < 0) | (b >= bits), np.where(a < 0, -1, 0), shifted)
+    # Unsigned: 0 alone (int64's -1 beside uint64 would promote both to float64).
+    gone = 0 if a.dtype.kind == "u" else np.where(a < 0, -1, 0).astype(a.dtype)
+    return np.where((b < 0) | (b >= bits), gone, shifted)
 
 
 _binary("left_shift", _left_shift, INTEGERS, "an integer dtype", None,

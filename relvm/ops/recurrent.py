@@ -1,9 +1,10 @@
-"""Recurrent layers over a whole sequence: ``nn.lstm`` and ``nn.gru``, with ONNX's semantics.
+"""Recurrent layers over a whole sequence: ``nn.lstm``, ``nn.gru`` and ``nn.rnn``, with ONNX's
+semantics.
 
 Layout is ONNX's ``layout=0``: data ``(seq, batch, input)``; weights stacked per direction,
 ``weight_ih (dirs, G*H, input)``, ``weight_hh (dirs, G*H, H)``, ``bias (dirs, 2*G*H)`` (input
 then recurrent biases), with gates in ONNX's order: LSTM ``i, o, f, c`` (G = 4), GRU ``z, r, h``
-(G = 3). ``dirs`` is 2 for ``direction="bidirectional"``, else 1. Results are ``Y (seq, dirs,
+(G = 3); the simple RNN has one (G = 1: ``H_t = f(X_t W^T + H_{t-1} R^T + Wb + Rb)``). ``dirs`` is 2 for ``direction="bidirectional"``, else 1. Results are ``Y (seq, dirs,
 batch, H)`` and the last states ``Y_h`` (and LSTM's ``Y_c``), each ``(dirs, batch, H)``.
 
 Conventions that keep the inputs fixed (the importer fills in absent ONNX inputs):
@@ -14,7 +15,7 @@ Conventions that keep the inputs fixed (the importer fills in absent ONNX inputs
 - ``initial_h``/``initial_c`` are ``(dirs, batch, H)`` or ``(dirs, 1, H)`` (broadcast over the
   batch; zeros give ONNX's default). ``peephole`` is ``(dirs, 3*H)`` (``i, o, f``; zeros for none).
 - ``activations`` names one function per gate group and direction (LSTM ``f, g, h``; GRU
-  ``f, g``; None for ONNX's default sigmoid and tanh), lower case: sigmoid, tanh, relu, affine, leakyrelu, thresholdedrelu, scaledtanh,
+  ``f, g``; RNN ``f``; None for ONNX's defaults: sigmoid and tanh, the RNN's tanh), lower case: sigmoid, tanh, relu, affine, leakyrelu, thresholdedrelu, scaledtanh,
   hardsigmoid, elu, softsign, softplus; ``activation_alpha``/``activation_beta`` hold one value
   per activation (each function's default where it takes none).
 - ``clip`` (when set) clamps every gate's pre-activation to ``[-clip, clip]``; LSTM's
@@ -271,3 +272,32 @@ register("nn.gru", inputs=_GRU_INPUTS, infer=_gru_type, reference=_gru_ref, patt
              attr("activations", OPT_ACTIVATION_NAMES, None),
              attr("linear_before_reset", BOOL, False)],
          doc="GRU over a sequence (ONNX semantics); returns (Y, Y_h)")
+
+# --- RNN -------------------------------------------------------------------------------------------
+
+_RNN_DEFAULT = ("tanh",)
+_RNN_INPUTS = _GRU_INPUTS
+
+
+def _rnn_type(attrs, *args):
+    return _recurrent_type(attrs, 1, 1, _RNN_INPUTS, args)
+
+
+def _rnn_ref(attrs, x, w, r, b, lens, h0):
+    hidden = attrs.hidden_size
+    clip = _clipped(attrs)
+
+    def step_for(d, wd, rd, bd):
+        f = _activation(attrs, d, _RNN_DEFAULT)
+        bias = bd[:hidden] + bd[hidden:]
+
+        def step(xt, ht):
+            return (f(clip(xt @ wd.T + ht @ rd.T + bias)),)
+        return step
+    return _recurrent_ref(attrs, step_for, x, w, r, b, lens, h0)
+
+
+register("nn.rnn", inputs=_RNN_INPUTS, infer=_rnn_type, reference=_rnn_ref, pattern=OPAQUE,
+         attrs=_COMMON_ATTRS + [attr("activations", OPT_ACTIVATION_NAMES, None)],
+         doc="simple RNN over a sequence (ONNX semantics: one activation, tanh by default); "
+             "returns (Y, Y_h)")

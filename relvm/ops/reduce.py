@@ -58,8 +58,11 @@ def _reduce_type(index_dtype: str | None, allowed=NUMERIC, what="a numeric dtype
 
 
 def _acc_dtype(dtype: np.dtype) -> np.dtype:
-    # int64 accumulation then a cast back wraps exactly as accumulating in the dtype would.
-    return np.dtype(np.float64) if dtype.kind == "f" else np.dtype(np.int64)
+    # 64-bit accumulation then a cast back wraps exactly as accumulating in the dtype would;
+    # unsigned in uint64, so a uint64 mean divides the sum of its own values.
+    if dtype.kind == "f":
+        return np.dtype(np.float64)
+    return np.dtype(np.uint64) if dtype.kind == "u" else np.dtype(np.int64)
 
 
 def _folding(fn):

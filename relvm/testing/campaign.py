@@ -111,7 +111,7 @@ def _inputs(module) -> list | None:
             return rng.integers(0, 2, shape).astype(bool)
         if t.dtype.startswith("float"):
             return rng.standard_normal(shape).astype(t.dtype)
-        return rng.integers(0 if t.dtype == "uint8" else -5, 6, shape).astype(t.dtype)
+        return rng.integers(0 if t.dtype.startswith("uint") else -5, 6, shape).astype(t.dtype)
 
     try:
         inputs = [make(p.checked_type) for p in fn.params]

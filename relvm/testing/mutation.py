@@ -22,7 +22,8 @@ TOKEN = re.compile(r'"[^"\n]*"|%[A-Za-z0-9_]+|@[A-Za-z_]\w*|\.[0-9]+|[0-9]+(?:\.
 NUMBER = re.compile(r"(?<![%\w.])[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?[A-Za-z0-9]*")
 ATTRIBUTE = re.compile(r"\b([a-z_]+)=")
 ATTRIBUTE_VALUE = re.compile(r"\b[a-z_]+=(\[[^\[\]]*\]|\"[^\"]*\"|[^,)\s]+)")
-DTYPE = re.compile(r"\b(float32|float64|float16|int64|int32|int8|uint8|bool)\b")
+DTYPE = re.compile(r"\b(float32|float64|float16|int64|int32|int8|uint8|bool|int16|uint16|uint32|"
+                   r"uint64)\b")
 SHAPE = re.compile(r"Tensor\[\(([^()]*)\)")
 OP_CALL = re.compile(r"\b([a-z_][a-z0-9_]*(?:\.[a-z_0-9]+)*)\(")
 BRACKET = re.compile(r"[()\[\]{}]")
@@ -33,7 +34,7 @@ NUMBERS = ("0", "1", "-1", "-7", "2147483648", "4294967296", "281474976710657",
            "1e-400", "inf", "-inf", "nan", "3.7f", "1i64", "255u8", "-128i8", "65536",
            "1e308", "0f", "7f16", "2f64")
 DTYPES = ("float32", "float64", "float16", "int64", "int32", "int8", "uint8", "bool", "int16",
-          "Tensor", "fn")
+          "uint16", "uint32", "uint64", "int128", "Tensor", "fn")
 ATTRIBUTES = ("axis", "axes", "newshape", "shape", "dtype", "strides", "padding", "units",
               "a_min", "a_max", "alpha", "num_newaxis", "indices_or_sections", "keepdims",
               "exclude", "begin", "end", "pool_size", "groups", "channels", "kernel_size",

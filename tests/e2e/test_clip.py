@@ -64,7 +64,8 @@ def test_leaky_relu_with_an_infinite_slope_is_generated_as_c() -> None:
         np.testing.assert_allclose(run(x), np.exp(x), rtol=1e-6, err_msg=name)
 
 
-@pytest.mark.parametrize("dtype", ["int8", "uint8", "int32", "int64"])
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int32", "int64", "int16", "uint16", "uint32",
+                                   "uint64"])
 @pytest.mark.parametrize("lo,hi", [("5f", "-5f"), ("-inf", "inf"), ("-inf", "-inf"),
                                    ("inf", "inf"), ("-2.5f", "inf"), ("1e30", "-1e30"),
                                    ("-1e30", "1e30"), ("-3f", "100f")])

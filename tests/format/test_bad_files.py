@@ -274,3 +274,18 @@ def test_function_without_instructions() -> None:
     data = with_section(DATA, "code", sections["code"][8 * words:])
     err = load_error(with_meta(data, empty_scale))
     assert err.section == "code" and "@scale has no instructions" in str(err)
+
+
+def test_unknown_dtype_code_names_the_code_section() -> None:
+    """A dtype code past the last this relvm knows (uint64's, 11: a newer relvm's, say) is
+    refused, naming the section, never read as another dtype."""
+    sections = sections_of(DATA)
+    words = list(struct.unpack(f"<{len(sections['code']) // 8}q", sections["code"]))
+    alloc = B.encode([small_exe().functions[1].instructions[7]])  # alloc_tensor ... float32
+    at = next(i for i in range(len(words)) if words[i:i + len(alloc)] == alloc)
+    dtype_word = at + len(alloc) - 1
+    assert words[dtype_word] == B.DTYPE_CODES["float32"] and len(B.DTYPE_NAMES) == 12
+    for code in (12, 99, -1):
+        words[dtype_word] = code
+        err = load_error(with_section(DATA, "code", struct.pack(f"<{len(words)}q", *words)))
+        assert err.section == "code" and f"unknown dtype code {code}" in str(err), err

@@ -201,7 +201,9 @@ def test_block_expression():
     ("2i8", "int8", 2), ("-128i8", "int8", -128), ("2u8", "uint8", 2), ("255u8", "uint8", 255),
     ("2", "int32", 2), ("-7", "int32", -7), ("0.5", "float32", 0.5), ("2.5e3", "float32", 2500),
     ("7i32", "int32", 7), ("1f32", "float32", 1.0), ("True", "bool", True),
-    ("False", "bool", False),
+    ("False", "bool", False), ("-32768i16", "int16", -32768), ("65535u16", "uint16", 65535),
+    ("4294967295u32", "uint32", 4294967295),
+    ("18446744073709551615u64", "uint64", 18446744073709551615),
 ])
 def test_literals(text, dtype, value):
     body = body_of(f"def @main() {{ {text} }}")

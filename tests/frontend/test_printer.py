@@ -530,6 +530,8 @@ def test_non_finite_scalars_print_as_meta():
     (1e-05, "float32", "1e-05f"), (1.0, "float16", "1f16"), (1.0, "float64", "1f64"),
     (3, "int64", "3i64"), (2, "int8", "2i8"), (2, "uint8", "2u8"), (2, "int32", "2"),
     (True, "bool", "True"), (False, "bool", "False"), (-0.0, "float32", "-0f"),
+    (-7, "int16", "-7i16"), (7, "uint16", "7u16"), (7, "uint32", "7u32"),
+    (2**64 - 1, "uint64", "18446744073709551615u64"),
 ])
 def test_literal_text(value, dtype, text):
     assert literal_text(np.array(value, dtype=dtype)) == text

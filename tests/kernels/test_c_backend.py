@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from relvm.backends import c, native, numpy_ref
+from relvm.dtypes import DTYPES, INT_DTYPES
 from relvm.backends.ckernels.elementwise import BINARY, UNARY
 from relvm.backends.ckernels.reduce import REDUCE
 from relvm.errors import RelvmKernelError
@@ -35,7 +36,7 @@ def test_every_registry_op_has_a_float32_kernel(op):
         assert (op, "bool") in c.SUPPORTED
         return
     if op in INTEGER_ONLY:
-        assert all((op, dtype) in c.SUPPORTED for dtype in ("int64", "int32", "int8", "uint8"))
+        assert all((op, dtype) in c.SUPPORTED for dtype in INT_DTYPES)
         return
     if op in QUANTIZED_ONLY:
         assert all((op, dtype) in c.SUPPORTED for dtype in ("int8", "uint8"))
@@ -48,8 +49,9 @@ def test_every_registry_op_has_a_float32_kernel(op):
 
 def test_declared_dtypes_match_the_c_tables():
     ffi, lib = native.load()
-    codes = {name: i for i, name in enumerate(["float32", "float64", "float16", "int64", "int32",
-                                               "int8", "uint8", "bool"])}
+    codes = {name: i for i, name in enumerate(DTYPES)}  # the codes kernels/relvm_config.h gives
+    assert lib.RELVM_NUM_DTYPES == len(codes)
+    assert [getattr(lib, f"RELVM_{name.upper()}") for name in codes] == list(codes.values())
     for table, query in ((UNARY, lib.relvm_unary_supported), (BINARY, lib.relvm_binary_supported)):
         for op, (const, dtypes) in table.items():
             in_c = {d for d, code in codes.items() if query(getattr(lib, const), code)}
@@ -76,6 +78,15 @@ def test_unsupported_pairs_raise_naming_the_op_and_dtype():
     assert not c.supports(unknown)
     with pytest.raises(RelvmKernelError, match="no kernel for op 'no.such_op'"):
         c.make_kernel(unknown)
+
+
+def test_a_kernel_without_the_new_integer_dtypes_says_so():
+    """image.resize2d has no uint16 (nor int16, uint32, uint64) loop: the build refuses it by
+    name rather than running another dtype's."""
+    entry = _entry("image.resize2d", ["uint16"], ["uint16"], {"size": [4, 4]})
+    assert not c.supports(entry)
+    with pytest.raises(RelvmKernelError, match="no kernel for op 'image.resize2d' on uint16"):
+        c.make_kernel(entry)
 
 
 def test_out_dtype_rules_are_part_of_support():

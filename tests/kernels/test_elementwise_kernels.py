@@ -7,9 +7,11 @@ import numpy as np
 import pytest
 
 from relvm.backends.ckernels.elementwise import BINARY, UNARY
+from relvm.dtypes import DTYPES
 
 SIZES = [0, 1, 7, 17, 4099, 70001]  # 70001: past the parallel grain, uneven chunks
-INT_DTYPES = ["int64", "int32", "int8", "uint8"]
+INT_DTYPES = [d for d in DTYPES if np.dtype(d).kind in "iu"]  # code order: int64 ... uint64
+UNSIGNED = [d for d in INT_DTYPES if np.dtype(d).kind == "u"]
 
 
 def _domain(op: str, rand, shape, dtype):
@@ -48,19 +50,24 @@ def test_vectorized_math_is_accurate(check):
         check(op, {}, [x], rtol=2e-6, atol=1e-37)
 
 
-def test_integer_unary_wraps(check):
-    for dtype in ("int8", "int32", "int64"):
-        info = np.iinfo(dtype)
-        x = np.array([info.min, info.min + 1, -1, 0, 1, info.max], dtype)
-        for op in ("negative", "abs", "sign", "nn.relu"):
-            check(op, {}, [x])
+@pytest.mark.parametrize("dtype", INT_DTYPES)
+def test_integer_unary_wraps(check, dtype):
+    """-min wraps to min (abs too); an unsigned -x is 2^bits - x, its sign 0 or 1."""
+    info = np.iinfo(dtype)
+    x = np.array([v for v in (info.min, info.min + 1, -1, 0, 1, 2, info.max // 2 + 1, info.max)
+                  if info.min <= v <= info.max], dtype)
+    for op in ("negative", "abs", "sign", "nn.relu", "bitwise_not"):
+        check(op, {}, [x])
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"] + INT_DTYPES)
 def test_clip(check, rand, dtype):
     x = rand((1001,), dtype, -200, 200)
+    if dtype in ("uint32", "uint64"):
+        x[:2] = np.iinfo(dtype).max, np.iinfo(dtype).max // 2 + 1  # uint64's top half too
     bounds = [(-0.5, 0.5), (-2.7, 3.2), (-1e30, 1e30), (5, -5), (-math.inf, 0.0),
-              (10.0, math.inf), (math.inf, -math.inf), (1e30, -1e30)]
+              (10.0, math.inf), (math.inf, -math.inf), (1e30, -1e30), (3e9, 1e19),
+              (1e19, math.inf)]
     for lo, hi in bounds:
         check("clip", {"a_min": lo, "a_max": hi}, [x])
 
@@ -79,7 +86,11 @@ def test_leaky_relu(check, rand, dtype):
         check("nn.leaky_relu", {"alpha": alpha}, [x])
 
 
-ALL_DTYPES = ["float32", "float64", "float16", "int64", "int32", "int8", "uint8", "bool"]
+ALL_DTYPES = list(DTYPES)
+
+#: Bounds of every int range and the floats just past them, as float64.
+EDGES = [32767.0, 32768.0, 32768.5, -32768.0, -32768.9, -32769.0, 65535.0, 65535.9, 65536.0,
+         4294967295.0, 4294967296.0, 2.0**63, 2.0**63 + 4096, 1.5e19, 2.0**64 - 2048, 2.0**64]
 
 
 def _cast_source(dtype: str) -> np.ndarray:
@@ -90,11 +101,12 @@ def _cast_source(dtype: str) -> np.ndarray:
         vals = [0.0, -0.0, 0.4, -0.6, 1.5, -1.5, 127.0, 127.9, 128.0, -128.0, -128.9, 255.0, 255.5,
                 256.0, -1.0, 1e4, 65504.0, np.nan, np.inf, -np.inf, 2147483520.0, 2147483647.0,
                 2147483648.0, -2147483648.0, -2147483904.0, 9.2e18, 9.223372036854775807e18,
-                -9.3e18, 1e20, -1e20]
+                -9.3e18, 1e20, -1e20] + EDGES
         with np.errstate(over="ignore"):
             return np.array(vals, np.float64).astype(dtype)
     info = np.iinfo(dtype)
-    vals = [info.min, info.min + 1, -1, 0, 1, 127, 128, 255, 256, info.max]
+    vals = [info.min, info.min + 1, -1, 0, 1, 127, 128, 255, 256, 32767, 32768, 65535, 65536,
+            2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**53 + 1, 2**63 - 1, 2**63, 2**64 - 1, info.max]
     return np.array([v for v in vals if info.min <= v <= info.max], dtype)
 
 
@@ -103,10 +115,39 @@ def _cast_source(dtype: str) -> np.ndarray:
 def test_cast_every_pair(check, src, dst):
     if src == "float16" and np.dtype(dst).kind in "iu":
         # NumPy compares float16 against int bounds it cannot hold; keep to its finite range.
-        x = np.array([0.0, -0.6, 1.5, 127.9, 255.5, -300.0, 1e4, np.nan, np.inf], np.float16)
+        x = np.array([0.0, -0.6, 1.5, 127.9, 255.5, -300.0, 1e4, np.nan, np.inf, 32768.0,
+                      -32768.0, -32800.0, 65504.0], np.float16)
     else:
         x = _cast_source(src)
     check("cast", {"dtype": dst}, [x])
+
+
+#: (source, target) -> (values, what each casts to) under the rule below.
+FLOAT_TO_INT = {
+    ("float32", "uint16"): ([-1.5, -0.0, 65535.0, 65535.9, 65536.0, 1e9, 7.9],
+                            [0, 0, 65535, 0, 0, 0, 7]),
+    ("float64", "uint32"): ([-1.0, 4294967295.0, 4294967295.5, 4294967296.0],
+                            [0, 4294967295, 0, 0]),
+    ("float32", "uint32"): ([4294967296.0, 4294967040.0], [0, 4294967040]),
+    ("float64", "uint64"): ([2.0**63, 2.0**64 - 2048, 2.0**64, -0.5, np.nan],
+                            [2**63, 2**64 - 2048, 0, 0, 0]),
+    ("float16", "int16"): ([32768.0, -32768.0, 65504.0], [-32768, -32768, 0]),
+    ("float16", "uint16"): ([65504.0, -1.0, np.inf], [65504, 0, 0]),
+    ("float32", "int16"): ([-32768.0, -32768.9, 32767.0, 32767.99, -7.9],
+                           [-32768, 0, 32767, 0, -7]),
+    ("float32", "int32"): ([2.0**31, -2.0**31, 2.0**32], [-2**31, -2**31, 0]),
+}
+
+
+@pytest.mark.parametrize("src,dst", list(FLOAT_TO_INT), ids=str)
+def test_float_to_int_casts_follow_one_rule(check, src, dst):
+    """NaN, infinities and values outside [min, max] give 0 (so -1.5 to any unsigned type is 0,
+    and 65535.9 to uint16 too, as -1.5 and 255.5 to uint8), values inside truncate toward
+    zero, and the one value past the range that the float type rounds the maximum to (2^31 in
+    float32, 2^64 in float64, 32768 in float16) gives the minimum."""
+    values, want = FLOAT_TO_INT[src, dst]
+    got = check("cast", {"dtype": dst}, [np.array(values, src)])[0]
+    np.testing.assert_array_equal(got, np.array(want, dst))
 
 
 def test_cast_large_array(check, rand):
@@ -146,22 +187,23 @@ def test_power_of_two_is_exact(check, rand):
     check("power", {}, [x, np.array(2.0, np.float32)], rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("dtype", ["int64", "int32", "int8", "uint8"])
+@pytest.mark.parametrize("dtype", INT_DTYPES)
 def test_integer_divide_truncates_and_never_traps(check, dtype):
     info = np.iinfo(dtype)
     if info.min < 0:
         a = np.array([7, -7, 7, -7, 0, info.min, info.min, info.max, 5, -5], dtype)
         b = np.array([2, 2, -2, -2, 0, -1, 0, -1, 0, 3], dtype)
-    else:
-        a = np.array([7, 7, 0, 255, 255, 5], dtype)
-        b = np.array([2, 3, 0, 1, 0, 3], dtype)
+    else:  # uint64's top half too: divided as unsigned, never through int64
+        a = np.array([7, 7, 0, 255, 255, 5, info.max, info.max, info.max // 2 + 3], dtype)
+        b = np.array([2, 3, 0, 1, 0, 3, info.max, 2, 0], dtype)
     check("divide", {}, [a, b])
 
 
 REMAINDER_CASES = {
     "signed": ([7, -7, 7, -7, 0, 6, -6, "min", "min", "max", 5, -5, 3],
                [2, 2, -2, -2, 3, 3, -3, -1, 0, -1, 0, 7, -7]),
-    "uint8": ([7, 7, 0, 255, 255, 5], [2, 3, 0, 1, 0, 3]),
+    "unsigned": ([7, 7, 0, 255, 255, 5, "max", "max", "max", 9],
+                 [2, 3, 0, 1, 0, 3, 0, "max", 10, "max"]),
     "float": ([7.5, -7.5, 7.5, -7.5, 0.0, -0.0, -3, 3, -1, 1, np.inf, -np.inf, 1, np.nan, 1],
               [2, 2, -2, -2, -2, 2, np.inf, np.inf, -np.inf, -np.inf, 2, 2, 0, 2, np.nan]),
 }
@@ -172,12 +214,30 @@ REMAINDER_CASES = {
 def test_remainders_edge_cases(check, op, dtype):
     """mod has a's sign, floor_mod b's (-3 floor_mod inf is inf, as NumPy's); an integer
     remainder by 0 is 0 and INT_MIN by -1 never traps."""
-    kind = "float" if dtype.startswith("float") else "uint8" if dtype == "uint8" else "signed"
+    kind = ("float" if dtype.startswith("float") else "unsigned" if dtype in UNSIGNED
+            else "signed")
     a, b = REMAINDER_CASES[kind]
-    if kind == "signed":
+    if kind != "float":
         info = np.iinfo(dtype)
-        a = [info.min if v == "min" else info.max if v == "max" else v for v in a]
+        a, b = ([info.min if v == "min" else info.max if v == "max" else v for v in vs]
+                for vs in (a, b))
     check(op, {}, [np.array(a, dtype), np.array(b, dtype)])
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES)
+def test_integer_arithmetic_and_order_at_the_limits(check, dtype):
+    """add, subtract, multiply wrap; maximum, minimum and the comparisons order the values as
+    the type does (uint64 past 2^63 above every smaller value, int16's -1 below 0)."""
+    info = np.iinfo(dtype)
+    half = info.max // 2 + 1  # 2^63 for uint64: negative if read as int64
+    a = np.array([info.max, info.min, info.max, info.min, half, half, 3, 0, info.max - 1, 1],
+                 dtype)
+    b = np.array([info.max, info.max, 2, 1, 1, half, half, info.max, info.max, info.min], dtype)
+    for op in ("add", "subtract", "multiply", "maximum", "minimum", "equal", "not_equal", "less",
+               "less_equal", "greater", "greater_equal", "bitwise_and", "bitwise_or",
+               "bitwise_xor"):
+        check(op, {}, [a, b])
+        check(op, {}, [a, b[3:4].reshape(())])  # a 0-d operand: the flat loop
 
 
 def test_max_min_and_comparisons_with_nan(check):
@@ -214,7 +274,7 @@ def test_where(check, rand, dtype, shapes):
     check("where", {}, [rand(sc, "bool"), rand(sx, dtype), rand(sy, dtype)])
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64", "int8", "uint8"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"] + INT_DTYPES)
 @pytest.mark.parametrize("shape,axis", [((5,), 0), ((4, 6), 1), ((4, 6), -1), ((2, 3, 5, 7), 1),
                                         ((2, 3, 5, 7), 3), ((2, 3, 5, 7), 0), ((1, 64, 1, 1), 1),
                                         ((0, 3), 1)])

@@ -83,7 +83,8 @@ def test_unary_then_add(op) -> None:
     run_case(steps, [x, rand(7, seed=1)], [(N, 7), (7,)])
 
 
-DTYPES = ["float32", "float64", "int32", "int64", "int8", "uint8"]
+INTS = ["int32", "int64", "int8", "uint8", "int16", "uint16", "uint32", "uint64"]
+DTYPES = ["float32", "float64"] + INTS
 
 
 @pytest.mark.parametrize("op,dtype", [(op, dt) for op in BINARY + COMPARE for dt in DTYPES
@@ -111,8 +112,9 @@ def test_remainders_by_zero_minus_one_and_infinity(op, dtype) -> None:
     if dtype.startswith("float"):
         a = np.array([[7.5, -7.5, -3, 3, -1, 1, np.inf, 1, np.nan, 0.0]], dtype)
         b = np.array([[-2, 2, np.inf, np.inf, -np.inf, -np.inf, 2, 0, 2, -2]], dtype)
-    elif dtype == "uint8":
-        a, b = np.array([[7, 0, 255, 9]], dtype), np.array([[0, 3, 1, 4]], dtype)
+    elif dtype.startswith("u"):  # b == max: no -1 test may catch it
+        hi = np.iinfo(dtype).max
+        a, b = np.array([[7, 0, 255, 9, hi, 5]], dtype), np.array([[0, 3, 1, 4, 10, hi]], dtype)
     else:
         lo = np.iinfo(dtype).min
         a = np.array([[7, -7, 7, -7, lo, lo, 5, -6]], dtype)
@@ -120,18 +122,21 @@ def test_remainders_by_zero_minus_one_and_infinity(op, dtype) -> None:
     run_case([step(op, [("in", 0), ("in", 1)])], [a, b])
 
 
-@pytest.mark.parametrize("dtype", ["int64", "int32", "int8"])
+@pytest.mark.parametrize("dtype", INTS)
 def test_integer_overflow_wraps(dtype) -> None:
-    # C's signed overflow is undefined (UBSan flags it: tests/kernels/run_sanitized.sh); the
-    # generated code must wrap as the references do.
+    # C's signed overflow is undefined (UBSan flags it: tests/kernels/run_sanitized.sh), and a
+    # uint16 promotes to int, where 65535 * 65535 overflows; the generated code must wrap as
+    # the references do.
     lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
-    a = np.array([[hi, lo, hi, lo, 3]], dtype)
-    b = np.array([[hi, hi, 2, -1, -4]], dtype)
+    a = np.array([[hi, lo, hi, lo, 3, hi // 2 + 1]], dtype)
+    b = np.array([[hi, hi, 2, -1 if lo else 1, 4, 1]], dtype)
     with np.errstate(over="ignore"):
         for op in ("add", "subtract", "multiply"):
             run_case([step(op, [("in", 0), ("in", 1)])], [a, b])
-        for op in ("negative", "abs"):
+        for op in ("negative", "abs", "sign", "nn.relu"):
             run_case([step(op, [("in", 0)]), step("add", [("step", 0), ("in", 1)])], [a, b])
+        for op in ("maximum", "minimum", "less", "greater_equal"):  # uint64's top half is large
+            run_case([step(op, [("in", 0), ("in", 1)])], [a, b])
 
 
 @pytest.mark.parametrize("shapes", [((3, 4), (4,)), ((3, 1), (1, 4)), ((2, 3, 4), (3, 1)),
@@ -159,10 +164,17 @@ def test_clip_leaky_relu_where_cast() -> None:
     run_case(steps, [x, np.array(0.5, np.float32)])
 
 
-@pytest.mark.parametrize("target", ["int64", "int32", "int8", "uint8", "bool", "float64"])
-def test_cast_edge_values(target) -> None:
-    x = np.array([[0.5, -0.5, 1e20, -1e20, np.nan, 300.7, -129.2, 2.0]], np.float32)
-    run_case([step("cast", [("in", 0)], dtype=target)], [x])
+@pytest.mark.parametrize("target", INTS + ["bool", "float64"])
+@pytest.mark.parametrize("source", ["float32", "float64", "float16"])
+def test_cast_edge_values(source, target) -> None:
+    """As the library's cast: out of range is 0, the rounded-up maximum (2^31 in float32) the
+    minimum."""
+    x = np.array([[0.5, -0.5, 1e20, -1e20, np.nan, 300.7, -129.2, 2.0, 2.0**31, 2.0**32,
+                   2.0**63, 2.0**64, 32768.0, 65535.0, 65536.0, -32768.0, 4294967295.0]])
+    if source == "float16":
+        x = np.array([[0.5, -0.5, np.inf, np.nan, 300.7, -129.2, 32768.0, -32768.0, 65504.0]])
+    with np.errstate(over="ignore"):
+        run_case([step("cast", [("in", 0)], dtype=target)], [x.astype(source)])
 
 
 def test_generated_library_is_cached(tmp_path, monkeypatch) -> None:
@@ -200,7 +212,9 @@ def test_sanitized_builds_have_their_own_cache_entries(tmp_path, monkeypatch) ->
 
 
 @pytest.mark.parametrize("dtype,lo,hi", [("uint8", 0, 6), ("uint8", -3, 300), ("int8", -200, 5),
-                                         ("int32", -5, 5)])
+                                         ("int32", -5, 5), ("int16", -40000, 7),
+                                         ("uint16", 0, 70000), ("uint32", 2, 4294967295),
+                                         ("uint64", 0, 1e20), ("uint64", 3, 2**63)])
 def test_integer_clip_with_bounds_at_the_type_limits_compiles(dtype, lo, hi) -> None:
     """A clip bound at or past the type's range makes its comparison constant: the generated
     code leaves it out (C compilers reject it under -Werror=type-limits)."""
@@ -211,16 +225,16 @@ def test_integer_clip_with_bounds_at_the_type_limits_compiles(dtype, lo, hi) -> 
     vm = relvm.VirtualMachine(relvm.build(relvm.parse(text)))
     x = np.array([[0, 3, 7, 100]], dtype)
     info = np.iinfo(dtype)
-    clipped = np.clip(x.astype(np.int64), max(lo, info.min), min(hi, info.max))
+    clipped = np.clip(x.astype(np.float64), max(lo, info.min), min(hi, info.max))  # exact
     np.testing.assert_array_equal(vm.invoke("main", x), (clipped + x).astype(dtype))
 
 
-@pytest.mark.parametrize("dtype", ["int64", "int32", "int8", "uint8"])
+@pytest.mark.parametrize("dtype", INTS)
 def test_bitwise_ops_and_shifts(dtype) -> None:
     rng = np.random.default_rng(8)
     info = np.iinfo(dtype)
-    a = rng.integers(info.min, info.max, (4, 6), endpoint=True).astype(dtype)
-    b = rng.integers(info.min, info.max, (4, 6), endpoint=True).astype(dtype)
+    a = rng.integers(info.min, info.max, (4, 6), endpoint=True, dtype=dtype)
+    b = rng.integers(info.min, info.max, (4, 6), endpoint=True, dtype=dtype)
     for op in ("bitwise_and", "bitwise_or", "bitwise_xor"):
         run_case([step(op, [("in", 0), ("in", 1)])], [a, b])
     run_case([step("bitwise_not", [("in", 0)])], [a])

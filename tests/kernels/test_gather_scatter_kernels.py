@@ -5,10 +5,11 @@ that must be an error naming it (never a read or write outside the tensor)."""
 import numpy as np
 import pytest
 
+from relvm.dtypes import DTYPES as ALL_DTYPES
 from relvm.ops import OPS
 from relvm.ops.gather_scatter import REDUCTIONS
 
-DTYPES = ["float32", "float64", "float16", "int64", "int32", "int8", "uint8", "bool"]
+DTYPES = list(ALL_DTYPES)
 
 
 def _indices(rng, shape, dim, dtype):
@@ -78,6 +79,16 @@ def test_scatter_reductions_propagate_nan_and_wrap(check):
                                                      np.array([10, -1, 100], np.int8)])
     check("scatter_elements", {"reduction": "mul"}, [ints, np.array([0, 1]),
                                                      np.array([3, -1], np.int8)])
+    # uint16 products past an int (a uint16_t would promote to one); uint64's top half
+    for dtype in ("uint16", "uint32", "uint64", "int16"):
+        info = np.iinfo(dtype)
+        data = np.array([info.max, info.min, info.max // 2 + 1], dtype)
+        upd = np.array([info.max, 3, info.max, info.min, 7], dtype)
+        for reduction in ("add", "mul", "min", "max"):
+            check("scatter_elements", {"reduction": reduction},
+                  [data, np.array([0, 1, 0, 2, 2]), upd])
+            check("scatter_nd", {"mode": reduction},
+                  [data, np.array([[0, 1, 0, 2, 2]]), upd])
 
 
 # --- gather_nd -----------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 GEMM_TOL = dict(rtol=1e-4, atol=1e-5, scaled=True)
-INTS = ["int64", "int32", "int8", "uint8"]
+INTS = ["int64", "int32", "int8", "uint8", "int16", "uint16", "uint32", "uint64"]
 
 
 @pytest.mark.parametrize("data,units", [((1, 8), 3), ((5, 8), 3), ((1, 1), 1), ((7, 13), 11),
@@ -19,7 +19,7 @@ def test_dense(check, rand, data, units, dtype):
 
 
 @pytest.mark.parametrize("dtype", INTS)
-@pytest.mark.parametrize("out_dtype", ["", "int32", "int64", "int8"])
+@pytest.mark.parametrize("out_dtype", ["", "int32", "int64", "int8", "uint16", "uint64"])
 def test_dense_integers_wrap(check, rand, dtype, out_dtype):
     check("nn.dense", {"out_dtype": out_dtype},
           [rand((5, 9), dtype, -100, 100), rand((4, 9), dtype, -100, 100)])

@@ -1,4 +1,4 @@
-"""The C nn.lstm and nn.gru against the references (ONNX semantics)."""
+"""The C nn.lstm, nn.gru and nn.rnn against the references (ONNX semantics)."""
 
 import numpy as np
 import pytest
@@ -7,7 +7,7 @@ TOL = dict(rtol=1e-4, atol=1e-5)
 
 
 def _inputs(rand, op, seq, batch, width, hidden, dirs, lens=None, broadcast_state=False):
-    g = 4 if op == "nn.lstm" else 3
+    g = {"nn.lstm": 4, "nn.gru": 3, "nn.rnn": 1}[op]
     ins = [rand((seq, batch, width)), rand((dirs, g * hidden, width), "float32", -0.5, 0.5),
            rand((dirs, g * hidden, hidden), "float32", -0.5, 0.5),
            rand((dirs, 2 * g * hidden), "float32", -0.5, 0.5),
@@ -19,7 +19,7 @@ def _inputs(rand, op, seq, batch, width, hidden, dirs, lens=None, broadcast_stat
     return ins
 
 
-@pytest.mark.parametrize("op", ["nn.lstm", "nn.gru"])
+@pytest.mark.parametrize("op", ["nn.lstm", "nn.gru", "nn.rnn"])
 @pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
 @pytest.mark.parametrize("seq,batch,width,hidden,lens", [
     (5, 3, 4, 6, None), (1, 1, 1, 1, None), (7, 4, 3, 5, [7, 3, 0, 5]), (0, 2, 3, 4, None),
@@ -30,14 +30,16 @@ def test_recurrent(check, rand, op, direction, seq, batch, width, hidden, lens):
     check(op, {"hidden_size": hidden, "direction": direction}, ins, **TOL)
 
 
-@pytest.mark.parametrize("op", ["nn.lstm", "nn.gru"])
+@pytest.mark.parametrize("op", ["nn.lstm", "nn.gru", "nn.rnn"])
 def test_recurrent_options(check, rand, op):
     ins = _inputs(rand, op, 4, 3, 5, 6, 2, broadcast_state=True)
-    acts = (["hardsigmoid", "softsign", "elu", "sigmoid", "scaledtanh", "affine"] if op == "nn.lstm"
-            else ["hardsigmoid", "softplus", "leakyrelu", "thresholdedrelu"])
+    acts = {"nn.lstm": ["hardsigmoid", "softsign", "elu", "sigmoid", "scaledtanh", "affine"],
+            "nn.gru": ["hardsigmoid", "softplus", "leakyrelu", "thresholdedrelu"],
+            "nn.rnn": ["relu", "scaledtanh"]}[op]
     attrs = {"hidden_size": 6, "direction": "bidirectional", "clip": 0.7, "activations": acts,
              "activation_alpha": [0.3] * len(acts), "activation_beta": [0.4] * len(acts)}
-    attrs["input_forget" if op == "nn.lstm" else "linear_before_reset"] = True
+    if op != "nn.rnn":
+        attrs["input_forget" if op == "nn.lstm" else "linear_before_reset"] = True
     check(op, attrs, ins, **TOL)
     check(op, {"hidden_size": 6, "direction": "bidirectional", "activations": acts}, ins, **TOL)
 
@@ -66,7 +68,8 @@ def test_sequence_lens_out_of_range_is_an_error(c_kernel, rand):
         kernel(*ins, np.empty((3, 1, 2, 4), np.float32), np.empty((1, 2, 4), np.float32))
 
 
-@pytest.mark.parametrize("op,lbr", [("nn.lstm", False), ("nn.gru", False), ("nn.gru", True)])
+@pytest.mark.parametrize("op,lbr", [("nn.lstm", False), ("nn.gru", False), ("nn.gru", True),
+                                    ("nn.rnn", False)])
 @pytest.mark.parametrize("nthreads", [1, 2, 3])
 def test_large_batches_run_a_chunk_of_rows_per_thread(check, rand, op, lbr, nthreads):
     """On several threads a batch of 16 rows or more runs each step as a chunk of rows per
@@ -88,3 +91,9 @@ def test_large_batches_run_a_chunk_of_rows_per_thread(check, rand, op, lbr, nthr
             check(op, attrs, ins, **TOL)
     finally:
         relvm.set_num_threads(before)
+
+
+def test_rnn_weights_packed_by_the_call(check, rand):
+    """A simple RNN whose weights are not the VM's constants packs them per call (one gate)."""
+    ins = _inputs(rand, "nn.rnn", 6, 3, 4, 5, 2, lens=[6, 1, 3])
+    check("nn.rnn", {"hidden_size": 5, "direction": "bidirectional"}, ins, **TOL)

@@ -5,7 +5,8 @@ import pytest
 
 from relvm.backends.ckernels.reduce import REDUCE
 
-DTYPES = ["float32", "float64", "int64", "int32", "int8", "uint8"]
+INTS = ["int64", "int32", "int8", "uint8", "int16", "uint16", "uint32", "uint64"]
+DTYPES = ["float32", "float64"] + INTS
 AXES = [None, [], [0], [-1], [1], [0, 2], [1, 2], [0, 1, 2]]
 SHAPES = [(2, 3, 4), (5, 1, 7), (1, 9, 1), (3, 300, 5), (7, 3, 1031)]
 
@@ -44,15 +45,29 @@ def test_channels_last_global_pool(check, rand, op, shape):
 
 
 @pytest.mark.parametrize("op", ["sum", "prod"])
-@pytest.mark.parametrize("dtype", ["int8", "uint8", "int32"])
+@pytest.mark.parametrize("dtype", INTS)
 def test_integer_sums_wrap(check, rand, op, dtype):
-    check(op, {"axis": [1]}, [rand((3, 200), dtype, -128, 255)])
+    x = rand((3, 200), dtype, -128, 255)
+    x[:, :2] = np.iinfo(dtype).max  # past the range at once, whatever the width
+    check(op, {"axis": [1]}, [x])
+    check(op, {"axis": [0]}, [x])  # the column walk
 
 
-@pytest.mark.parametrize("dtype", ["int8", "int32", "int64"])
+@pytest.mark.parametrize("dtype", [d for d in INTS if d.startswith("int")])
 def test_integer_mean_truncates_toward_zero(check, dtype):
     x = np.array([[-3, -4], [3, 4], [-1, 0], [-7, 2]], dtype)
     check("mean", {"axis": [1]}, [x])
+
+
+@pytest.mark.parametrize("dtype", [d for d in INTS if d.startswith("uint")])
+@pytest.mark.parametrize("op", sorted(REDUCE))
+def test_unsigned_reductions_of_large_values(check, dtype, op):
+    """Values in the top half of the range (uint64's read as int64 would be negative): the
+    maximum, the order and the mean are unsigned."""
+    top = np.iinfo(dtype).max
+    x = np.array([[top // 2 + 4, 2, 0], [1, top, top - 1], [5, top // 2 + 1, 3]], dtype)
+    for axis in ([1], [0]):  # the row walk, then the column walk
+        check(op, {"axis": axis}, [x])
 
 
 @pytest.mark.parametrize("op", ["sum", "prod", "mean"])

@@ -6,7 +6,7 @@ an error."""
 import numpy as np
 import pytest
 
-from relvm.backends.ckernels.common import NUMBERS
+from relvm.backends.ckernels.common import ALL, NUMBERS
 
 SHAPES = [((7,), 0), ((4, 5), 0), ((4, 5), 1), ((3, 4, 5), 1), ((3, 4, 5), -1), ((0, 3), 1),
           ((3, 0), 1), ((2, 1000), 1), ((1000, 3), 0)]
@@ -23,7 +23,7 @@ def test_cumulative(check, rand, op, shape, axis, exclusive, reverse):
               [rand(shape, dtype, low, high)], rtol=1e-6 if dtype == "float32" else 1e-12)
 
 
-@pytest.mark.parametrize("dtype", ["int64", "int32", "int8", "uint8"])
+@pytest.mark.parametrize("dtype", [d for d in NUMBERS if d[0] in "iu"])
 def test_cumulative_integers_wrap(check, dtype):
     info = np.iinfo(dtype)
     x = np.array([info.max, info.max, 3, info.min, -1 if info.min else 7, 5], dtype)
@@ -75,7 +75,7 @@ def test_dyn_topk_refuses_k_outside_the_axis(c_kernel, k):
         kernel(x, np.array(k), np.empty(max(k, 0), np.float32), np.empty(max(k, 0), np.int64))
 
 
-DTYPES = ["float32", "float64", "float16", "int64", "int32", "int8", "uint8", "bool"]
+DTYPES = list(ALL)
 
 
 @pytest.mark.parametrize("shape", [(4, 5), (5, 4), (2, 3, 4, 4), (1, 1), (0, 3), (3, 0)], ids=str)
@@ -97,6 +97,17 @@ def test_unique(check, rng, shape, axis, sorted_):
     for dtype in NUMBERS + ("bool",):
         x = _ties_and_nans(rng, shape, dtype) if dtype != "bool" else rng.random(shape) < 0.5
         check("unique", {"axis": axis, "sorted": sorted_}, [x])
+
+
+@pytest.mark.parametrize("dtype", ["uint16", "uint32", "uint64"])
+def test_topk_and_unique_order_unsigned_values(check, dtype):
+    """The top half of the range sorts above the bottom (uint64's read as int64 would not)."""
+    top = np.iinfo(dtype).max
+    x = np.array([3, top, 0, top // 2 + 1, top // 2, 3, top - 1, 1], dtype)
+    for largest in (True, False):
+        check("topk", {"k": 3, "largest": largest}, [x])
+    check("unique", {}, [x])
+    check("unique", {"sorted": False}, [x])
 
 
 def test_unique_zeros_and_nans_are_one_entry_each(check):

@@ -3,7 +3,9 @@
 import numpy as np
 import pytest
 
-ALL_DTYPES = ["float32", "float64", "float16", "int64", "int32", "int8", "uint8", "bool"]
+from relvm.dtypes import DTYPES
+
+ALL_DTYPES = list(DTYPES)
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
@@ -182,14 +184,17 @@ def test_shape_of(check, rand, shape, dtype):
 @pytest.mark.parametrize("args,dtype", [((0, 10, 1), "int32"), ((10, 0, -3), "int64"),
                                         ((0.5, 7.0, 0.7), "float32"), ((1.0, 2.0, 0.1), "float64"),
                                         ((5, 5, 1), "int32"), ((-3, 300, 7), "int8"),
-                                        ((0, 10, 3), "float32")], ids=str)
+                                        ((0, 10, 3), "float32"), ((-3, 40000, 7), "int16"),
+                                        ((65500, 65535, 3), "uint16"), ((1, 100, 9), "uint32"),
+                                        ((2**40, 2**40 + 9, 4), "uint64")], ids=str)
 def test_arange(check, args, dtype):
     source = "float64" if isinstance(args[0], float) else "int64"
     check("arange", {"dtype": dtype}, [np.array(v, source) for v in args])
 
 
 @pytest.mark.parametrize("shape", [(), (7,), (3, 4), (2, 3, 4), (0, 3)], ids=str)
-@pytest.mark.parametrize("dtype", ["bool", "float32", "int32", "int8", "float16"])
+@pytest.mark.parametrize("dtype", ["bool", "float32", "int32", "int8", "float16", "int16",
+                                   "uint16", "uint32", "uint64"])
 def test_argwhere(check, rand, shape, dtype):
     x = rand(shape, dtype, -1, 2)
     if dtype == "float32" and x.size:

@@ -320,8 +320,10 @@ run-time shape rule for them.
 |---|---|
 | `nn.conv2d_transpose(data, weight)` | Relay's op: NCHW data, IOHW weight `(C_in, C_out/groups, kH, kW)`; out = `(in-1)*stride + dilation*(k-1) + 1 + output_padding - pad_before - pad_after`; `output_padding` extends the bottom/right. |
 | `image.resize2d(data)` | ONNX Resize over H and W of NCHW: `size` (static) or `scale` (output `floor(in*scale)` exactly over the float's value, so `h*2` stays symbolic); nearest (4 rounding modes), linear, cubic (`cubic_alpha`, `cubic_exclude`), `antialias`, 7 coordinate transformations (`roi`/`extrapolation_value` for tf_crop_and_resize). Separable, axis by axis, as onnx's reference; source coordinates computed in float32 as ONNX Runtime does. |
+| `image.grid_sample(data, grid)` | ONNX GridSample, opsets 16, 20 and 22 (opset 16's `bilinear` and `bicubic` are `linear` and `cubic`): data `(N, C, d1, ..., dk)` with k = 1 to 3, a grid `(N, o1, ..., ok, k)` of coordinates in [-1, 1], innermost axis first → `(N, C, o1, ..., ok)`; nearest (ties to even), N-linear, N-cubic (Keys, A = -0.75); zeros, border or reflection padding; `align_corners`. Positions op by op in the grid's dtype, as onnx's reference computes them; with cubic and border padding onnx's reference clamps the position where ONNX Runtime (and PyTorch) clamp each tap, and relvm follows the reference. The C kernel computes a block of points' taps once for every channel. |
 | `nn.lstm(data, weight_ih, weight_hh, bias, sequence_lens, initial_h, initial_c, peephole)` | ONNX LSTM (layout 0, gates `iofc`) over the whole sequence → `(Y, Y_h, Y_c)`; forward/reverse/bidirectional, per-direction activations with alpha/beta, `clip`, `input_forget`. An empty `sequence_lens` means full length; `initial_*` may have batch 1 (broadcast). |
 | `nn.gru(data, weight_ih, weight_hh, bias, sequence_lens, initial_h)` | ONNX GRU (gates `zrh`) → `(Y, Y_h)`, with `linear_before_reset`; same conventions. |
+| `nn.rnn(data, weight_ih, weight_hh, bias, sequence_lens, initial_h)` | ONNX RNN (one gate: `H_t = f(X_t W^T + H_{t-1} R^T + Wb + Rb)`, `f` tanh by default) → `(Y, Y_h)`; same conventions, on the same C kernel as LSTM and GRU. |
 | `gather(data, indices)`, `scatter_elements(data, indices, updates)` | Relay's ops: ONNX GatherElements and ScatterElements along `axis` (`reduction` update/add/mul/min/max). |
 | `gather_nd(data, indices)`, `scatter_nd(data, indices, updates)` | Relay's ops, index tuples along the *first* axis of `indices` (the importer moves ONNX's last axis first; a constant's transpose is folded): GatherND with `batch_dims`, ScatterND with `mode` update/add/mul/min/max. |
 | `logsumexp(data)` | ReduceLogSumExp: `m + log(sum(exp(x - m)))`, `m` the maximum, in float64 (no overflow; `-inf` over an empty axis). |
@@ -395,10 +397,10 @@ PROSE_CONFORMANCE = """## Conformance: the ONNX backend test suite
 
 Every one of onnx's own node cases (`onnx.backend.test`; the wheel builds them in memory), run
 through `onnx.backend.test.BackendTest` with a relvm backend (`tests/onnx/relvm_backend.py`:
-`prepare` keeps the model, `run` imports, builds once and runs on the VM). Models are built as
-users build them (C kernels, fusion on), except the three cases the C backend has no kernel for
-(float16 Max, Min and Range: `NUMPY_ONLY` in `tests/onnx/conformance.py`), which run on the
-NumPy kernels; a test checks the C build refuses each of them. Graph inputs the import needs as
+`prepare` keeps the model, `run` imports, builds once and runs on the VM). Every model is built
+as users build them (C kernels, fusion on); float16 ops the C backend has no float16 kernel for
+compute in float32 (`relvm/passes/widen.py`: the operands cast to float32, the results cast
+back, as ONNX Runtime's CPU provider does). Graph inputs the import needs as
 constants (an `axes` input) are frozen from the case's data; the rest are fed at run time. A
 case belongs to an op by its node, or for `*_expanded` cases by the case it expands. *Counted*
 cases are those whose every input and output is float32, int64, int32 or bool.

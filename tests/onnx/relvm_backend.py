@@ -11,9 +11,8 @@ arrive at run time. The lengths of 1-d integer inputs that hold a shape (Reshape
 starts...) stay static: they are ranks. So does the last dim of GatherND's and ScatterND's
 indices: the length of each index tuple, which decides the result's rank.
 
-Models are built as users build them, ``relvm.build(mod, params=params)``: C kernels, fusion on.
-The cases the C backend has no kernel for (``conformance.NUMPY_ONLY``, by graph name) are built
-on the NumPy kernels instead, and only they; any other case the C build refuses fails.
+Models are built as users build them, ``relvm.build(mod, params=params)``: C kernels, fusion on;
+a case the C build refuses fails.
 """
 
 from __future__ import annotations
@@ -27,8 +26,6 @@ from onnx.backend.base import Backend, BackendRep
 
 import relvm
 from relvm.frontend.onnx import RelvmImportError, from_onnx
-
-from conformance import NUMPY_ONLY
 
 #: The kernels the builds use: relvm.build's ``backend``, C unless ``RELVM_TEST_BACKEND=numpy``
 #: (everything on the NumPy reference kernels).
@@ -73,7 +70,7 @@ class RelvmRep(BackendRep):
         initializers = {t.name for t in model.graph.initializer}
         self.input_names = [vi.name for vi in model.graph.input if vi.name not in initializers]
         self.builds: dict[tuple, tuple[relvm.VirtualMachine, list[str]]] = {}
-        self.backend = "numpy" if model.graph.name in NUMPY_ONLY else KERNEL_BACKEND
+        self.backend = KERNEL_BACKEND
 
     def _build(self, feeds: dict[str, np.ndarray]):
         freeze: dict[str, np.ndarray] = {}

@@ -1,4 +1,4 @@
-"""The IR ops added for ONNX import: nn.conv2d_transpose, image.resize2d, nn.lstm, nn.gru.
+"""The IR ops added for ONNX import: nn.conv2d_transpose, image.resize2d, nn.lstm, nn.gru, nn.rnn.
 
 Their type relations over symbolic dims, their text round trip and type errors, and the
 conventions of the recurrent ops' references. ``test_new_ops_vs_ort.py`` checks the references
@@ -35,6 +35,11 @@ TYPES = [
      " %lens: Tensor[(b), int32], %h: Tensor[(1, b, 3), float32]) { nn.gru(%x, %w, %r, %bias,"
      " %lens, %h, hidden_size=3, linear_before_reset=True) }",
      "(Tensor[(s, 1, b, 3), float32], Tensor[(1, b, 3), float32])"),
+    ("def @main(%x: Tensor[(s, b, 5), float32], %w: Tensor[(2, 3, 5), float32],"
+     " %r: Tensor[(2, 3, 3), float32], %bias: Tensor[(2, 6), float32],"
+     " %lens: Tensor[(0), int32], %h: Tensor[(2, 1, 3), float32]) { nn.rnn(%x, %w, %r, %bias,"
+     " %lens, %h, hidden_size=3, direction=\"bidirectional\", activations=[\"relu\", \"tanh\"]) }",
+     "(Tensor[(s, 2, b, 3), float32], Tensor[(2, b, 3), float32])"),
 ]
 
 
@@ -56,6 +61,11 @@ def test_type_over_symbolic_dims_and_text_round_trip(text, result):
      " %h: Tensor[(1, 2, 3), float32], %c: Tensor[(1, 2, 3), float32],"
      " %p: Tensor[(1, 9), float32]) { nn.lstm(%x, %w, %r, %b, %l, %h, %c, %p, hidden_size=3) }",
      "weight_ih"),
+    ("def @main(%x: Tensor[(4, 2, 5), float32], %w: Tensor[(1, 3, 5), float32],"
+     " %r: Tensor[(1, 3, 3), float32], %b: Tensor[(1, 6), float32], %l: Tensor[(0), int32],"
+     " %h: Tensor[(1, 2, 3), float32]) { nn.rnn(%x, %w, %r, %b, %l, %h, hidden_size=3,"
+     " activations=[\"tanh\", \"tanh\"]) }",
+     r"activations must have 1 entries \(1 per direction\)"),
 ])
 def test_type_errors(text, message):
     with pytest.raises(relvm.RelvmTypeError, match=message):

@@ -17,8 +17,10 @@ CODE = {name: i for i, name in enumerate(dtypes.DTYPES)}
 ITEMSIZE = {name: dt.itemsize for name, dt in dtypes.DTYPES.items()}
 
 FLOATS = ("float32", "float64")
-NUMBERS = ("float32", "float64", "int64", "int32", "int8", "uint8")
-INTEGERS = ("int64", "int32", "int8", "uint8")
+#: Every integer dtype: the kernels declared on INTEGERS or NUMBERS implement each one (a
+#: kernel with fewer names its own tuple).
+INTEGERS = ("int64", "int32", "int8", "uint8", "int16", "uint16", "uint32", "uint64")
+NUMBERS = FLOATS + INTEGERS
 ALL = tuple(dtypes.DTYPES)
 
 MAX_DIMS = 64  # NEST_MAX_DIMS in kernels/internal/nest.h

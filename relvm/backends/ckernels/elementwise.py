@@ -71,11 +71,13 @@ for _op, (_, _dtypes) in UNARY.items():
 
 def _clip_bounds(attrs, dtype: np.dtype) -> tuple[float, float, int, int]:
     """The reference's bounds (``clip_bounds``), as relvm_clip takes them: float bounds for a
-    float dtype, integer bounds for an integer one."""
+    float dtype, integer bounds for an integer one, as int64_t (uint64's past 2^63 as their
+    bits, which C converts back)."""
     lo, hi = clip_bounds(attrs.a_min, attrs.a_max, dtype.name)
     if dtype.kind == "f":
         return float(lo), float(hi), 0, 0
-    return 0.0, 0.0, int(lo), int(hi)
+    as_int64 = np.array([lo, hi], dtype).view(np.int64) if dtype.itemsize == 8 else (lo, hi)
+    return 0.0, 0.0, int(as_int64[0]), int(as_int64[1])
 
 
 @kernel("clip", dtypes=NUMBERS)

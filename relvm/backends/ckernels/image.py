@@ -1,5 +1,6 @@
-"""C kernel for image.resize2d: the taps come from the reference's own rule (axis_taps),
-computed once per shape; C does the two weighted passes."""
+"""C kernels of the image ops: image.resize2d (its taps come from the reference's own rule,
+axis_taps, computed once per shape; C does the two weighted passes) and image.grid_sample (C
+computes each point's taps from the grid, once for every channel)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import numpy as np
 
 from ...ops import image as image_ops
 from . import kernel
-from .common import CODE, NUMBERS, attrs_of, check, library, remember, shape_error
+from .common import (CODE, FLOATS, attrs_of, check, int64s, library, prod, remember,
+                     shape_error)
 
 
 def _axis(ffi, attrs, axis: int, n_in: int, n_out: int, keep: list):
@@ -44,7 +46,12 @@ def _plan(ffi, attrs, x, out):
     return (x[0] * x[1], x[2], x[3], oh, ow, rows, cols), keep
 
 
-@kernel("image.resize2d", dtypes=NUMBERS, accepts=lambda e: e.outputs[0] in NUMBERS)
+#: kernels/resize.c loads and stores these; the 16-bit and wider unsigned types are not there
+#: yet (no model resizes them), so the build refuses them by name.
+RESIZE_DTYPES = ("float32", "float64", "int64", "int32", "int8", "uint8")
+
+
+@kernel("image.resize2d", dtypes=RESIZE_DTYPES, accepts=lambda e: e.outputs[0] in RESIZE_DTYPES)
 def make_resize2d(entry):
     ffi, lib = library()
     attrs = attrs_of(entry)
@@ -59,6 +66,43 @@ def make_resize2d(entry):
             plan = remember(plans, key, _plan(ffi, attrs, *key))
         args, _ = plan
         status = resize(src, dst, *args, fill, ptr(x), ptr(out))
+        if status:
+            check(status, f"{name} {key}")
+    return run
+
+
+def _grid_plan(x, grid, out):
+    """The C arguments of image.grid_sample for these shapes (its checks run here, once)."""
+    rank = len(x) - 2
+    if not 1 <= rank <= 3 or len(grid) != len(x):
+        raise shape_error("image.grid_sample needs (N, C, 1 to 3 spatial dims) data and a grid "
+                          "of the same rank", data=x, grid=grid)
+    if grid[0] != x[0] or grid[-1] != rank:
+        raise shape_error(f"image.grid_sample: the grid must be (N, ..., {rank}) for this data",
+                          data=x, grid=grid)
+    if out != x[:2] + grid[1:-1]:
+        raise shape_error("image.grid_sample: wrong output shape", data=x, grid=grid, output=out)
+    spatial = int64s(x[2:])
+    return (rank, x[0], x[1], spatial, prod(grid[1:-1])), spatial
+
+
+@kernel("image.grid_sample", dtypes=FLOATS,
+        accepts=lambda e: e.inputs[1] in FLOATS and e.outputs[0] == e.inputs[0])
+def make_grid_sample(entry):
+    ffi, lib = library()
+    attrs = attrs_of(entry)
+    codes = (CODE[entry.inputs[0]], CODE[entry.inputs[1]],
+             getattr(lib, f"RELVM_GRID_{attrs.method.upper()}"),
+             getattr(lib, f"RELVM_GRID_{attrs.padding_mode.upper()}"), int(attrs.align_corners))
+    sample, ptr, name, plans = lib.relvm_grid_sample, ffi.from_buffer, entry.name, {}
+
+    def run(x, grid, out):
+        key = (x.shape, grid.shape, out.shape)
+        plan = plans.get(key)
+        if plan is None:
+            plan = remember(plans, key, _grid_plan(*key))
+        args, _ = plan
+        status = sample(*codes, *args, ptr(x), ptr(grid), ptr(out))
         if status:
             check(status, f"{name} {key}")
     return run

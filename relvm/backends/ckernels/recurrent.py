@@ -1,5 +1,5 @@
-"""C kernels for nn.lstm and nn.gru: one C call per direction runs the whole sequence, on
-relvm's GEMM; constant weights are packed for it once per VM."""
+"""C kernels for nn.lstm, nn.gru and nn.rnn: one C call per direction runs the whole sequence,
+on relvm's GEMM; constant weights are packed for it once per VM."""
 
 from __future__ import annotations
 
@@ -9,7 +9,11 @@ from ...ops import recurrent as recurrent_ops
 from . import kernel
 from .common import attrs_of, check, library, remember, shape_error
 
-_DEFAULTS = {"nn.lstm": ("sigmoid", "tanh", "tanh"), "nn.gru": ("sigmoid", "tanh")}
+_DEFAULTS = {"nn.lstm": ("sigmoid", "tanh", "tanh"), "nn.gru": ("sigmoid", "tanh"),
+             "nn.rnn": ("tanh",)}
+#: Per op: its C cell and number of gates.
+_CELLS = {"nn.lstm": ("RELVM_CELL_LSTM", 4), "nn.gru": ("RELVM_CELL_GRU", 3),
+          "nn.rnn": ("RELVM_CELL_RNN", 1)}
 
 
 def _activations(lib, attrs, op: str, d: int):
@@ -30,7 +34,7 @@ def _activations(lib, attrs, op: str, d: int):
 
 def _plan(ffi, lib, attrs, op: str, shapes, out_shapes):
     """Per direction, the C struct; checks the shapes as the reference's type relation does."""
-    gru, gates = op == "nn.gru", 3 if op == "nn.gru" else 4
+    lstm, (cell, gates) = op == "nn.lstm", _CELLS[op]
     x, w, r, b, lens, h0 = shapes[:6]
     dirs, hidden = (2 if attrs.direction == "bidirectional" else 1), attrs.hidden_size
     if len(x) != 3:
@@ -39,14 +43,14 @@ def _plan(ffi, lib, attrs, op: str, shapes, out_shapes):
     want = {"weight_ih": (w, (dirs, gates * hidden, width)),
             "weight_hh": (r, (dirs, gates * hidden, hidden)),
             "bias": (b, (dirs, 2 * gates * hidden))}
-    if not gru:
+    if lstm:
         want["peephole"] = (shapes[7], (dirs, 3 * hidden))
     for name, (got, shape) in want.items():
         if got != shape:
             raise ValueError(f"{name} {got} must be {shape}")
     if lens not in ((0,), (batch,)):
         raise ValueError(f"sequence_lens {lens} must be (batch,) = ({batch},)")
-    states = [h0] if gru else [h0, shapes[6]]
+    states = [h0, shapes[6]] if lstm else [h0]
     for name, s in zip(("initial_h", "initial_c"), states):
         if s not in ((dirs, batch, hidden), (dirs, 1, hidden)):
             raise ValueError(f"{name} {s} must be ({dirs}, {batch} or 1, {hidden})")
@@ -57,14 +61,15 @@ def _plan(ffi, lib, attrs, op: str, shapes, out_shapes):
     for d in range(dirs):
         acts = _activations(lib, attrs, op, d)
         plans.append(ffi.new("struct relvm_rnn *", dict(
-            seq=seq, batch=batch, input=width, hidden=hidden, dirs=dirs, dir=d, gru=int(gru),
+            seq=seq, batch=batch, input=width, hidden=hidden, dirs=dirs, dir=d,
+            cell=getattr(lib, cell),
             reverse=int(attrs.direction == "reverse" or d == 1),
             input_forget=int(bool(attrs.get("input_forget", False))),
             linear_before_reset=int(bool(attrs.get("linear_before_reset", False))),
             has_clip=int(attrs.clip is not None), clip=float(attrs.clip or 0.0),
             act=[a[0] for a in acts], alpha=[a[1] for a in acts], beta=[a[2] for a in acts],
             h0_stride=hidden if h0[1] == batch else 0,
-            c0_stride=0 if gru or shapes[6][1] != batch else hidden)))
+            c0_stride=hidden if lstm and shapes[6][1] == batch else 0)))
     return plans
 
 
@@ -105,8 +110,8 @@ def _packing(ffi, lib, gates: int, w: np.ndarray, r: np.ndarray):
 
 def make_recurrent(entry, constants=None):
     ffi, lib = library()
-    attrs, op, gru = attrs_of(entry), entry.op, entry.op == "nn.gru"
-    gates = 3 if gru else 4
+    attrs, op = attrs_of(entry), entry.op
+    lstm, gates = op == "nn.lstm", _CELLS[op][1]
     n_in = len(entry.inputs)
     run_direction, ptr, plans = lib.relvm_rnn_direction, ffi.from_buffer, {}
     fptr = lambda a, offset=0: ptr("float[]", a) + offset  # noqa: E731
@@ -142,10 +147,10 @@ def make_recurrent(entry, constants=None):
             status = run_direction(
                 s, fptr(x), fptr(w, d * w[0].size), fptr(r, d * r[0].size), fptr(b, d * b[0].size),
                 lens_ptr, fptr(h0, d * state),
-                null if gru else fptr(ins[6], d * ins[6].shape[1] * ins[6].shape[2]),
-                null if gru else fptr(ins[7], d * ins[7].shape[1]),
+                fptr(ins[6], d * ins[6].shape[1] * ins[6].shape[2]) if lstm else null,
+                fptr(ins[7], d * ins[7].shape[1]) if lstm else null,
                 fptr(outs[0]), fptr(outs[1], d * batch * s.hidden),
-                null if gru else fptr(outs[2], d * batch * s.hidden),
+                fptr(outs[2], d * batch * s.hidden) if lstm else null,
                 *(pack[d] if pack else (null, null)))
             check(status, f"{entry.name} {key}")
     return run
@@ -153,3 +158,4 @@ def make_recurrent(entry, constants=None):
 
 kernel("nn.lstm", dtypes=("float32",), with_constants=True)(make_recurrent)
 kernel("nn.gru", dtypes=("float32",), with_constants=True)(make_recurrent)
+kernel("nn.rnn", dtypes=("float32",), with_constants=True)(make_recurrent)

@@ -7,7 +7,9 @@ made valid identifiers), unknown dims become ``?``, and initializers become para
     mod, params = relvm.frontend.onnx.from_onnx("model.onnx")
     exe = relvm.build(mod, params=params)          # compiled once, for every batch size
 
-Needs the ``onnx`` package (``pip install "relvm[onnx]"``). See ``docs/onnx.md`` for the ops,
+The model's local functions, and the ops the ONNX standard defines as functions of other ops
+that relvm has no converter for (SwiGLU, CausalConvWithState, ...), are inlined first
+(``functions.py``). Needs the ``onnx`` package (``pip install "relvm[onnx]"``). See ``docs/onnx.md`` for the ops,
 the opsets and what stays static.
 """
 
@@ -58,9 +60,13 @@ def from_onnx(model: Any, *, freeze: Mapping[str, Any] | None = None):
     except ImportError:  # pragma: no cover
         raise RelvmImportError('importing ONNX needs the onnx package: pip install "relvm[onnx]"') \
             from None
+    from .converters import CONVERTERS
+    from .functions import expand_functions
     from .importer import Importer
 
     model = load_model(model)
+    model = expand_functions(model, lambda domain, op: domain in ("", "ai.onnx")
+                             and op in CONVERTERS)
     frozen = {k: np.asarray(v) for k, v in (freeze or {}).items()}
     return Importer(model, frozen).run()
 

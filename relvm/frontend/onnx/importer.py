@@ -26,8 +26,8 @@ from ...passes.type_infer import _Mismatch, freshen, infer_module, join
 from .values import Scope, Value, as_sym
 
 #: ONNX TensorProto element types relvm has, by their numbers.
-ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 6: "int32", 7: "int64", 9: "bool",
-               10: "float16", 11: "float64"}
+ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32",
+               7: "int64", 9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64"}
 #: Known tensors (other than initializers) up to this many elements stay inline constants;
 #: larger ones become parameters of @main, as initializers do.
 INLINE_LIMIT = 16

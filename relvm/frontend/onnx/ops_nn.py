@@ -1,4 +1,4 @@
-"""Convolutions, pooling, normalization, matrix products, recurrent layers and Resize.
+"""Convolutions, pooling, normalization, matrix products, recurrent layers, Resize and GridSample.
 
 relvm's window ops are 2-D (NCHW): 1-D convolutions and pools run as 2-D ones over a height of
 1; 3-D pools run as two 2-D pools (over H and W, then over D), which is exact because max and
@@ -374,7 +374,7 @@ def _recurrent(n: Node, op: str, gates: int, per_direction: int, states: int):
         attrs["clip"] = float(n.attr("clip"))
     if op == "nn.lstm":
         attrs["input_forget"] = bool(n.attr("input_forget", 0))
-    else:
+    elif op == "nn.gru":
         attrs["linear_before_reset"] = bool(n.attr("linear_before_reset", 0))
     out = n.call(op, *args, **attrs)
     y = n.field(out, 0)
@@ -395,6 +395,11 @@ def gru(n: Node):
     return _recurrent(n, "nn.gru", 3, 2, 1)
 
 
+@converter("RNN")
+def rnn(n: Node):
+    return _recurrent(n, "nn.rnn", 1, 1, 1)
+
+
 # --- resize ------------------------------------------------------------------------------------
 
 _METHODS = {"nearest": "nearest_neighbor", "linear": "linear", "cubic": "cubic"}
@@ -409,6 +414,27 @@ def _full_rank(n: Node, values, axes, rank: int, fill) -> list:
     for a, v in zip(axes, values):
         out[a] = v
     return out
+
+
+@converter("Upsample")
+def upsample(n: Node):
+    """Upsample (opsets 7-9, deprecated for Resize): out = floor(in * scale); nearest picks
+    floor(out / scale), linear interpolates at out / scale (asymmetric), as ONNX Runtime."""
+    rank = n.rank(0)
+    if rank != 4:
+        raise n.fail(f"only 4-d (NCHW) inputs are supported, got rank {rank}")
+    mode = n.attr("mode", "nearest")
+    if mode not in ("nearest", "linear", "bilinear"):
+        raise n.fail(f"mode {mode!r} is not supported")
+    scales = n.attr("scales") if n.opset < 9 else n.const(1, "scales")
+    scales = [float(s) for s in np.asarray(scales).reshape(-1)]
+    if len(scales) != rank:
+        raise n.fail(f"scales {scales} must have one entry per axis of the rank-{rank} input")
+    if scales[0] != 1 or scales[1] != 1:
+        raise n.fail(f"upsampling N or C is not supported (scales {scales})")
+    return n.call("image.resize2d", n.x(0), scale=scales[2:],
+                  method="nearest_neighbor" if mode == "nearest" else "linear",
+                  coordinate_transformation_mode="asymmetric", rounding_method="floor")
 
 
 @converter("Resize")
@@ -483,3 +509,23 @@ def _keep_aspect(n: Node, sizes, shape, axes, policy: str) -> dict:
     scale = min(ratios) if policy == "not_larger" else max(ratios)
     out = [int(scale * shape[a] + 0.5) if a in axes else shape[a] for a in range(len(shape))]
     return {"size": out[2:], "scale": [scale if a in axes else 1.0 for a in (2, 3)]}
+
+
+# --- grid sample -------------------------------------------------------------------------------
+
+#: GridSample's modes: opset 16's names, then opset 20's (N-D: linear and cubic for any rank).
+_GRID_METHODS = {"bilinear": "linear", "bicubic": "cubic", "nearest": "nearest",
+                 "linear": "linear", "cubic": "cubic"}
+
+
+@converter("GridSample")
+def grid_sample(n: Node):
+    """``image.grid_sample``, which checks the ranks and shapes."""
+    mode = n.attr("mode", "bilinear" if n.opset < 20 else "linear")
+    if mode not in _GRID_METHODS:
+        raise n.fail(f"mode {mode!r} is not one of {', '.join(_GRID_METHODS)}")
+    padding = n.attr("padding_mode", "zeros")
+    if padding not in ("zeros", "border", "reflection"):
+        raise n.fail(f"padding_mode {padding!r} is not zeros, border or reflection")
+    return n.call("image.grid_sample", n.x(0), n.x(1), method=_GRID_METHODS[mode],
+                  padding_mode=padding, align_corners=bool(n.attr("align_corners", 0)))
