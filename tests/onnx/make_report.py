@@ -340,10 +340,11 @@ the same).
 ### Quantized ops
 
 QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, MatMulInteger, QLinearMatMul,
-ConvInteger and QLinearConv, over the integer dtypes relvm has (int8 and uint8, and int32 into
-DequantizeLinear); a model with float8, int4, int2, (u)int16 or bfloat16 tensors fails to
-import, naming the dtype. Each computes what ONNX Runtime's CPU kernels compute, rounding
-included (`tests/onnx/test_quant_ops_vs_ort.py` compares them bit for bit):
+ConvInteger and QLinearConv, over the integer dtypes relvm has (QuantizeLinear and
+DequantizeLinear: int8, uint8, int16 and uint16, and int32 into DequantizeLinear; the products:
+int8 and uint8, as ONNX defines them); a model with float8, int4, int2 or bfloat16 tensors
+fails to import, naming the dtype. Each computes what ONNX Runtime's CPU kernels compute,
+rounding included (`tests/onnx/test_quant_ops_vs_ort.py` compares them bit for bit):
 
 - **Integer products.** MatMulInteger and ConvInteger are `nn.matmul_integer` and
   `nn.conv2d_integer`: `sum (a - a_zero_point)(b - b_zero_point)` exact in int32 (wrapping as

@@ -22,6 +22,8 @@ from onnx.reference import ReferenceEvaluator  # noqa: E402
 from relvm.frontend.onnx import RelvmImportError, from_onnx  # noqa: E402
 
 U8, I8 = np.uint8, np.int8
+#: QuantizeLinear's and DequantizeLinear's integer dtypes (the products take int8 and uint8)
+QDQ_DTYPES = [U8, I8, np.int16, np.uint16]
 RNG = np.random.default_rng(2019)
 
 
@@ -106,10 +108,12 @@ SHAPES = [(2, 3, 4), (1, 3, 7), (5, 3, 1)]
 
 
 def floats(shape, spread=300.0):
+    """Normal values ``spread`` wide: int8's and uint8's ranges are left at the tails (TIES
+    below reaches the 16-bit dtypes' ends)."""
     return (RNG.standard_normal(shape) * spread).astype(np.float32)
 
 
-@pytest.mark.parametrize("dtype", [U8, I8])
+@pytest.mark.parametrize("dtype", QDQ_DTYPES)
 @pytest.mark.parametrize("granularity", ["tensor", "axis", "blocked"])
 @pytest.mark.parametrize("constant", [False, True])
 def test_quantize_linear(dtype, granularity, constant):
@@ -146,10 +150,11 @@ def test_quantize_linear_blocked_along_a_symbolic_axis():
 
 
 TIES = np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 126.5, 127.5, 128.5, -127.5, -128.5, 254.5,
-                 255.5, 1e9, -1e9, np.inf, -np.inf, np.nan, 3.4999998, -0.0], np.float32)
+                 255.5, 32766.5, 32767.5, -32767.5, -32768.5, 65534.5, 65535.5, 1e9, -1e9, np.inf,
+                 -np.inf, np.nan, 3.4999998, -0.0], np.float32)
 
 
-@pytest.mark.parametrize("dtype", [U8, I8])
+@pytest.mark.parametrize("dtype", QDQ_DTYPES)
 def test_quantize_linear_rounds_half_to_even_and_saturates(dtype):
     lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
     for zp in (lo, 0, hi):
@@ -163,7 +168,7 @@ def test_quantize_linear_rounds_half_to_even_and_saturates(dtype):
                              [TIES[::-1].copy(), np.float32(2.0), np.array(lo, dtype)]])
 
 
-@pytest.mark.parametrize("dtype", [U8, I8, np.int32])
+@pytest.mark.parametrize("dtype", QDQ_DTYPES + [np.int32])
 @pytest.mark.parametrize("granularity", ["tensor", "axis", "blocked"])
 @pytest.mark.parametrize("scale_dtype", [np.float32, np.float16])
 def test_dequantize_linear(dtype, granularity, scale_dtype):
