@@ -60,6 +60,11 @@ typedef void qg_tile_fn(int rows, int nv, int64_t kg, const uint8_t *block, cons
                         uint32_t k, int32_t *c, int64_t ldc);
 /* A packed panel's column sums (its head), from its data. */
 typedef void qg_sums_fn(int64_t kg, uint8_t *panel);
+/* A packed block as a tile reads it, made once per block into `wide` (wide_bytes(k)), where
+ * the tile wants its bytes widened (AVX2: to int16). */
+typedef void qg_widen_fn(int64_t kg, const uint8_t *block, uint8_t *wide);
+
+static inline int64_t wide_bytes(int64_t k) { return QG_HEAD + kgroups(k) * QG_MR * 8; }
 
 static inline void tile_portable_body(int rows, int nv, int64_t kg, const uint8_t *block,
                                       const uint8_t *panel, int64_t panel_stride, int cols,
@@ -207,31 +212,125 @@ static void sums_vnni(int64_t kg, uint8_t *panel) {
 #pragma GCC pop_options
 #endif
 
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define QG_AVX2 1
+#pragma GCC push_options
+#pragma GCC target("avx2")
+/* AVX2 has no byte dot product that cannot saturate (vpmaddubsw's 16-bit pair sums can), so a
+ * step multiplies 16-bit values: vpmaddwd of b's bytes widened to int16 (4 columns x 4 k's a
+ * vector) by a row's 4 bytes, widened once per block and broadcast, gives each column two
+ * exact partial sums, added pairwise at the end. */
+static void widen_avx2(int64_t kg, const uint8_t *block, uint8_t *wide) {
+    memcpy(wide, block, QG_HEAD);
+    const uint8_t *a = block + QG_HEAD;
+    uint8_t *w = wide + QG_HEAD;
+    for (int64_t g = 0; g < kg; ++g) { /* 8 rows x 4 bytes -> 8 rows x 4 int16 */
+        const __m128i lo = _mm_loadu_si128((const __m128i *)(a + g * 32));
+        const __m128i hi = _mm_loadu_si128((const __m128i *)(a + g * 32 + 16));
+        _mm256_storeu_si256((__m256i *)(w + g * 64), _mm256_cvtepu8_epi16(lo));
+        _mm256_storeu_si256((__m256i *)(w + g * 64 + 32), _mm256_cvtepu8_epi16(hi));
+    }
+}
+
+/* `rows` (1 to 4, a constant where inlined) rows of the widened block from `a` times 8
+ * columns of a panel from `b`: out[r] holds row r's 8 sums. */
+static inline __attribute__((always_inline)) void
+rows_avx2(const int rows, int64_t kg, const uint8_t *a, const uint8_t *b, __m256i *out) {
+    const __m256i zero = _mm256_setzero_si256();
+    __m256i c00 = zero, c01 = zero, c10 = zero, c11 = zero, c20 = zero, c21 = zero, c30 = zero,
+            c31 = zero;
+    for (int64_t g = 0; g < kg; ++g) {
+        const __m256i b0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + g * 64)));
+        const __m256i b1 =
+            _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + g * 64 + 16)));
+        int64_t four;
+#define QG_ROW_STEP(r)                                                                         \
+    if (rows > r) {                                                                            \
+        memcpy(&four, a + g * 64 + r * 8, 8);                                                  \
+        const __m256i av = _mm256_set1_epi64x(four);                                           \
+        c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(b0, av));                       \
+        c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(b1, av));                        \
+    }
+        QG_ROW_STEP(0) QG_ROW_STEP(1) QG_ROW_STEP(2) QG_ROW_STEP(3)
+#undef QG_ROW_STEP
+    }
+    /* [c0 c0 c1 c1 | c2 c2 c3 c3] and [c4 ... c7]: pairs added, lanes put in order */
+    out[0] = _mm256_permute4x64_epi64(_mm256_hadd_epi32(c00, c01), 0xD8);
+    if (rows > 1) out[1] = _mm256_permute4x64_epi64(_mm256_hadd_epi32(c10, c11), 0xD8);
+    if (rows > 2) out[2] = _mm256_permute4x64_epi64(_mm256_hadd_epi32(c20, c21), 0xD8);
+    if (rows > 3) out[3] = _mm256_permute4x64_epi64(_mm256_hadd_epi32(c30, c31), 0xD8);
+}
+
+/* The tile, 8 columns (half a panel) and 4 rows at a time; `block` widened by widen_avx2. */
+static void tile_avx2(int rows, int nv, int64_t kg, const uint8_t *block, const uint8_t *panel,
+                      int64_t panel_stride, int cols, const int32_t *za, const int32_t *zb,
+                      uint32_t k, int32_t *c, int64_t ldc) {
+    const int32_t *row_sums = (const int32_t *)block;
+    for (int j0 = 0; j0 < cols; j0 += 8) {
+        const uint8_t *p = panel + j0 / QG_NP * panel_stride;
+        const uint8_t *b = p + QG_HEAD + j0 % QG_NP / 8 * 32;
+        const __m256i col_sums = _mm256_loadu_si256((const __m256i *)((const int32_t *)p +
+                                                                      j0 % QG_NP));
+        const __m256i zbv = _mm256_loadu_si256((const __m256i *)(zb + j0));
+        const int n = cols - j0 < 8 ? cols - j0 : 8;
+        const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n),
+                                                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        for (int r0 = 0; r0 < rows; r0 += 4) {
+            __m256i sums[4];
+            const uint8_t *a = block + QG_HEAD + r0 * 8;
+            switch (rows - r0 < 4 ? rows - r0 : 4) {
+            case 1: rows_avx2(1, kg, a, b, sums); break;
+            case 2: rows_avx2(2, kg, a, b, sums); break;
+            case 3: rows_avx2(3, kg, a, b, sums); break;
+            default: rows_avx2(4, kg, a, b, sums); break;
+            }
+            for (int r = r0; r < rows && r < r0 + 4; ++r) {
+                const uint32_t rest = (uint32_t)row_sums[r] - k * (uint32_t)za[r];
+                __m256i out = _mm256_sub_epi32(
+                    sums[r - r0], _mm256_mullo_epi32(_mm256_set1_epi32(za[r]), col_sums));
+                out = _mm256_sub_epi32(out,
+                                       _mm256_mullo_epi32(_mm256_set1_epi32((int32_t)rest), zbv));
+                _mm256_maskstore_epi32(c + r * ldc + j0, mask, out);
+            }
+        }
+    }
+}
+#pragma GCC pop_options
+#endif
+
 static pthread_once_t choose_once = PTHREAD_ONCE_INIT;
 static qg_tile_fn *chosen_tile;
 static qg_sums_fn *chosen_sums;
+static qg_widen_fn *chosen_widen;
 static const char *chosen_isa = "portable";
 
-/* VNNI where the CPU has it, unless RELVM_PGEMM_ISA holds the GEMMs to avx2 or sse2. */
+/* VNNI where the CPU has it, else AVX2, unless RELVM_PGEMM_ISA holds the GEMMs to avx2 or
+ * sse2 (the portable tile). */
 static void choose(void) {
     chosen_tile = tile_portable;
     chosen_sums = sums_portable;
+    chosen_widen = NULL;
 #ifdef QG_VNNI
     const char *cap = getenv("RELVM_PGEMM_ISA");
-    const int lesser = cap && (strcmp(cap, "avx2") == 0 || strcmp(cap, "sse2") == 0);
+    const int upto = !cap ? 2 : strcmp(cap, "avx2") == 0 ? 1 : strcmp(cap, "sse2") == 0 ? 0 : 2;
     __builtin_cpu_init();
-    if (!lesser && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni")) {
+    if (upto >= 2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni")) {
         chosen_tile = tile_vnni;
         chosen_sums = sums_vnni;
         chosen_isa = "avx512vnni";
+    } else if (upto >= 1 && __builtin_cpu_supports("avx2")) {
+        chosen_tile = tile_avx2;
+        chosen_widen = widen_avx2;
+        chosen_isa = "avx2";
     }
 #endif
 }
 
-static void chosen(qg_tile_fn **tile, qg_sums_fn **sums) {
+static void chosen(qg_tile_fn **tile, qg_sums_fn **sums, qg_widen_fn **widen) {
     pthread_once(&choose_once, choose);
     *tile = chosen_tile;
     *sums = chosen_sums;
+    *widen = chosen_widen;
 }
 
 RELVM_EXPORT const char *relvm_qgemm_isa(void) {
@@ -302,7 +401,8 @@ RELVM_EXPORT void relvm_qgemm_pack_b(int dtype, int64_t k, int64_t n, const void
                                      void *packed) {
     qg_tile_fn *tile;
     qg_sums_fn *sums;
-    chosen(&tile, &sums);
+    qg_widen_fn *widen;
+    chosen(&tile, &sums, &widen);
     for (int64_t q = 0; q * QG_NP < n; ++q)
         pack_panel(b, k, n, q * QG_NP, b_flip(dtype), sums,
                    (uint8_t *)packed + q * panel_bytes(k));
@@ -315,6 +415,7 @@ RELVM_EXPORT void relvm_qgemm_pack_b(int dtype, int64_t k, int64_t n, const void
  * and chunk of panels t % chunks: a task packs its block of a once for its chunk. */
 struct mm_job {
     qg_tile_fn *tile;
+    qg_widen_fn *widen;
     int a_dtype;
     int64_t m, n, k, gemms, rows, blocks, panels, chunk, chunks, b_bytes;
     const uint8_t *a;
@@ -328,7 +429,8 @@ struct mm_job {
 
 static void mm_tasks(void *ctx, int64_t begin, int64_t end) {
     const struct mm_job *j = ctx;
-    uint8_t *block = (uint8_t *)relvm_scratch_floats((size_t)(block_bytes(j->k) / 4));
+    const int64_t wide = j->widen ? wide_bytes(j->k) : 0;
+    uint8_t *block = (uint8_t *)relvm_scratch_floats((size_t)((block_bytes(j->k) + wide) / 4));
     if (!block) {
         atomic_store(j->failed, 1);
         return;
@@ -347,10 +449,15 @@ static void mm_tasks(void *ctx, int64_t begin, int64_t end) {
             za[r] = j->za[j->za_step * row];
         }
         pack_block(src, rows, j->k, a_flip(j->a_dtype), block);
+        const uint8_t *read = block; /* the block as the tile reads it */
+        if (j->widen) {
+            j->widen(kgroups(j->k), block, block + block_bytes(j->k));
+            read = block + block_bytes(j->k);
+        }
         const int64_t q0 = chunk * j->chunk, q1 = relvm_min64(j->panels, q0 + j->chunk);
         const uint8_t *panel = j->packed_b + gemm * j->b_bytes + q0 * panel_bytes(j->k);
         int32_t *c = j->c + (gemm * j->rows + r0) * j->n + q0 * QG_NP;
-        run_block(j->tile, rows, j->k, block, panel, q1 - q0, j->n - q0 * QG_NP, za,
+        run_block(j->tile, rows, j->k, read, panel, q1 - q0, j->n - q0 * QG_NP, za,
                   j->zb + q0 * QG_NP, c, j->n);
     }
 }
@@ -393,7 +500,8 @@ RELVM_EXPORT int relvm_matmul_integer(int a_dtype, int b_dtype, int64_t batch, i
     if (batch == 0 || m == 0 || n == 0) return RELVM_OK;
     qg_tile_fn *tile;
     qg_sums_fn *sums;
-    chosen(&tile, &sums);
+    qg_widen_fn *widen;
+    chosen(&tile, &sums, &widen);
     const int64_t panels = ceil_div(n, QG_NP), b_items = stride_b ? batch : 1;
     const int64_t b_bytes = panels * panel_bytes(k);
     int32_t *zps = malloc((size_t)(a_zp_count + panels * QG_NP) * sizeof(int32_t));
@@ -420,7 +528,7 @@ RELVM_EXPORT int relvm_matmul_integer(int a_dtype, int b_dtype, int64_t batch, i
     const int64_t chunks = chunks_for(gemms * blocks, panels);
     const int64_t chunk = ceil_div(ceil_div(panels, chunks), QG_NV) * QG_NV;
     atomic_int failed = 0;
-    struct mm_job job = {tile, a_dtype, m, n, k, gemms, rows, blocks, panels, chunk,
+    struct mm_job job = {tile, widen, a_dtype, m, n, k, gemms, rows, blocks, panels, chunk,
                          ceil_div(panels, chunk), stride_b ? b_bytes : 0, a, stride_a,
                          packed_b ? packed_b : own_b, za, zb, a_zp_count == 1 ? 0 : 1, c,
                          &failed};
@@ -579,6 +687,7 @@ struct conv_job {
     struct conv_dims d;
     qg_tile_fn *tile;
     qg_sums_fn *sums;
+    qg_widen_fn *widen;
     int64_t panels, chunk, chunks;
     const uint8_t *nhwc, *pattern, *packed_w;
     const int32_t *za; /* one per output channel (za_step 1) or one for all (0) */
@@ -694,7 +803,8 @@ static void conv_tasks(void *ctx, int64_t begin, int64_t end) {
     const struct relvm_conv2d_shape *s = j->s;
     const struct conv_dims *d = &j->d;
     const int64_t ps = panel_bytes(d->k);
-    uint8_t *panels = (uint8_t *)relvm_scratch_floats((size_t)(j->chunk * ps / 4));
+    const int64_t wide = j->widen ? wide_bytes(d->k) : 0;
+    uint8_t *panels = (uint8_t *)relvm_scratch_floats((size_t)((j->chunk * ps + wide) / 4));
     if (!panels) {
         atomic_store(j->failed, 1);
         return;
@@ -714,6 +824,10 @@ static void conv_tasks(void *ctx, int64_t begin, int64_t end) {
             int32_t za[QG_MR];
             for (int r = 0; r < rows; ++r) za[r] = j->za[j->za_step * (oc0 + r)];
             const uint8_t *block = j->packed_w + g * d->group_bytes + blk * block_bytes(d->k);
+            if (j->widen) { /* (after the chunk's panels in the scratch) */
+                j->widen(kgroups(d->k), block, panels + j->chunk * ps);
+                block = panels + j->chunk * ps;
+            }
             int32_t *y = j->y + (img * s->oc + oc0) * d->pixels + q0 * QG_NP;
             /* every tile reads the same zero point: zb is its QG_NV panels' worth */
             for (int64_t q = q0; q < q1; q += QG_NV) {
@@ -884,7 +998,8 @@ RELVM_EXPORT int relvm_conv2d_integer(const struct relvm_conv2d_shape *s, int x_
     }
     qg_tile_fn *tile;
     qg_sums_fn *sums;
-    chosen(&tile, &sums);
+    qg_widen_fn *widen;
+    chosen(&tile, &sums, &widen);
     const struct conv_dims d = conv_dims(s);
     const int64_t panels = ceil_div(d.pixels, QG_NP), ps = panel_bytes(d.k);
     /* Chunks of panels about 96 KB (in L2 while every block of weights runs over them), and
@@ -921,9 +1036,10 @@ RELVM_EXPORT int relvm_conv2d_integer(const struct relvm_conv2d_shape *s, int x_
                            nhwc_chunks, &nj);
     }
     atomic_int failed = 0;
-    struct conv_job job = {s, d, tile, sums, panels, chunk, ceil_div(panels, chunk), copy,
-                           pattern, packed_w ? packed_w : own_w, za, w_zp_count == 1 ? 0 : 1,
-                           zb, y, &failed, pointwise(s) ? x : NULL, b_flip(x_dtype)};
+    struct conv_job job = {s, d, tile, sums, widen, panels, chunk, ceil_div(panels, chunk),
+                           copy, pattern, packed_w ? packed_w : own_w, za,
+                           w_zp_count == 1 ? 0 : 1, zb, y, &failed, pointwise(s) ? x : NULL,
+                           b_flip(x_dtype)};
     relvm_parallel_for(per_image * job.chunks, 1, conv_tasks, &job);
     free(copy);
     free(own_w);

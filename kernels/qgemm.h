@@ -7,7 +7,8 @@
  *
  * One GEMM serves both: a tile of 8 rows x 48 columns of c is summed in 32-bit registers over
  * all of k, with AVX-512 VNNI where the CPU has it (vpdpbusd: four unsigned-by-signed byte
- * products added to each 32-bit lane, exact) and in portable C elsewhere. Its operands are
+ * products added to each 32-bit lane, exact), else AVX2 (vpmaddwd of the bytes widened to
+ * int16, exact), else portable C. Its operands are
  * packed with a to unsigned and b to signed bytes (x ^ 0x80 moves a value by 128 between the
  * two; the zero points move with it), and the zero points are applied once per tile from the
  * packed rows' and columns' sums:
@@ -56,7 +57,7 @@ int relvm_conv2d_integer(const struct relvm_conv2d_shape *s, int x_dtype, int w_
                          const void *x_zero_point, const void *w_zero_point,
                          int64_t w_zp_count, void *y);
 
-/* The instruction set of the integer GEMM on this CPU: "avx512vnni" or "portable" (also when
- * RELVM_PGEMM_ISA asks for avx2 or sse2, as for the float GEMM). */
+/* The instruction set of the integer GEMM on this CPU: "avx512vnni", "avx2" or "portable" (or
+ * a lesser one where RELVM_PGEMM_ISA asks for avx2 or sse2, as for the float GEMM). */
 const char *relvm_qgemm_isa(void);
 #endif

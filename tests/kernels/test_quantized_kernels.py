@@ -165,21 +165,26 @@ def test_products_on_two_threads(check, q, two_threads):
                q((), "int8")])
 
 
-def test_products_on_the_portable_tile(rerun_under_isa):
-    """The tile without AVX-512 VNNI (RELVM_PGEMM_ISA=avx2 holds the GEMMs to AVX2)."""
-    rerun_under_isa("avx2", __file__, "not portable and not two_threads")
+@pytest.mark.parametrize("isa", ["avx2", "sse2"])
+def test_products_on_lesser_tiles(rerun_under_isa, isa):
+    """The AVX2 tile (16-bit products) and the portable one: RELVM_PGEMM_ISA holds the GEMMs
+    to AVX2 or SSE2."""
+    rerun_under_isa(isa, __file__, "not lesser_tiles and not two_threads")
 
 
 def test_the_tile_follows_the_instruction_set_asked_for():
-    """RELVM_PGEMM_ISA=avx2 or sse2 holds the integer GEMM to its portable tile too (so the
-    rerun above runs it); otherwise AVX-512 VNNI where the CPU has it."""
+    """RELVM_PGEMM_ISA=avx2 holds the integer GEMM to its AVX2 tile, sse2 to the portable one
+    (so the reruns above run them); otherwise AVX-512 VNNI where the CPU has it."""
     import os
 
     from relvm.backends.native import load
 
     ffi, lib = load()
     isa = ffi.string(lib.relvm_qgemm_isa()).decode()
-    if os.environ.get("RELVM_PGEMM_ISA") in ("avx2", "sse2"):
+    asked = os.environ.get("RELVM_PGEMM_ISA")
+    if asked == "sse2":
         assert isa == "portable"
+    elif asked == "avx2":
+        assert isa == "avx2"
     else:
-        assert isa in ("avx512vnni", "portable")
+        assert isa in ("avx512vnni", "avx2", "portable")
