@@ -31,8 +31,17 @@ def conv2d_geometry(attrs):
 
 def _check_conv_weight(attrs, data: TensorType, weight: TensorType) -> None:
     """Channels, groups, and the optional ``channels``/``kernel_size`` against the weight."""
-    g = attrs.groups
-    out_c, in_c, kh, kw = weight.shape
+    check_conv_channels(attrs.groups, data, weight)
+    out_c, _, kh, kw = weight.shape
+    if attrs.channels is not None and differ(attrs.channels, out_c):
+        raise OpTypeError(f"channels={attrs.channels} but weight {fmt_shape(weight.shape)} "
+                          f"has {D.dim_str(out_c)}")
+    check_kernel_size(attrs, weight, kh, kw)
+
+
+def check_conv_channels(g: int, data: TensorType, weight: TensorType) -> None:
+    """NCHW ``data``'s channels against OIHW ``weight`` in ``g`` groups."""
+    out_c, in_c = weight.shape[:2]
     if g < 1:
         raise OpTypeError(f"groups must be >= 1, got {g}")
     if differ(data.shape[1], in_c * g):
@@ -41,10 +50,6 @@ def _check_conv_weight(attrs, data: TensorType, weight: TensorType) -> None:
     if differ(D.mod(out_c, g), 0):
         raise OpTypeError(f"output channels of weight {fmt_shape(weight.shape)} are not a "
                           f"multiple of groups={g}")
-    if attrs.channels is not None and differ(attrs.channels, out_c):
-        raise OpTypeError(f"channels={attrs.channels} but weight {fmt_shape(weight.shape)} "
-                          f"has {D.dim_str(out_c)}")
-    check_kernel_size(attrs, weight, kh, kw)
 
 
 def check_kernel_size(attrs, weight: TensorType, kh: Dim, kw: Dim) -> None:
@@ -97,20 +102,27 @@ def _conv2d_ref(attrs, x, w):
 
 
 def _conv2d_nchw_ref(attrs, x, w):
+    acc = acc_dtype(x.dtype)
+    out = conv2d_sums(attrs, x.astype(acc), w.astype(acc))
+    return out.astype(np_dtype(attrs.out_dtype or x.dtype.name))
+
+
+def conv2d_sums(attrs, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """NCHW ``x`` convolved with OIHW ``w`` (zero padding) in their own (common) dtype, in
+    which the products are summed: the references' accumulator."""
     strides, dilation, pads = conv2d_geometry(attrs)
     g, (n, c) = attrs.groups, x.shape[:2]
     out_c, in_c, kh, kw = w.shape
     require(c == in_c * g, f"input channels differ: data {x.shape} vs weight {w.shape} "
                             f"with groups={g}")
     oh, ow = runtime_out(x, (kh, kw), strides, dilation, pads, False, "kernel")
-    acc = acc_dtype(x.dtype)
     rows = tap_index(oh, kh, strides[0], dilation[0])
     cols = tap_index(ow, kw, strides[1], dilation[1])
-    taps = window_taps(x.astype(acc), pads, 0, rows, cols).reshape(n, g, in_c, oh, ow, kh, kw)
-    weight = w.astype(acc).reshape(g, out_c // g, in_c, kh, kw)
+    taps = window_taps(x, pads, 0, rows, cols).reshape(n, g, in_c, oh, ow, kh, kw)
+    weight = w.reshape(g, out_c // g, in_c, kh, kw)
     # Group g's output channels read only group g's input channels.
     out = np.einsum("ngchwij,gocij->ngohw", taps, weight)
-    return out.reshape(n, out_c, oh, ow).astype(np_dtype(attrs.out_dtype or x.dtype.name))
+    return out.reshape(n, out_c, oh, ow)
 
 
 register("nn.conv2d", inputs=("data", "weight"), infer=_conv2d_type, reference=_conv2d_ref,

@@ -36,7 +36,9 @@ OPS = ("Conv ConvTranspose Gemm MatMul Relu LeakyRelu PRelu Sigmoid Tanh Gelu Er
        "Sin Cos Tan Asin Acos Atan Sinh Cosh Asinh Acosh Atanh Swish Xor "
        "HannWindow HammingWindow BlackmanWindow SpaceToDepth DepthToSpace CenterCropPad Hardmax "
        "EyeLike Compress LpPool AffineGrid GridSample BitwiseAnd BitwiseOr BitwiseXor BitwiseNot "
-       "BitShift ReverseSequence").split()
+       "BitShift ReverseSequence "
+       "QuantizeLinear DequantizeLinear DynamicQuantizeLinear MatMulInteger QLinearMatMul "
+       "ConvInteger QLinearConv").split()
 
 #: TensorProto element types of the counted cases: float32, int32, int64, bool.
 COUNTED_TYPES = {1, 6, 7, 9}

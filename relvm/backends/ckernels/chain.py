@@ -21,7 +21,7 @@ from .common import np_dtype, remember
 
 _BOOL_RESULTS = {"equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
                  "logical_and", "logical_or", "logical_not"}
-_INT32_RESULTS = {"argmax", "argmin", "argwhere"}
+_INT32_RESULTS = {"argmax", "argmin", "argwhere", "nn.matmul_integer", "nn.conv2d_integer"}
 
 
 def step_dtype(op: str, attrs, inputs: list[str]) -> str:
