@@ -211,69 +211,6 @@ XFAIL_SYMBOLIC.update({
 })
 
 
-# Attention's expanded cases (its ONNX function body, node by node): the body computes the head
-# group with Mod, which another branch of issue 19 adds; once relvm imports Mod, those below
-# still fail as their reasons say, and the rest pass (checked with a stand-in Mod converter).
-_ATTENTION_EXPANDED = """
-23_boolmask_fullymasked_row_nan_robustness 23_fullymasked_qk_matmul_output_mode3_zero
-24_fullymasked_qk_matmul_output_mode3_zero 24_qk_matmul_output_mode3_softmax_precision 3d
-3d_attn_mask 3d_causal 3d_diff_heads_sizes 3d_diff_heads_sizes_attn_mask
-3d_diff_heads_sizes_causal 3d_diff_heads_sizes_scaled 3d_diff_heads_sizes_softcap
-3d_diff_heads_with_past_and_present 3d_gqa 3d_gqa_attn_mask 3d_gqa_causal 3d_gqa_scaled
-3d_gqa_softcap 3d_gqa_with_past_and_present 3d_local_window 3d_scaled 3d_softcap
-3d_transpose_verification 3d_with_past_and_present 3d_with_past_and_present_qk_matmul
-3d_with_past_and_present_qk_matmul_bias 3d_with_past_and_present_qk_matmul_softcap
-3d_with_past_and_present_qk_matmul_softmax 4d 4d_attn_mask 4d_attn_mask_3d
-4d_attn_mask_3d_causal 4d_attn_mask_4d 4d_attn_mask_4d_causal 4d_attn_mask_bool
-4d_attn_mask_bool_4d 4d_causal 4d_causal_fp16 4d_causal_nonpad_attn_mask_composition
-4d_causal_nonpad_batch_prefill 4d_causal_nonpad_continued_prefill
-4d_causal_nonpad_negative_offset_structural_empty 4d_causal_with_past_and_present
-4d_diff_heads_mask4d_padded_kv 4d_diff_heads_sizes 4d_diff_heads_sizes_attn_mask
-4d_diff_heads_sizes_causal 4d_diff_heads_sizes_scaled 4d_diff_heads_sizes_softcap
-4d_diff_heads_with_past_and_present 4d_diff_heads_with_past_and_present_mask3d
-4d_diff_heads_with_past_and_present_mask4d 4d_fp16 4d_gqa 4d_gqa_attn_mask 4d_gqa_causal
-4d_gqa_causal_nonpad_decode 4d_gqa_causal_nonpad_decode_fp16 4d_gqa_scaled 4d_gqa_softcap
-4d_gqa_with_past_and_present 4d_gqa_with_past_and_present_fp16 4d_scaled 4d_softcap
-4d_softcap_neginf_mask 4d_softcap_neginf_mask_poison 4d_with_past_and_present
-4d_with_past_and_present_qk_matmul 4d_with_past_and_present_qk_matmul_bias
-4d_with_past_and_present_qk_matmul_bias_3d_mask
-4d_with_past_and_present_qk_matmul_bias_3d_mask_causal
-4d_with_past_and_present_qk_matmul_bias_4d_mask
-4d_with_past_and_present_qk_matmul_bias_4d_mask_causal 4d_with_qk_matmul
-4d_with_qk_matmul_bias 4d_with_qk_matmul_softcap 4d_with_qk_matmul_softmax
-bidirectional_window causal_boolmask_nan_robustness local_window local_window_default
-local_window_ext_cache_float16_mask local_window_ext_cache_rank2_mask
-local_window_ext_cache_rank3_head_mask local_window_ext_cache_rank4_batch_mask
-local_window_gqa_rank4_mask local_window_rank1_boolean_mask local_window_with_past
-""".split()
-
-
-def _imports(op_type: str) -> bool:
-    from relvm.frontend.onnx.converters import CONVERTERS
-
-    return op_type in CONVERTERS
-
-
-_RUNTIME_PADS = ("the expanded body pads the mask by a width computed from symbolic dims; Pad "
-                 "needs constant pads")
-if not _imports("Mod"):
-    XFAIL.update({f"test_attention_{c}_expanded": "the expanded body uses Mod, which relvm does "
-                  "not import yet (another branch of issue 19 adds it)"
-                  for c in _ATTENTION_EXPANDED})
-for _c in ("24_fullymasked_qk_matmul_output_mode3_zero", "4d_causal_nonpad_attn_mask_composition",
-           "24_qk_matmul_output_mode3_softmax_precision", "local_window_ext_cache_float16_mask",
-           "4d_diff_heads_mask4d_padded_kv", "causal_boolmask_nan_robustness",
-           "local_window_ext_cache_rank2_mask", "local_window_ext_cache_rank3_head_mask",
-           "local_window_ext_cache_rank4_batch_mask", "local_window_gqa_rank4_mask",
-           "local_window_rank1_boolean_mask"):
-    XFAIL_SYMBOLIC[f"test_attention_{_c}_expanded"] = _RUNTIME_PADS
-for _c in ("", "_3d_input", "_interleaved", "_no_position_ids", "_no_position_ids_interleaved",
-           "_no_position_ids_rotary_dim", "_with_interleaved_rotary_dim", "_with_rotary_dim"):
-    XFAIL_SYMBOLIC[f"test_rotary_embedding{_c}_expanded"] = (
-        "the expanded body splits the head by sizes computed from symbolic dims; Split needs "
-        "constant sizes")
-
-
 def _elem_type_names(case) -> set[str]:
     import onnx
 

@@ -289,9 +289,14 @@ for n in (4, 40, 400):                          # for every sequence length
   symbolic dim). Their results have `?` dims.
 - **What must be static.** Inputs that decide a rank or an attribute are read at import and
   must be constants (initializers, Constant nodes, or computed from them): axes (Squeeze,
-  Unsqueeze, Reduce*, Slice), Split sizes, Pad widths, Resize scales/sizes, Dropout's
-  training_mode. Otherwise the error names the node and input, and `needs_constant` lists the
-  graph inputs to pass as `from_onnx(model, freeze={name: value})`. `auto_pad=SAME_*` with a
+  Unsqueeze, Reduce*, Slice), Resize scales/sizes, Dropout's training_mode. Otherwise the
+  error names the node and input, and `needs_constant` lists the graph inputs to pass as
+  `from_onnx(model, freeze={name: value})`. Split sizes and constant-mode Pad widths may be
+  computed from symbolic dims (`[0, kv - q]`, as the expansions of Attention and RotaryEmbedding
+  compute them) or fed at run time: each part is a slice between running sums of the sizes,
+  each width a filled block concatenated on; bounds and widths known as dims keep exact dims
+  (a pad by `h` is `h*2` long), others give a `?` dim, and a width that is negative at run time
+  is an error naming the node (ONNX crops there). `auto_pad=SAME_*` with a
   stride above 1, ConvTranspose's `output_shape` and Resize's `keep_aspect_ratio_policy` need
   static spatial dims; Squeeze without axes needs a static shape; the last dim of GatherND's
   and ScatterND's indices (the length of an index tuple) must be static, as it decides a rank.

@@ -304,6 +304,8 @@ def split(n: Node):
     axis = norm_axis(n, int(n.attr("axis", 0)), rank)
     count = len(n.outputs)
     dim = n.shape(0)[axis]
+    if n.has(1) and n.known(1) is None:
+        return _split_at_run_time(n, axis, count)
     if n.has(1):
         sizes = n.ints(1, "split")
     elif "split" in n.attrs:
@@ -331,6 +333,35 @@ def split(n: Node):
         return [n.field(parts, i) for i in range(count)]
     return [n.call("strided_slice", x, begin=[lo], end=[hi], axes=[axis])
             for lo, hi in zip(bounds[:-1], bounds[1:])]
+
+
+def _split_at_run_time(n: Node, axis: int, count: int):
+    """Split by sizes known only as dims (``[h, 0]``) or at run time: each part is a slice
+    between running sums of the sizes, static where a bound is a number or the axis length."""
+    x, dim = n.x(0), n.shape(0)[axis]
+    sizes = n.sym(1)
+    if n.rank(1) != 1 or n.shape(1)[0] != count:
+        raise n.fail(f"split {D.shape_str(n.shape(1))} must hold one size per output "
+                     f"({count})")
+    ends = None if sizes is None else [sum(list(sizes)[:k + 1], 0) for k in range(count)]
+    run_ends = None
+    parts = []
+    for k in range(count):
+        lo = 0 if k == 0 else (None if ends is None else _static_bound(ends[k - 1], dim, 1, False))
+        hi = None if ends is None else _static_bound(ends[k], dim, 1, True)
+        if lo is not None and hi is not None:
+            parts.append(n.call("strided_slice", x, begin=[lo], end=[hi], axes=[axis]))
+            continue
+        if run_ends is None:  # the running sums of the sizes, at run time
+            sizes_t = n.x(1)
+            if n.dtype(1) != "int64":
+                sizes_t = n.call("cast", sizes_t, dtype="int64")
+            run_ends = n.call("cumsum", sizes_t, axis=0)
+        start = scalar(n, 0, "int64") if k == 0 else n.call(
+            "take", run_ends, scalar(n, k - 1, "int64"), axis=0)
+        end = n.call("take", run_ends, scalar(n, k, "int64"), axis=0)
+        parts.append(dynamic_slice(n, x, axis, start, end, 1))
+    return parts
 
 
 def _uneven_split(n: Node, x, axis: int, count: int):
@@ -534,11 +565,14 @@ def pad(n: Node):
     if n.opset < 11:
         pads, value = list(n.attr("pads")), n.constant(np.asarray(n.attr("value", 0.0), dtype))
     else:
-        pads = n.ints(1, "pads")
         value = _scalar_input(n, 2) if n.has(2) else scalar(n, 0, dtype)
     axes = list(range(rank))
     if n.has(3):
         axes = norm_axes(n, n.ints(3, "axes"), rank)
+    if n.opset >= 11 and n.known(1) is None:
+        return _pad_at_run_time(n, axes, mode, value)
+    if n.opset >= 11:
+        pads = n.ints(1, "pads")
     if len(pads) != 2 * len(axes):
         raise n.fail(f"pads {pads} must hold two entries per axis ({len(axes)} axes)")
     widths = [[0, 0] for _ in range(rank)]
@@ -560,6 +594,51 @@ def pad(n: Node):
     if mode != "constant":
         value = scalar(n, 0, dtype)
     return n.call("nn.pad", x, value, pad_width=widths, pad_mode=mode)
+
+
+def _pad_at_run_time(n: Node, axes: list[int], mode: str, value):
+    """Constant padding by widths computed at run time (``[0, kv - q]`` from shapes): a block
+    of ``value`` concatenated before and after along each axis whose width is not a number
+    (its dims exact where the width is known as a dim expression); numbers pad as usual."""
+    rank, dtype = n.rank(0), n.dtype(0)
+    if n.rank(1) != 1 or n.shape(1)[0] != 2 * len(axes):
+        raise n.fail(f"pads {D.shape_str(n.shape(1))} must hold two entries per axis "
+                     f"({len(axes)} axes)")
+    if mode != "constant":  # edge, reflect and wrap read the widths at import
+        n.const(1, f"pads, for mode {mode!r}")
+    known = n.sym(1)
+    pads_t = n.x(1)
+    if n.dtype(1) != "int64":
+        pads_t = n.call("cast", pads_t, dtype="int64")
+    x = n.x(0)
+    static = [[0, 0] for _ in range(rank)]
+    for k, axis in enumerate(axes):
+        for side, at in enumerate((k, k + len(axes))):
+            w = None if known is None else known[at]
+            if isinstance(w, (int, np.integer)) and w >= 0:
+                static[axis][side] = int(w)
+                continue
+            width = n.call("take", pads_t, scalar(n, at, "int64"), axis=0)
+            if w is None or not D.prove_nonnegative(w):
+                width = n.call("guard", width, n.call("greater_equal", width, scalar(n, 0, "int64")),
+                               message=f"{n.describe()}: a pad width computed at run time "
+                                       "is negative (cropping by a computed width is not "
+                                       "supported)")
+            dims = n.call("shape_of", x, dtype="int64")
+            block_shape = n.call("concatenate", make_tuple([
+                n.call("strided_slice", dims, begin=[0], end=[axis], axes=[0]),
+                n.call("reshape", width, newshape=[1]),
+                n.call("strided_slice", dims, begin=[axis + 1], end=[HUGE], axes=[0])]),
+                axis=0)
+            flat = n.call("arange", scalar(n, 0, "int64"), n.call("prod", block_shape),
+                          scalar(n, 1, "int64"))
+            block = n.call("dyn.reshape", n.call("full_like", n.call("cast", flat, dtype=dtype),
+                                                 value), block_shape, allowzero=1)
+            pair = [block, x] if side == 0 else [x, block]
+            x = n.call("concatenate", make_tuple(pair), axis=axis)
+    if any(max(w) for w in static):
+        x = n.call("nn.pad", x, value, pad_width=static, pad_mode="constant")
+    return x
 
 
 def _wrap_pad(n: Node, x, widths):
