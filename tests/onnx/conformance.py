@@ -165,11 +165,6 @@ XFAIL.update({
     "test_identity_sequence": "sequences are not supported (tensors only)",
     "test_if_opt": "optional values are not supported (tensors only)",
     "test_if_seq": "sequences are not supported (tensors only)",
-    **{f"test_center_crop_pad_{c}_expanded": "the expansion computes Pad's pads from the "
-       "shape input, a graph input the importer needs constant (pads are static) but cannot "
-       "name through the Shape/Max/Sub arithmetic, so the harness cannot freeze it"
-       for c in ("crop", "pad", "crop_and_pad", "crop_axes_chw", "crop_axes_hwc",
-                 "crop_negative_axes_hwc")},
     "test_affine_grid_2d_expanded": "the expansion squeezes a data-dependent (?, 1, 3) "
                                     "without axes, which needs a static shape",
     "test_affine_grid_2d_align_corners_expanded": "the expansion squeezes a data-dependent "
