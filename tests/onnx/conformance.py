@@ -175,8 +175,6 @@ XFAIL.update({
                                                   "item 3",
 })
 
-_SAME_STRIDED = ("auto_pad=SAME with stride 2 pads odd and even sizes differently: it needs "
-                 "static spatial dims")
 _KEEP_ASPECT = "keep_aspect_ratio_policy computes the output size from the input's: static only"
 XFAIL_SYMBOLIC.update({
     "test_affine_grid_3d_expanded": "the expansion expands to a shape computed from a "
@@ -186,9 +184,6 @@ XFAIL_SYMBOLIC.update({
        "size: relvm needs the cropped and padded dims static"
        for c in ("crop", "pad", "crop_and_pad", "crop_axes_chw", "crop_axes_hwc",
                  "crop_negative_axes_hwc")},
-    "test_averagepool_2d_precomputed_same_upper": _SAME_STRIDED,
-    "test_maxpool_2d_precomputed_same_upper": _SAME_STRIDED,
-    "test_conv_with_autopad_same": _SAME_STRIDED,
     "test_convtranspose_autopad_same": "auto_pad=SAME needs a static kernel (the weight is an "
                                        "input with symbolic dims here)",
     "test_convtranspose_kernel_shape": "output_shape needs static spatial dims",

@@ -297,8 +297,10 @@ for n in (4, 40, 400):                          # for every sequence length
   each width a filled block concatenated on; bounds and widths known as dims keep exact dims
   (a pad by `h` is `h*2` long), others give a `?` dim, and a width that is negative at run time
   is an error naming the node (ONNX crops there). `auto_pad=SAME_*` with a
-  stride above 1, ConvTranspose's `output_shape` and Resize's `keep_aspect_ratio_policy` need
-  static spatial dims; Squeeze without axes needs a static shape; the last dim of GatherND's
+  stride above 1 over a symbolic dim pads odd and even sizes differently: the input is padded
+  by widths computed at run time (zeros for Conv, the lowest value for MaxPool, and AveragePool
+  without `count_include_pad` divides a sum by a count of real elements). ConvTranspose's
+  `output_shape` and Resize's `keep_aspect_ratio_policy` need static spatial dims; Squeeze without axes needs a static shape; the last dim of GatherND's
   and ScatterND's indices (the length of an index tuple) must be static, as it decides a rank.
 - **If.** A condition known at import keeps only the taken branch. Otherwise both branches
   are converted and the result has their joined type (dims that differ become `?`). When the

@@ -157,3 +157,33 @@ def test_split_sizes_fed_at_run_time():
     x = np.arange(12, dtype=np.float32).reshape(2, 6)
     for sizes in ([1, 5], [6, 0], [0, 6], [3, 3]):
         _check(m, vm, {"x": x, "s": np.array(sizes, np.int64)})
+
+
+@pytest.mark.parametrize("op, attrs", [
+    ("Conv", {}),
+    ("MaxPool", {"kernel_shape": [3, 3]}),
+    ("AveragePool", {"kernel_shape": [3, 3]}),
+    ("AveragePool", {"kernel_shape": [3, 3], "count_include_pad": 1}),
+    ("LpPool", {"kernel_shape": [3, 3]}),
+])
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER"])
+def test_same_padding_with_strides_over_symbolic_dims(op, attrs, auto_pad):
+    # SAME with stride 2 and 3 pads odd and even sizes differently: computed at run time
+    inputs = [_float("x", ["n", "c", "h", "w"])]
+    names = ["x"]
+    inits = []
+    if op == "Conv":
+        names.append("wt")
+        inits.append(("wt", np.random.default_rng(1).standard_normal((4, 3, 3, 2))
+                      .astype(np.float32)))
+    node = helper.make_node(op, names, ["y"], auto_pad=auto_pad, strides=[2, 3], **attrs)
+    m = _model([node], inputs, ["y"], inits)
+    vm = _build(m)
+    rng = np.random.default_rng(0)
+    for h, w in ((7, 8), (8, 9), (5, 5), (1, 2)):
+        x = rng.standard_normal((2, 3, h, w)).astype(np.float32)
+        want = ort.InferenceSession(m.SerializeToString(),
+                                    providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        got = vm.invoke("main", x)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -12,6 +12,7 @@ import numpy as np
 from ...ir import dims as D
 from .converters import converter, norm_axis, scalar
 from .importer import Node
+from .ops_shape import dim_scalar, pad_by
 
 # --- sliding windows ---------------------------------------------------------------------------
 
@@ -24,14 +25,40 @@ def _same_pads(n: Node, sizes, kernel, strides, dilations, upper: bool) -> list[
             total = (k - 1) * d
         elif isinstance(size, int):
             total = max(0, (-(-size // s) - 1) * s + (k - 1) * d + 1 - size)
-        else:
-            raise n.fail(f"auto_pad={n.attr('auto_pad')} with stride {s} pads differently for "
-                         f"odd and even sizes, so it needs a static spatial dim, got "
-                         f"{D.dim_str(size)}")
+        else:  # odd and even sizes pad differently: computed at run time (same_at_run_time)
+            begins.append(None)
+            ends.append(None)
+            continue
         begin = total // 2 if upper else total - total // 2
         begins.append(begin)
         ends.append(total - begin)
     return begins + ends
+
+
+def same_at_run_time(n: Node, x, kernel, strides, dilations, pads, fill):
+    """``x`` padded by ``fill`` where auto_pad SAME left a pad to run time (None: a symbolic
+    dim with stride above 1), and the pads that remain for the window op."""
+    spatial = len(kernel)
+    if None not in pads:
+        return x, pads
+    upper = n.attr("auto_pad") == "SAME_UPPER"
+    pads = list(pads)
+    i64 = lambda v: scalar(n, v, "int64")  # noqa: E731
+    for i in range(spatial):
+        if pads[i] is not None:
+            continue
+        size, s = dim_scalar(n, x, 2 + i), strides[i]
+        extent = (kernel[i] - 1) * dilations[i] + 1
+        out = n.call("divide", n.call("add", size, i64(s - 1)), i64(s))  # ceil(size / s)
+        reach = n.call("add", n.call("multiply", n.call("subtract", out, i64(1)), i64(s)),
+                       i64(extent))
+        total = n.call("maximum", n.call("subtract", reach, size), i64(0))
+        half = n.call("divide", total, i64(2))
+        begin = half if upper else n.call("subtract", total, half)
+        x = pad_by(n, x, 2 + i, True, begin, fill)
+        x = pad_by(n, x, 2 + i, False, n.call("subtract", total, begin), fill)
+        pads[i] = pads[i + spatial] = 0
+    return x, pads
 
 
 def _windows(n: Node, kernel: list[int]) -> tuple[list[int], list[int], list[int]]:
@@ -70,6 +97,7 @@ def conv(n: Node):
     kernel = list(n.attr("kernel_shape", n.shape(1)[2:]))
     strides, dilations, pads = _windows(n, kernel)
     x, w = n.x(0), n.x(1)
+    x, pads = same_at_run_time(n, x, kernel, strides, dilations, pads, scalar(n, 0, n.dtype(0)))
     if spatial == 1:
         x, w = n.call("expand_dims", x, axis=2), n.call("expand_dims", w, axis=2)
         strides, dilations, pads = _to_2d(strides, dilations, pads)
@@ -166,6 +194,26 @@ def lp_pool(n: Node):
 
 def pool_nd(n: Node, op: str, x, spatial: int, kernel, strides, dilations, pads, extra):
     """A 1-, 2- or 3-d pool through relvm's 2-d pools."""
+    if None in pads:  # auto_pad SAME over a symbolic dim with stride above 1
+        dtype = x.checked_type.dtype
+        if op == "nn.max_pool2d":
+            low = -np.inf if np.dtype(dtype).kind == "f" else np.iinfo(dtype).min
+            x, pads = same_at_run_time(n, x, kernel, strides, dilations, pads,
+                                       scalar(n, low, dtype))
+        elif extra.get("count_include_pad"):
+            x, pads = same_at_run_time(n, x, kernel, strides, dilations, pads,
+                                       scalar(n, 0, dtype))
+        else:  # the padding must not count: the mean is a sum over a count of real elements
+            zero = scalar(n, 0, dtype)
+            padded, rest = same_at_run_time(n, x, kernel, strides, dilations, pads, zero)
+            ones, _ = same_at_run_time(n, n.call("ones_like", x), kernel, strides, dilations,
+                                       pads, zero)
+            counted = {**extra, "count_include_pad": True}
+            return n.call("divide",
+                          pool_nd(n, op, padded, spatial, kernel, strides, dilations, rest,
+                                  counted),
+                          pool_nd(n, op, ones, spatial, kernel, strides, dilations, rest,
+                                  counted))
     if spatial == 2:
         return _pool2d(n, op, x, kernel, strides, dilations, pads, extra)
     if spatial == 1:

@@ -600,7 +600,7 @@ def _pad_at_run_time(n: Node, axes: list[int], mode: str, value):
     """Constant padding by widths computed at run time (``[0, kv - q]`` from shapes): a block
     of ``value`` concatenated before and after along each axis whose width is not a number
     (its dims exact where the width is known as a dim expression); numbers pad as usual."""
-    rank, dtype = n.rank(0), n.dtype(0)
+    rank = n.rank(0)
     if n.rank(1) != 1 or n.shape(1)[0] != 2 * len(axes):
         raise n.fail(f"pads {D.shape_str(n.shape(1))} must hold two entries per axis "
                      f"({len(axes)} axes)")
@@ -624,21 +624,26 @@ def _pad_at_run_time(n: Node, axes: list[int], mode: str, value):
                                message=f"{n.describe()}: a pad width computed at run time "
                                        "is negative (cropping by a computed width is not "
                                        "supported)")
-            dims = n.call("shape_of", x, dtype="int64")
-            block_shape = n.call("concatenate", make_tuple([
-                n.call("strided_slice", dims, begin=[0], end=[axis], axes=[0]),
-                n.call("reshape", width, newshape=[1]),
-                n.call("strided_slice", dims, begin=[axis + 1], end=[HUGE], axes=[0])]),
-                axis=0)
-            flat = n.call("arange", scalar(n, 0, "int64"), n.call("prod", block_shape),
-                          scalar(n, 1, "int64"))
-            block = n.call("dyn.reshape", n.call("full_like", n.call("cast", flat, dtype=dtype),
-                                                 value), block_shape, allowzero=1)
-            pair = [block, x] if side == 0 else [x, block]
-            x = n.call("concatenate", make_tuple(pair), axis=axis)
+            x = pad_by(n, x, axis, side == 0, width, value)
     if any(max(w) for w in static):
         x = n.call("nn.pad", x, value, pad_width=static, pad_mode="constant")
     return x
+
+
+def pad_by(n: Node, x, axis: int, before: bool, width, value):
+    """``x`` with a block of ``value`` (a scalar of x's dtype), ``width`` long (a non-negative
+    run-time int64 scalar), concatenated before or after it along ``axis``. The block's dims
+    are exact where type inference knows the width's value as a dim expression."""
+    dims = n.call("shape_of", x, dtype="int64")
+    block_shape = n.call("concatenate", make_tuple([
+        n.call("strided_slice", dims, begin=[0], end=[axis], axes=[0]),
+        n.call("reshape", width, newshape=[1]),
+        n.call("strided_slice", dims, begin=[axis + 1], end=[HUGE], axes=[0])]), axis=0)
+    flat = n.call("arange", scalar(n, 0, "int64"), n.call("prod", block_shape),
+                  scalar(n, 1, "int64"))
+    filled = n.call("full_like", n.call("cast", flat, dtype=x.checked_type.dtype), value)
+    block = n.call("dyn.reshape", filled, block_shape, allowzero=1)
+    return n.call("concatenate", make_tuple([block, x] if before else [x, block]), axis=axis)
 
 
 def _wrap_pad(n: Node, x, widths):
