@@ -24,6 +24,9 @@ setup(
         "test": ["pytest>=7", "hypothesis>=6.80", "onnx>=1.15", "onnxruntime>=1.17"],
         "bench": ["onnx>=1.15", "onnxruntime>=1.17", "matplotlib>=3.5"],
         "onnx": ["onnx>=1.15"],
+        # tests/onnx/test_hf_exports.py: Hugging Face transformers exported by torch.onnx
+        # (legacy and dynamo); the test skips without them, .ci/run installs them
+        "hf": ["torch>=2.5", "transformers>=4.45", "onnxscript>=0.1"],
         # benchmarks/zoo only (exporting real networks, and the peers it times); never needed
         # by relvm itself or its tests
         "zoo": ["torch>=2.5", "torchvision>=0.20", "transformers>=4.45", "onnxscript>=0.1",
