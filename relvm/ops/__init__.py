@@ -3,7 +3,7 @@
 from . import (conv, dynamic, elementwise, gather_scatter, indexing, nn,  # noqa: F401
                pool, reduce, transform)  # (registration)
 # ops the ONNX importer needs
-from . import (attention, conv_transpose, grid_sample, image,  # noqa: F401
+from . import (attention, conv_transpose, deform_conv, grid_sample, image,  # noqa: F401
                norm, quantized, recurrent, scan, text)
 from .registry import OPS, Op, get_op
 

@@ -1,14 +1,16 @@
 """C kernels for the products: nn.dense (float32 on relvm's own GEMM, see ``packed.py``; other
 dtypes on OpenBLAS or the integer loop), nn.matmul and nn.batch_matmul (``relvm_gemm``: relvm's
 GEMM for float32, OpenBLAS for float64, the integer loop; batch dims broadcast),
-nn.conv2d (relvm's GEMM reading a padded copy of each image, or a direct depthwise loop) and
-nn.conv2d_transpose (sgemm + col2im)."""
+nn.conv2d (relvm's GEMM reading a padded copy of each image, or a direct depthwise loop),
+nn.conv2d_transpose (sgemm + col2im) and nn.deform_conv2d (bilinear columns times the weights, a plain loop)."""
 
 from __future__ import annotations
 
 from ...ops import conv as conv_ops
 from ...ops import window
 from ...ops import conv_transpose as conv_transpose_ops
+from ...ops import deform_conv as deform_ops
+from ...ops.window import window_len
 from . import kernel
 from .common import (CODE, FLOATS, INTEGERS, ITEMSIZE, NUMBERS, attrs_of, check, library, prod,
                      remember)
@@ -267,3 +269,49 @@ def _conv_transpose_plan(ffi, attrs, x, w, out):
 @kernel("nn.conv2d_transpose", dtypes=("float32",), accepts=_conv_dtypes_ok)
 def make_conv2d_transpose(entry):
     return _planned_conv(entry, "relvm_conv2d_transpose", _conv_transpose_plan)
+
+
+# --- deform_conv2d --------------------------------------------------------------------------------
+
+def _deform_plan(ffi, attrs, x, w, offset, mask, out):
+    strides, dilation, pads = deform_ops._geometry(attrs)
+    g, og = attrs.groups, attrs.offset_groups
+    if len(x) != 4 or len(w) != 4 or len(offset) != 4 or len(mask) not in (0, 4):
+        raise shape_error("nn.deform_conv2d needs 4-d data, weight and offset, and a 4-d or "
+                          "scalar mask", data=x, weight=w, offset=offset, mask=mask)
+    n, c, h, wd = x
+    oc, cg, kh, kw = w
+    if cg * g != c or oc % g or c % og:
+        raise shape_error(f"nn.deform_conv2d: channels do not agree with groups={g}, "
+                          f"offset_groups={og}", data=x, weight=w)
+    rooms = [size + p[0] + p[1] - (d * (k - 1) + 1) for size, k, d, p in
+             zip((h, wd), (kh, kw), dilation, pads)]
+    oh, ow = (window_len(size, k, s, d, p) for size, k, s, d, p in
+              zip((h, wd), (kh, kw), strides, dilation, pads))
+    if min(rooms) < 0 or offset != (n, og * kh * kw * 2, oh, ow) or \
+            (mask and mask != (n, og * kh * kw, oh, ow)) or out != (n, oc, oh, ow):
+        raise shape_error("nn.deform_conv2d: the offset, mask or output does not fit the "
+                          "kernel", data=x, weight=w, offset=offset, mask=mask, output=out)
+    return ffi.new("struct relvm_deform_shape *", dict(
+        n=n, c=c, h=h, w=wd, oc=oc, kh=kh, kw=kw, oh=oh, ow=ow, sh=strides[0], sw=strides[1],
+        dh=dilation[0], dw=dilation[1], pt=pads[0][0], pl=pads[1][0], groups=g,
+        offset_groups=og, has_mask=int(len(mask) == 4)))
+
+
+@kernel("nn.deform_conv2d", dtypes=FLOATS,
+        accepts=lambda e: len(set(e.inputs) | set(e.outputs)) == 1)
+def make_deform_conv2d(entry):
+    ffi, lib = library()
+    attrs, dt = attrs_of(entry), CODE[entry.inputs[0]]
+    conv, ptr, name, plans = lib.relvm_deform_conv2d, ffi.from_buffer, entry.name, {}
+
+    def run(x, w, offset, mask, out):
+        key = (x.shape, w.shape, offset.shape, mask.shape, out.shape)
+        plan = plans.get(key)
+        if plan is None:
+            plan = remember(plans, key, _deform_plan(ffi, attrs, *key))
+        status = conv(dt, plan, ptr(x), ptr(w), ptr(offset), ptr(mask), ptr(out))
+        if status:
+            check(status, f"{name} {key}")
+    return run
+

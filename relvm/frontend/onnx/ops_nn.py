@@ -121,6 +121,23 @@ def conv_transpose(n: Node):
     return n.call("squeeze", y, axis=[2]) if spatial == 1 else y
 
 
+@converter("DeformConv")
+def deform_conv(n: Node):
+    """``nn.deform_conv2d`` (2-d, as ONNX Runtime and onnx's reference have it), the bias
+    added after; a missing mask is the scalar 1."""
+    _spatial(n, (2,))
+    kernel = list(n.attr("kernel_shape", n.shape(1)[2:]))
+    strides, dilations, pads = _windows(n, kernel)
+    dtype = n.dtype(0)
+    mask = n.x(4) if n.has(4) else n.constant(np.ones((), dtype))
+    y = n.call("nn.deform_conv2d", n.x(0), n.x(1), n.x(2), mask, strides=strides, padding=pads,
+               dilation=dilations, groups=int(n.attr("group", 1)),
+               offset_groups=int(n.attr("offset_group", 1)))
+    if n.has(3):
+        y = n.call("nn.bias_add", y, n.x(3), axis=1)
+    return y
+
+
 def _pool2d(n: Node, op: str, x, kernel, strides, dilations, pads, extra):
     return n.call(op, x, pool_size=kernel, strides=strides, dilation=dilations, padding=pads,
                   ceil_mode=bool(n.attr("ceil_mode", 0)), **extra)
