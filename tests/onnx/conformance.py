@@ -39,7 +39,7 @@ OPS = ("Conv ConvTranspose Gemm MatMul Relu LeakyRelu PRelu Sigmoid Tanh Gelu Er
        "BitShift ReverseSequence "
        "QuantizeLinear DequantizeLinear DynamicQuantizeLinear MatMulInteger QLinearMatMul "
        "ConvInteger QLinearConv "
-       "BitCast TfIdfVectorizer DeformConv").split()
+       "BitCast TfIdfVectorizer DeformConv MelWeightMatrix").split()
 
 #: TensorProto element types of the counted cases: float32, int32, int64, bool.
 COUNTED_TYPES = {1, 6, 7, 9}
