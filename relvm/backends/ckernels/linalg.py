@@ -2,7 +2,8 @@
 dtypes on OpenBLAS or the integer loop), nn.matmul and nn.batch_matmul (``relvm_gemm``: relvm's
 GEMM for float32, OpenBLAS for float64, the integer loop; batch dims broadcast),
 nn.conv2d (relvm's GEMM reading a padded copy of each image, or a direct depthwise loop),
-nn.conv2d_transpose (sgemm + col2im) and nn.deform_conv2d (bilinear columns times the weights, a plain loop)."""
+nn.conv2d_transpose (sgemm + col2im), nn.conv3d_transpose (a direct gather) and
+nn.deform_conv2d (bilinear columns times the weights, a plain loop)."""
 
 from __future__ import annotations
 
@@ -315,3 +316,34 @@ def make_deform_conv2d(entry):
             check(status, f"{name} {key}")
     return run
 
+
+# --- conv3d_transpose -----------------------------------------------------------------------------
+
+def _conv3d_transpose_plan(ffi, attrs, x, w, out):
+    strides, dilation, out_pad, pads = conv_transpose_ops.geometry3d(attrs)
+    g = attrs.groups
+    if len(x) != 5 or len(w) != 5:
+        raise shape_error("nn.conv3d_transpose needs 5-d data and weight", data=x, weight=w)
+    if x[1] != w[0] or w[0] % g:
+        raise ValueError(f"input channels differ: data {x} vs weight {w} with groups={g}")
+    if max(w[2:]) > 64:
+        raise shape_error("nn.conv3d_transpose: the C kernel takes at most 64 taps per axis",
+                          weight=w)
+    sizes = [conv_transpose_ops._out_len(*a)
+             for a in zip(x[2:], w[2:], strides, dilation, out_pad, pads)]
+    if min(sizes) < 0:
+        raise ValueError(f"padding {attrs.padding} crops more than the output holds")
+    if out != (x[0], w[1] * g, *sizes):
+        raise shape_error("nn.conv3d_transpose: wrong output shape", data=x, weight=w,
+                          output=out)
+    if max([p[0] for p in pads] + [(k - 1) * d for k, d in zip(w[2:], dilation)]) >= 1 << 62:
+        raise ValueError(f"nn.conv3d_transpose: padding {attrs.padding} or dilation "
+                         f"{attrs.dilation} past the C kernel's range (2**62)")
+    return ffi.new("struct relvm_conv3d_transpose_shape *", dict(
+        n=x[0], c=x[1], oc=w[1] * g, groups=g, **{"in": list(x[2:])}, k=list(w[2:]),
+        out=sizes, stride=list(strides), dilation=list(dilation), pad=[p[0] for p in pads]))
+
+
+@kernel("nn.conv3d_transpose", dtypes=FLOATS, accepts=_conv_dtypes_ok)
+def make_conv3d_transpose(entry):
+    return _planned_conv(entry, "relvm_conv3d_transpose", _conv3d_transpose_plan)

@@ -82,7 +82,7 @@ def conv(n: Node):
 
 @converter("ConvTranspose")
 def conv_transpose(n: Node):
-    spatial = _spatial(n)
+    spatial = _spatial(n, (1, 2, 3))
     kernel = list(n.attr("kernel_shape", n.shape(1)[2:]))
     strides = [int(s) for s in n.attr("strides", [1] * spatial)]
     dilations = [int(d) for d in n.attr("dilations", [1] * spatial)]
@@ -110,6 +110,10 @@ def conv_transpose(n: Node):
     elif auto == "VALID":
         pads = [0] * 2 * spatial
     x, w = n.x(0), n.x(1)
+    if spatial == 3:
+        y = n.call("nn.conv3d_transpose", x, w, strides=strides, padding=pads,
+                   dilation=dilations, output_padding=out_pad, groups=int(n.attr("group", 1)))
+        return n.call("nn.bias_add", y, n.x(2), axis=1) if n.has(2) else y
     if spatial == 1:
         x, w = n.call("expand_dims", x, axis=2), n.call("expand_dims", w, axis=2)
         strides, dilations, pads = _to_2d(strides, dilations, pads)
