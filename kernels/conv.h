@@ -88,4 +88,18 @@ void relvm_conv2d_nhwc_pack_weights(const struct relvm_conv2d_shape *s, const vo
  * scatters them into the output. */
 int relvm_conv2d_transpose(int dtype, const struct relvm_conv2d_shape *s, const void *x,
                            const void *w, void *y);
+
+/* nn.conv3d_transpose's geometry: data (n, c, in[0..2]), weight IODHW (c, oc / groups,
+ * k[0..2]), output (n, oc, out[0..2]); along axis a, output o reads input i through tap t where
+ * o + pad[a] = i * stride[a] + t * dilation[a] (pad: the crop before each axis). */
+struct relvm_conv3d_transpose_shape {
+    int64_t n, c, oc, groups;
+    int64_t in[3], k[3], out[3], stride[3], dilation[3], pad[3];
+};
+
+/* y = conv3d_transpose(x, w) for float32 or float64 (dtype): each output voxel gathers the
+ * input voxels and taps that land on it, summed in float64. RELVM_UNSUPPORTED for a geometry
+ * that does not agree. */
+int relvm_conv3d_transpose(int dtype, const struct relvm_conv3d_transpose_shape *s,
+                           const void *x, const void *w, void *y);
 #endif

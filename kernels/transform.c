@@ -298,6 +298,22 @@ RELVM_EXPORT void relvm_copy(void *dst, const void *src, int64_t nbytes) {
     if (nbytes > 0) relvm_parallel_for(nbytes, (int64_t)1 << 20, copy_bytes, &j);
 }
 
+static void bool_bytes(void *ctx, int64_t begin, int64_t end) {
+    const struct bytes_job *j = ctx;
+    const uint8_t *x = (const uint8_t *)j->src;
+    uint8_t *y = (uint8_t *)j->dst;
+    for (int64_t i = begin; i < end; ++i) y[i] = x[i] != 0;
+}
+
+RELVM_EXPORT void relvm_bitcast(int to_bool, int64_t n, const void *x, void *y) {
+    if (!to_bool) {
+        relvm_copy(y, x, n);
+        return;
+    }
+    struct bytes_job j = {y, x};
+    if (n > 0) relvm_parallel_for(n, (int64_t)1 << 20, bool_bytes, &j);
+}
+
 #define FILL(NAME, T)                                                                         \
     static RELVM_VECTORIZE void NAME(T *dst, int64_t n, T v) {                                \
         for (int64_t i = 0; i < n; ++i) dst[i] = v;                                           \

@@ -13,6 +13,10 @@ int relvm_copy_strided(int itemsize, int ndim, const int64_t *shape, const void 
 /* memcpy for the reshape-like ops, on the thread pool for large copies. */
 void relvm_copy(void *dst, const void *src, int64_t nbytes);
 
+/* bitcast: y = x's n bytes, as they are (to_bool 0), or each byte made 0 or 1 (to_bool 1: the
+ * result is bool, whose only bytes are 0 and 1). */
+void relvm_bitcast(int to_bool, int64_t n, const void *x, void *y);
+
 /* dst[i] = *value for i < n. */
 int relvm_fill(int itemsize, void *dst, int64_t n, const void *value);
 

@@ -17,8 +17,8 @@ from .common import (FLOATS, acc_dtype, check_dtype, check_rank, differ, fmt_sha
                      out_dtype, require, same_dtype, tensor_arg)
 from .conv import check_kernel_size
 from .window import pad_pairs, pair
-from .registry import (DTYPE_OR_EMPTY, INT, INT_OR_INTS, OPT_INT, OPT_INT_OR_INTS, OUT_FUSABLE,
-                       OpTypeError, attr, choice, register)
+from .registry import (DTYPE_OR_EMPTY, INT, INT_OR_INTS, OPAQUE, OPT_INT, OPT_INT_OR_INTS,
+                       OUT_FUSABLE, OpTypeError, attr, choice, register)
 
 
 def _geometry(attrs):
@@ -105,3 +105,88 @@ register("nn.conv2d_transpose", inputs=("data", "weight"), infer=_conv2d_transpo
              attr("out_layout", choice("", "NCHW"), ""), attr("out_dtype", DTYPE_OR_EMPTY, "")],
          doc="2-D transposed convolution, NCHW data and IOHW weight, with groups, dilation and "
              "output_padding")
+
+
+# --- nn.conv3d_transpose --------------------------------------------------------------------------
+
+def _triple(v, name: str, least: int) -> tuple[int, int, int]:
+    out = (v,) if isinstance(v, int) else tuple(v)
+    if len(out) == 1:
+        out = out * 3
+    if len(out) != 3 or min(out) < least:
+        raise OpTypeError(f"{name} must be 1 or 3 ints >= {least}, got {v}")
+    return out  # type: ignore[return-value]
+
+
+def geometry3d(attrs):
+    """strides, dilation, output_padding and ((before, after) per axis) of a 3-d transposed
+    conv; ``padding`` is 1 int, 3 (both sides) or 6 (the three befores, then the afters)."""
+    p = (attrs.padding,) if isinstance(attrs.padding, int) else tuple(attrs.padding)
+    if len(p) not in (1, 3, 6) or min(p) < 0:
+        raise OpTypeError(f"padding must be 1, 3 or 6 ints >= 0, got {attrs.padding}")
+    p = p * 3 if len(p) == 1 else p
+    pads = tuple(zip(p[:3], p[3:])) if len(p) == 6 else tuple((v, v) for v in p)
+    if attrs.groups < 1:
+        raise OpTypeError(f"groups must be >= 1, got {attrs.groups}")
+    return (_triple(attrs.strides, "strides", 1), _triple(attrs.dilation, "dilation", 1),
+            _triple(attrs.output_padding, "output_padding", 0), pads)
+
+
+def _conv3d_transpose_type(attrs, d, w):
+    data, weight = tensor_arg(d, "data"), tensor_arg(w, "weight")
+    dtype = same_dtype(("data", data), ("weight", weight))
+    check_dtype(data, "data", FLOATS, "a float dtype")
+    check_rank(data, "data", 5)
+    check_rank(weight, "weight", 5)
+    strides, dilation, out_pad, pads = geometry3d(attrs)
+    g = attrs.groups
+    in_c, out_per_group = weight.shape[:2]
+    if differ(data.shape[1], in_c):
+        raise OpTypeError(f"input channels differ: data {fmt_shape(data.shape)} vs weight "
+                          f"{fmt_shape(weight.shape)} (IODHW)")
+    if differ(D.mod(in_c, g), 0):
+        raise OpTypeError(f"input channels of weight {fmt_shape(weight.shape)} are not a "
+                          f"multiple of groups={g}")
+    out = []
+    for size, k, s, dl, o, p in zip(data.shape[2:], weight.shape[2:], strides, dilation,
+                                    out_pad, pads):
+        length = _out_len(size, k, s, dl, o, p)
+        if isinstance(length, int) and length < 0:
+            raise OpTypeError(f"padding {attrs.padding} crops more than the output of data "
+                              f"{fmt_shape(data.shape)} holds")
+        out.append(length)
+    return TensorType((data.shape[0], out_per_group * g, *out), dtype)
+
+
+def _conv3d_transpose_ref(attrs, x, w):
+    strides, dilation, out_pad, pads = geometry3d(attrs)
+    g = attrs.groups
+    n, c = x.shape[:2]
+    in_c, opg = w.shape[:2]
+    require(c == in_c and in_c % g == 0,
+            f"input channels differ: data {x.shape} vs weight {w.shape} with groups={g}")
+    size, kern = x.shape[2:], w.shape[2:]
+    outs = [_out_len(*a) for a in zip(size, kern, strides, dilation, out_pad, pads)]
+    require(min(outs) >= 0, f"padding {attrs.padding} crops more than the output holds")
+    full = [max((i - 1) * s + dl * (k - 1) + 1, 0) + o
+            for i, k, s, dl, o in zip(size, kern, strides, dilation, out_pad)]
+    xs = x.astype(np.float64).reshape(n, g, in_c // g, *size)
+    ws = w.astype(np.float64).reshape(g, in_c // g, opg, *kern)
+    acc = np.zeros((n, g, opg, *full))
+    if min(size) > 0:
+        for tap in np.ndindex(*kern):
+            where = tuple(slice(t * dl, t * dl + (i - 1) * s + 1, s)
+                          for t, dl, i, s in zip(tap, dilation, size, strides))
+            acc[(slice(None),) * 3 + where] += np.einsum("ngcdhw,gco->ngodhw", xs,
+                                                         ws[(Ellipsis,) + tap])
+    crop = tuple(slice(p[0], p[0] + o) for p, o in zip(pads, outs))
+    return acc[(slice(None),) * 3 + crop].reshape(n, g * opg, *outs).astype(x.dtype)
+
+
+register("nn.conv3d_transpose", inputs=("data", "weight"), infer=_conv3d_transpose_type,
+         reference=_conv3d_transpose_ref, pattern=OPAQUE,
+         attrs=[attr("strides", INT_OR_INTS, (1, 1, 1)), attr("padding", INT_OR_INTS, (0, 0, 0)),
+                attr("dilation", INT_OR_INTS, (1, 1, 1)), attr("groups", INT, 1),
+                attr("output_padding", INT_OR_INTS, (0, 0, 0))],
+         doc="3-D transposed convolution, NCDHW data and IODHW weight, with groups, dilation "
+             "and output_padding (padding: 1, 3 or 6 ints)")

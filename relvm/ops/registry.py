@@ -101,6 +101,12 @@ def _ints(v: Any) -> tuple[int, ...]:
     return tuple(_int(x) for x in v)
 
 
+def _floats(v: Any) -> tuple[float, ...]:
+    if not isinstance(v, (list, tuple)):
+        raise ValueError
+    return tuple(_float(x) for x in v)
+
+
 def _optional(f: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return lambda v: None if v is None else f(v)
 
@@ -143,6 +149,7 @@ DTYPE_OR_EMPTY = AttrKind('a dtype name or ""', _dtype_or_empty)
 OPT_INT = AttrKind("an int or None", _optional(_int))
 OPT_FLOAT = AttrKind("a number or None", _optional(_float))
 INTS = AttrKind("a list of ints", _ints)
+FLOAT_LIST = AttrKind("a list of numbers", _floats)
 OPT_INTS = AttrKind("a list of ints or None", _optional(_ints))
 INT_OR_INTS = AttrKind("an int or a list of ints", _int_or_ints)
 OPT_INT_OR_INTS = AttrKind("an int, a list of ints or None", _optional(_int_or_ints))

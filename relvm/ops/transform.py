@@ -31,9 +31,11 @@ from ..ir.dims import Dim
 from ..ir.limits import MAX_FIELDS
 from ..ir.types import TensorType, TupleType, normalize_dim
 from .common import (cannot_broadcast_to, check_rank, check_result_rank, differ, fmt_shape,
-                     normalize_axes, normalize_axis, np_dtype, same_dtype, tensor_arg, tuple_arg)
+                     normalize_axes, normalize_axis, np_dtype, require, same_dtype, tensor_arg,
+                     tuple_arg)
 from .registry import (BROADCAST, DTYPE, DTYPE_OR_EMPTY, ELEMWISE, INJECTIVE, INT, INT_OR_INTS,
-                       INTS, OPT_INT, OPT_INTS, OPS, AttrKind, OpTypeError, attr, register)
+                       INTS, OPAQUE, OPT_INT, OPT_INTS, OPS, AttrKind, OpTypeError, attr,
+                       register)
 
 # --- attribute kinds and shared helpers ---------------------------------------------------------
 
@@ -517,3 +519,30 @@ def _full_like_type(attrs, data, fill):
 register("full_like", inputs=("data", "fill_value"), infer=_full_like_type, pattern=ELEMWISE,
          reference=lambda attrs, x, fill: np.full(x.shape, _fill_value(fill, x.dtype.name)),
          doc="fill_value in data's shape and dtype")
+
+
+# --- bitcast ------------------------------------------------------------------------------------
+
+def _bitcast_type(attrs, data):
+    t = tensor_arg(data, "data")
+    size, target = np_dtype(t.dtype).itemsize, np_dtype(attrs.dtype).itemsize
+    if size != target:
+        raise OpTypeError(f"data's dtype {t.dtype} ({size} bytes) and dtype {attrs.dtype} "
+                          f"({target} bytes) differ in size")
+    return TensorType(t.shape, attrs.dtype)
+
+
+def _bitcast_ref(attrs, x):
+    target = np_dtype(attrs.dtype)
+    require(x.dtype.itemsize == target.itemsize,
+            f"bitcast: {x.dtype} and {attrs.dtype} differ in size")
+    x = x.copy()  # C-contiguous, as view needs (ascontiguousarray would make a 0-d array 1-d)
+    if target == np.bool_:  # relvm's bools are 0 or 1: any other byte is true
+        return x.view(np.uint8) != 0
+    return x.view(target).copy()
+
+
+register("bitcast", inputs=("data",), infer=_bitcast_type, reference=_bitcast_ref,
+         pattern=OPAQUE, attrs=[attr("dtype", DTYPE, required=True)],
+         doc="the bytes of data read as another dtype of the same size (little endian; into "
+             "bool, a non-zero byte is true)")

@@ -95,7 +95,7 @@ def check_op(op: str, attrs: dict, arrays: Sequence[np.ndarray], groups=(), rtol
     With ``scaled`` (sums of many products: GEMM, conv, reductions), ``atol`` is relative to
     the largest output: float32 accumulation errors grow with the terms, not with each result.
     """
-    arrays = [np.ascontiguousarray(a) for a in arrays]
+    arrays = [np.require(a, requirements="C") for a in arrays]  # (0-d stays 0-d)
     want = reference(op, attrs, arrays, groups)
     got = run_c(op, attrs, arrays, want, groups)
     for i, (g, w) in enumerate(zip(got, want)):

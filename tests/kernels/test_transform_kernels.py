@@ -206,3 +206,34 @@ def test_argwhere_checks_the_row_count(c_kernel):
     kernel = c_kernel("argwhere", {}, ["bool"], ["int32"])
     with pytest.raises(ValueError, match="2 non-zero entries"):
         kernel(np.array([True, False, True]), np.empty((3, 1), np.int32))
+
+
+# --- bitcast -------------------------------------------------------------------------------------
+
+BITCASTS = [("float32", "int32"), ("int32", "float32"), ("float64", "int64"), ("int64", "float64"),
+            ("uint32", "int32"), ("int8", "uint8"), ("uint16", "int16"), ("float16", "int16"),
+            ("uint64", "float64"), ("bool", "uint8"), ("uint8", "bool"), ("int8", "bool")]
+
+
+@pytest.mark.parametrize("src,dst", BITCASTS, ids=str)
+@pytest.mark.parametrize("shape", [(), (0,), (7,), (3, 5), (2, 1, 9)], ids=str)
+def test_bitcast(check, rand, src, dst, shape):
+    x = rand(shape, src, -100, 100)
+    check("bitcast", {"dtype": dst}, [x])
+
+
+def test_bitcast_every_byte_and_large(check, rand):
+    """Every byte value into bool and int8; a copy large enough for the thread pool's parts."""
+    every = np.arange(256, dtype=np.uint8)
+    check("bitcast", {"dtype": "bool"}, [every])
+    check("bitcast", {"dtype": "int8"}, [every])
+    big = rand((3, 1 << 20), "uint8", 0, 3)
+    check("bitcast", {"dtype": "bool"}, [big])
+    check("bitcast", {"dtype": "int8"}, [big])
+    special = np.float32([np.nan, -np.nan, np.inf, -0.0, 1e-45])
+    check("bitcast", {"dtype": "uint32"}, [special])
+
+
+def test_bitcast_refuses_a_size_change(c_kernel):
+    with pytest.raises(ValueError, match="float32 and float64 differ in size"):
+        c_kernel("bitcast", {"dtype": "float64"}, ["float32"], ["float64"])

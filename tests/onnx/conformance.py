@@ -38,7 +38,8 @@ OPS = ("Conv ConvTranspose Gemm MatMul Relu LeakyRelu PRelu Sigmoid Tanh Gelu Er
        "EyeLike Compress LpPool AffineGrid GridSample BitwiseAnd BitwiseOr BitwiseXor BitwiseNot "
        "BitShift ReverseSequence "
        "QuantizeLinear DequantizeLinear DynamicQuantizeLinear MatMulInteger QLinearMatMul "
-       "ConvInteger QLinearConv").split()
+       "ConvInteger QLinearConv "
+       "BitCast TfIdfVectorizer DeformConv MelWeightMatrix").split()
 
 #: TensorProto element types of the counted cases: float32, int32, int64, bool.
 COUNTED_TYPES = {1, 6, 7, 9}
@@ -150,7 +151,6 @@ def unsupported_ops(name: str, symbolic: bool = False) -> tuple[str, ...]:
 
 
 XFAIL.update({
-    "test_convtranspose_3d": "3-d ConvTranspose: relvm has 1-d and 2-d transposed convolutions",
     "test_maxpool_with_argmax_2d_precomputed_pads": "MaxPool's Indices output is not supported",
     "test_maxpool_with_argmax_2d_precomputed_strides": "MaxPool's Indices output is not supported",
     "test_range_float_type_positive_delta_expanded": "needs Loop, which relvm does not import",

@@ -289,18 +289,20 @@ for n in (4, 40, 400):                          # for every sequence length
   symbolic dim). Their results have `?` dims.
 - **What must be static.** Inputs that decide a rank or an attribute are read at import and
   must be constants (initializers, Constant nodes, or computed from them): axes (Squeeze,
-  Unsqueeze, Reduce*, Slice), Resize scales/sizes, Dropout's training_mode. Otherwise the
-  error names the node and input, and `needs_constant` lists the graph inputs to pass as
+  Unsqueeze, Reduce*, Slice), Resize scales/sizes, Dropout's training_mode, the windows' size
+  and every input of MelWeightMatrix (the result is made a constant). Otherwise the error
+  names the node and input, and `needs_constant` lists the graph inputs to pass as
   `from_onnx(model, freeze={name: value})`. Split sizes and constant-mode Pad widths may be
-  computed from symbolic dims (`[0, kv - q]`, as the expansions of Attention and RotaryEmbedding
-  compute them) or fed at run time: each part is a slice between running sums of the sizes,
-  each width a filled block concatenated on; bounds and widths known as dims keep exact dims
-  (a pad by `h` is `h*2` long), others give a `?` dim, and a width that is negative at run time
-  is an error naming the node (ONNX crops there). `auto_pad=SAME_*` with a
-  stride above 1 over a symbolic dim pads odd and even sizes differently: the input is padded
-  by widths computed at run time (zeros for Conv, the lowest value for MaxPool, and AveragePool
-  without `count_include_pad` divides a sum by a count of real elements). ConvTranspose's
-  `output_shape` and Resize's `keep_aspect_ratio_policy` need static spatial dims; Squeeze without axes needs a static shape; the last dim of GatherND's
+  computed from symbolic dims (`[0, kv - q]`, as the expansions of Attention and
+  RotaryEmbedding compute them) or fed at run time: each part is a slice between running sums
+  of the sizes, each width a filled block concatenated on; bounds and widths known as dims
+  keep exact dims (a pad by `h` is `h*2` long), others give a `?` dim, and a width that is
+  negative at run time is an error naming the node (ONNX crops there). `auto_pad=SAME_*` with
+  a stride above 1 over a symbolic dim pads odd and even sizes differently: the input is
+  padded by widths computed at run time (zeros for Conv, the lowest value for MaxPool, and
+  AveragePool without `count_include_pad` divides a sum by a count of real elements).
+  ConvTranspose's `output_shape` and Resize's `keep_aspect_ratio_policy` need static spatial
+  dims; Squeeze without axes needs a static shape; the last dim of GatherND's
   and ScatterND's indices (the length of an index tuple) must be static, as it decides a rank.
 - **If.** A condition known at import keeps only the taken branch. Otherwise both branches
   are converted and the result has their joined type (dims that differ become `?`). When the
@@ -314,7 +316,8 @@ for n in (4, 40, 400):                          # for every sequence length
   with each op's attribute-or-input forms (Clip, Squeeze, Unsqueeze, Reduce*, Split, Slice, Pad,
   Dropout, Softmax's 2-d coercion before opset 13); older models import where those forms are
   the same. relvm's window ops are 2-d: 1-d Conv, ConvTranspose and pools run as 2-d ones over a
-  height of 1; 3-d MaxPool/AveragePool run as two 2-d pools (pooling is separable).
+  height of 1; 3-d MaxPool/AveragePool run as two 2-d pools (pooling is separable); 3-d
+  ConvTranspose is `nn.conv3d_transpose`; DeformConv is 2-d (as in ONNX Runtime).
 """
 
 PROSE_OPS = """## IR ops added for the import
@@ -336,6 +339,10 @@ run-time shape rule for them.
 | `logsumexp(data)` | ReduceLogSumExp: `m + log(sum(exp(x - m)))`, `m` the maximum, in float64 (no overflow; `-inf` over an empty axis). |
 | `nn.matmul_integer(a, b, a_zero_point, b_zero_point)` | MatMulInteger: int8/uint8 `(..., M, K) x (..., K, N)` in any mix, batch dims broadcast; `sum (a - za)(b - zb)` exact, wrapping in int32; `a_zero_point` a scalar or one per row, `b_zero_point` a scalar or one per column. |
 | `nn.conv2d_integer(data, weight, data_zero_point, weight_zero_point)` | ConvInteger: NCHW data, OIHW weight, strides, padding, dilation, groups; the padding holds the data's zero point (it adds nothing); `weight_zero_point` a scalar or one per output channel; exact int32. |
+| `bitcast(data)` | BitCast: data's bytes read as `dtype`, of the same size (little endian); into bool a non-zero byte is true (relvm's bools are 0 or 1). A copy (the VM's `ReshapeTensor` views keep their register's dtype, which the verifier proves). |
+| `tfidf_vectorizer(data)` | TfIdfVectorizer over int64 or int32 tokens `(C,)` or `(B, C)` → float32 `(..., max(ngram_indexes) + 1)`: the pool (`pool`, `ngram_counts`, `ngram_indexes`: attributes) sorted into one table per n-gram size when the kernel is made, each n-gram of each row and skip (0 to `max_skip_count`; unigrams once) found by binary search; TF, IDF, TFIDF with `weights` by output column, as onnx's reference. A string pool or input is refused (relvm has no string dtype). |
+| `nn.deform_conv2d(data, weight, offset, mask)` | DeformConv (2-d): each tap read bilinearly at its position plus its offset (zeros outside the image; a NaN offset samples NaN), times the mask (`(N, offset_groups*kh*kw, oh, ow)`, or a scalar: the importer passes 1 for a missing mask), summed as a grouped conv2d; `offset_groups` split the input channels. The C kernel samples an image's columns in float64, then multiplies them by the weights in a plain loop; the bias is a `nn.bias_add`. |
+| `nn.conv3d_transpose(data, weight)` | 3-d ConvTranspose: NCDHW data, IODHW weight, each output dim as `nn.conv2d_transpose`'s; `padding` 1, 3 or 6 ints (befores, then afters). A direct gather in C (each output voxel sums the input voxels and taps that land on it, in float64), float32 and float64, up to 64 taps per axis. |
 
 The gathers and scatters take ONNX's index rules: a negative index counts from the end once;
 any other index outside its axis is a run-time error naming it (`RelvmRuntimeError`: "gather_nd:

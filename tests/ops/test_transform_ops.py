@@ -521,3 +521,43 @@ def test_like_ops():
     np.testing.assert_array_equal(checked("ones_like", a), np.ones((2, 3), np.int8))
     np.testing.assert_array_equal(checked("full_like", a, np.array(-7.9, np.float32)),
                                   np.full((2, 3), -7, np.int8))
+
+
+# --- bitcast -------------------------------------------------------------------------------------
+
+SAME_SIZE = [("float32", "int32"), ("int32", "float32"), ("float64", "int64"), ("int64", "uint64"),
+             ("uint32", "int32"), ("int8", "uint8"), ("uint16", "int16"), ("float16", "uint16"),
+             ("bool", "uint8"), ("uint8", "bool"), ("int64", "float64")]
+
+
+@pytest.mark.parametrize("src,dst", SAME_SIZE, ids=str)
+def test_bitcast_types_and_reference(src, dst):
+    assert infer("bitcast", T((n, 3, m), src), dtype=dst) == T((n, 3, m), dst)
+    x = rand(2, 5, dtype=src)
+    got = run("bitcast", x, dtype=dst)
+    assert got.dtype == np.dtype(dst) and got.shape == x.shape
+    if dst == "bool":
+        np.testing.assert_array_equal(got, x.view(np.uint8) != 0)
+    else:
+        np.testing.assert_array_equal(got.view(np.uint8), x.view(np.uint8))
+
+
+def test_bitcast_keeps_bit_patterns():
+    x = np.float32([1.0, -0.0, np.inf, np.nan])
+    np.testing.assert_array_equal(run("bitcast", x, dtype="int32"),
+                                  [0x3F800000, -2**31, 0x7F800000, 0x7FC00000])
+    # Into bool, any non-zero byte is true (relvm's bools are 0 or 1).
+    np.testing.assert_array_equal(run("bitcast", np.uint8([0, 1, 2, 255]), dtype="bool"),
+                                  [False, True, True, True])
+
+
+@pytest.mark.parametrize("src,dst,message", [
+    ("float32", "float64", r"data's dtype float32 \(4 bytes\) and dtype float64 \(8 bytes\) "
+                           r"differ in size"),
+    ("bool", "int16", r"data's dtype bool \(1 bytes\) and dtype int16 \(2 bytes\)"),
+])
+def test_bitcast_errors(src, dst, message):
+    with pytest.raises(OpTypeError, match=message):
+        infer("bitcast", T((n,), src), dtype=dst)
+    with pytest.raises(AttrError, match="dtype"):
+        infer("bitcast", T((n,), src), dtype="complex64")

@@ -1,14 +1,17 @@
 """C kernels for the products: nn.dense (float32 on relvm's own GEMM, see ``packed.py``; other
 dtypes on OpenBLAS or the integer loop), nn.matmul and nn.batch_matmul (``relvm_gemm``: relvm's
 GEMM for float32, OpenBLAS for float64, the integer loop; batch dims broadcast),
-nn.conv2d (relvm's GEMM reading a padded copy of each image, or a direct depthwise loop) and
-nn.conv2d_transpose (sgemm + col2im)."""
+nn.conv2d (relvm's GEMM reading a padded copy of each image, or a direct depthwise loop),
+nn.conv2d_transpose (sgemm + col2im), nn.conv3d_transpose (a direct gather) and
+nn.deform_conv2d (bilinear columns times the weights, a plain loop)."""
 
 from __future__ import annotations
 
 from ...ops import conv as conv_ops
 from ...ops import window
 from ...ops import conv_transpose as conv_transpose_ops
+from ...ops import deform_conv as deform_ops
+from ...ops.window import window_len
 from . import kernel
 from .common import (CODE, FLOATS, INTEGERS, ITEMSIZE, NUMBERS, attrs_of, check, library, prod,
                      remember)
@@ -267,3 +270,80 @@ def _conv_transpose_plan(ffi, attrs, x, w, out):
 @kernel("nn.conv2d_transpose", dtypes=("float32",), accepts=_conv_dtypes_ok)
 def make_conv2d_transpose(entry):
     return _planned_conv(entry, "relvm_conv2d_transpose", _conv_transpose_plan)
+
+
+# --- deform_conv2d --------------------------------------------------------------------------------
+
+def _deform_plan(ffi, attrs, x, w, offset, mask, out):
+    strides, dilation, pads = deform_ops._geometry(attrs)
+    g, og = attrs.groups, attrs.offset_groups
+    if len(x) != 4 or len(w) != 4 or len(offset) != 4 or len(mask) not in (0, 4):
+        raise shape_error("nn.deform_conv2d needs 4-d data, weight and offset, and a 4-d or "
+                          "scalar mask", data=x, weight=w, offset=offset, mask=mask)
+    n, c, h, wd = x
+    oc, cg, kh, kw = w
+    if cg * g != c or oc % g or c % og:
+        raise shape_error(f"nn.deform_conv2d: channels do not agree with groups={g}, "
+                          f"offset_groups={og}", data=x, weight=w)
+    rooms = [size + p[0] + p[1] - (d * (k - 1) + 1) for size, k, d, p in
+             zip((h, wd), (kh, kw), dilation, pads)]
+    oh, ow = (window_len(size, k, s, d, p) for size, k, s, d, p in
+              zip((h, wd), (kh, kw), strides, dilation, pads))
+    if min(rooms) < 0 or offset != (n, og * kh * kw * 2, oh, ow) or \
+            (mask and mask != (n, og * kh * kw, oh, ow)) or out != (n, oc, oh, ow):
+        raise shape_error("nn.deform_conv2d: the offset, mask or output does not fit the "
+                          "kernel", data=x, weight=w, offset=offset, mask=mask, output=out)
+    return ffi.new("struct relvm_deform_shape *", dict(
+        n=n, c=c, h=h, w=wd, oc=oc, kh=kh, kw=kw, oh=oh, ow=ow, sh=strides[0], sw=strides[1],
+        dh=dilation[0], dw=dilation[1], pt=pads[0][0], pl=pads[1][0], groups=g,
+        offset_groups=og, has_mask=int(len(mask) == 4)))
+
+
+@kernel("nn.deform_conv2d", dtypes=FLOATS,
+        accepts=lambda e: len(set(e.inputs) | set(e.outputs)) == 1)
+def make_deform_conv2d(entry):
+    ffi, lib = library()
+    attrs, dt = attrs_of(entry), CODE[entry.inputs[0]]
+    conv, ptr, name, plans = lib.relvm_deform_conv2d, ffi.from_buffer, entry.name, {}
+
+    def run(x, w, offset, mask, out):
+        key = (x.shape, w.shape, offset.shape, mask.shape, out.shape)
+        plan = plans.get(key)
+        if plan is None:
+            plan = remember(plans, key, _deform_plan(ffi, attrs, *key))
+        status = conv(dt, plan, ptr(x), ptr(w), ptr(offset), ptr(mask), ptr(out))
+        if status:
+            check(status, f"{name} {key}")
+    return run
+
+
+# --- conv3d_transpose -----------------------------------------------------------------------------
+
+def _conv3d_transpose_plan(ffi, attrs, x, w, out):
+    strides, dilation, out_pad, pads = conv_transpose_ops.geometry3d(attrs)
+    g = attrs.groups
+    if len(x) != 5 or len(w) != 5:
+        raise shape_error("nn.conv3d_transpose needs 5-d data and weight", data=x, weight=w)
+    if x[1] != w[0] or w[0] % g:
+        raise ValueError(f"input channels differ: data {x} vs weight {w} with groups={g}")
+    if max(w[2:]) > 64:
+        raise shape_error("nn.conv3d_transpose: the C kernel takes at most 64 taps per axis",
+                          weight=w)
+    sizes = [conv_transpose_ops._out_len(*a)
+             for a in zip(x[2:], w[2:], strides, dilation, out_pad, pads)]
+    if min(sizes) < 0:
+        raise ValueError(f"padding {attrs.padding} crops more than the output holds")
+    if out != (x[0], w[1] * g, *sizes):
+        raise shape_error("nn.conv3d_transpose: wrong output shape", data=x, weight=w,
+                          output=out)
+    if max([p[0] for p in pads] + [(k - 1) * d for k, d in zip(w[2:], dilation)]) >= 1 << 62:
+        raise ValueError(f"nn.conv3d_transpose: padding {attrs.padding} or dilation "
+                         f"{attrs.dilation} past the C kernel's range (2**62)")
+    return ffi.new("struct relvm_conv3d_transpose_shape *", dict(
+        n=x[0], c=x[1], oc=w[1] * g, groups=g, **{"in": list(x[2:])}, k=list(w[2:]),
+        out=sizes, stride=list(strides), dilation=list(dilation), pad=[p[0] for p in pads]))
+
+
+@kernel("nn.conv3d_transpose", dtypes=FLOATS, accepts=_conv_dtypes_ok)
+def make_conv3d_transpose(entry):
+    return _planned_conv(entry, "relvm_conv3d_transpose", _conv3d_transpose_plan)

@@ -347,3 +347,23 @@ def make_full(entry):
 @kernel("full_like", dtypes=ALL)
 def make_full_like(entry):
     return _make_full(entry, True)
+
+
+# --- bitcast -------------------------------------------------------------------------------------
+
+@kernel("bitcast", dtypes=ALL)
+def make_bitcast(entry):
+    """A copy of the bytes (the VM's ReshapeTensor views keep their register's dtype, which the
+    verifier proves, so a view under another dtype would need an opcode of its own); into bool,
+    each byte made 0 or 1."""
+    ffi, lib = library()
+    bitcast, ptr, name = lib.relvm_bitcast, ffi.from_buffer, entry.name
+    to_bool = int(entry.outputs[0] == "bool")
+    if ITEMSIZE[entry.inputs[0]] != ITEMSIZE[entry.outputs[0]]:
+        raise ValueError(f"{name}: {entry.inputs[0]} and {entry.outputs[0]} differ in size")
+
+    def run(x, out):
+        if x.shape != out.shape:
+            raise shape_error(f"{name}: wrong output shape", data=x.shape, output=out.shape)
+        bitcast(to_bool, out.nbytes, ptr(x), ptr(out))
+    return run

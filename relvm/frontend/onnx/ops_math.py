@@ -328,6 +328,22 @@ def cast(n: Node):
     return n.call("cast", n.x(0), dtype=dtype)
 
 
+@converter("BitCast")
+def bitcast(n: Node):
+    """``bitcast``: the same bytes under a dtype of the same size."""
+    to = int(n.required("to"))
+    dtype = ONNX_DTYPES.get(to)
+    if dtype is None:
+        raise n.fail(f"cannot bitcast to {onnx_type_name(to)}, which relvm does not support")
+    size, target = np.dtype(n.dtype(0)).itemsize, np.dtype(dtype).itemsize
+    if size != target:
+        raise n.fail(f"the input's {n.dtype(0)} ({size} bytes) and {dtype} ({target} bytes) "
+                     "differ in size")
+    if dtype == n.dtype(0):
+        return n.value(0)
+    return n.call("bitcast", n.x(0), dtype=dtype)
+
+
 @converter("CastLike")
 def cast_like(n: Node):
     dtype = n.dtype(1)

@@ -110,7 +110,7 @@ def conv(n: Node):
 
 @converter("ConvTranspose")
 def conv_transpose(n: Node):
-    spatial = _spatial(n)
+    spatial = _spatial(n, (1, 2, 3))
     kernel = list(n.attr("kernel_shape", n.shape(1)[2:]))
     strides = [int(s) for s in n.attr("strides", [1] * spatial)]
     dilations = [int(d) for d in n.attr("dilations", [1] * spatial)]
@@ -138,6 +138,10 @@ def conv_transpose(n: Node):
     elif auto == "VALID":
         pads = [0] * 2 * spatial
     x, w = n.x(0), n.x(1)
+    if spatial == 3:
+        y = n.call("nn.conv3d_transpose", x, w, strides=strides, padding=pads,
+                   dilation=dilations, output_padding=out_pad, groups=int(n.attr("group", 1)))
+        return n.call("nn.bias_add", y, n.x(2), axis=1) if n.has(2) else y
     if spatial == 1:
         x, w = n.call("expand_dims", x, axis=2), n.call("expand_dims", w, axis=2)
         strides, dilations, pads = _to_2d(strides, dilations, pads)
@@ -147,6 +151,23 @@ def conv_transpose(n: Node):
     if n.has(2):
         y = n.call("nn.bias_add", y, n.x(2), axis=1)
     return n.call("squeeze", y, axis=[2]) if spatial == 1 else y
+
+
+@converter("DeformConv")
+def deform_conv(n: Node):
+    """``nn.deform_conv2d`` (2-d, as ONNX Runtime and onnx's reference have it), the bias
+    added after; a missing mask is the scalar 1."""
+    _spatial(n, (2,))
+    kernel = list(n.attr("kernel_shape", n.shape(1)[2:]))
+    strides, dilations, pads = _windows(n, kernel)
+    dtype = n.dtype(0)
+    mask = n.x(4) if n.has(4) else n.constant(np.ones((), dtype))
+    y = n.call("nn.deform_conv2d", n.x(0), n.x(1), n.x(2), mask, strides=strides, padding=pads,
+               dilation=dilations, groups=int(n.attr("group", 1)),
+               offset_groups=int(n.attr("offset_group", 1)))
+    if n.has(3):
+        y = n.call("nn.bias_add", y, n.x(3), axis=1)
+    return y
 
 
 def _pool2d(n: Node, op: str, x, kernel, strides, dilations, pads, extra):
