@@ -329,6 +329,7 @@ run-time shape rule for them.
 | `logsumexp(data)` | ReduceLogSumExp: `m + log(sum(exp(x - m)))`, `m` the maximum, in float64 (no overflow; `-inf` over an empty axis). |
 | `nn.matmul_integer(a, b, a_zero_point, b_zero_point)` | MatMulInteger: int8/uint8 `(..., M, K) x (..., K, N)` in any mix, batch dims broadcast; `sum (a - za)(b - zb)` exact, wrapping in int32; `a_zero_point` a scalar or one per row, `b_zero_point` a scalar or one per column. |
 | `nn.conv2d_integer(data, weight, data_zero_point, weight_zero_point)` | ConvInteger: NCHW data, OIHW weight, strides, padding, dilation, groups; the padding holds the data's zero point (it adds nothing); `weight_zero_point` a scalar or one per output channel; exact int32. |
+| `vision.non_max_suppression(boxes, scores, max_output_boxes_per_class, iou_threshold, score_threshold)` | NonMaxSuppression as ONNX Runtime computes it (IoU in float32, strictly above the thresholds, candidates by score then index, `center_point_box`, corners either way round): `(selected, count)`, `selected` `(B*C*N, 3)` int64 with the kept `[batch, class, box]` rows first and -1 after, `count` 0-d. The importer takes the first `count` rows (`arange` + `take`, a run-time length), so the suppression runs once, in C. The three thresholds are tensors of one element, run-time values allowed. |
 
 The gathers and scatters take ONNX's index rules: a negative index counts from the end once;
 any other index outside its axis is a run-time error naming it (`RelvmRuntimeError`: "gather_nd:

@@ -1,0 +1,34 @@
+"""Detection and other ops added for issue 19's remaining coverage: NonMaxSuppression."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .converters import converter, scalar
+from .importer import Node
+
+
+def _one_value(n: Node, i: int, dtype: str, default):
+    """Input i as a tensor of one element of ``dtype`` (a constant ``default`` when absent)."""
+    if not n.has(i):
+        return scalar(n, default, dtype)
+    if n.dtype(i) != dtype:
+        raise n.fail(f"input {i} must have dtype {dtype}, got {n.dtype(i)}")
+    return n.x(i)
+
+
+@converter("NonMaxSuppression")
+def non_max_suppression(n: Node):
+    """``vision.non_max_suppression`` (its kept rows first, then padding), then its first
+    ``count`` rows: a result of run-time length."""
+    center = int(n.attr("center_point_box", 0))
+    if center not in (0, 1):
+        raise n.fail(f"center_point_box must be 0 or 1, got {center}")
+    for i, what in ((0, "boxes"), (1, "scores")):
+        if n.dtype(i) != "float32":
+            raise n.fail(f"{what} must be float32, got {n.dtype(i)}")
+    out = n.call("vision.non_max_suppression", n.x(0), n.x(1),
+                 _one_value(n, 2, "int64", 0), _one_value(n, 3, "float32", 0.0),
+                 _one_value(n, 4, "float32", -np.inf), center_point_box=bool(center))
+    rows = n.call("arange", scalar(n, 0, "int64"), n.field(out, 1), scalar(n, 1, "int64"))
+    return n.call("take", n.field(out, 0), rows, axis=0)
