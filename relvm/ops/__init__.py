@@ -4,7 +4,7 @@ from . import (conv, dynamic, elementwise, gather_scatter, indexing, nn,  # noqa
                pool, reduce, transform)  # (registration)
 # ops the ONNX importer needs
 from . import (attention, conv_transpose, grid_sample, image, norm, quantized,  # noqa: F401
-               recurrent, scan, vision)
+               linalg, recurrent, scan, vision)
 from .registry import OPS, Op, get_op
 
 __all__ = ["OPS", "Op", "get_op"]

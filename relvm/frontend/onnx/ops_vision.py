@@ -1,4 +1,4 @@
-"""Detection and other ops added for issue 19's remaining coverage: NonMaxSuppression."""
+"""Ops added for issue 19's remaining coverage: NonMaxSuppression, Det."""
 
 from __future__ import annotations
 
@@ -32,3 +32,13 @@ def non_max_suppression(n: Node):
                  _one_value(n, 4, "float32", -np.inf), center_point_box=bool(center))
     rows = n.call("arange", scalar(n, 0, "int64"), n.field(out, 1), scalar(n, 1, "int64"))
     return n.call("take", n.field(out, 0), rows, axis=0)
+
+
+@converter("Det")
+def det(n: Node):
+    """``linalg.det``, which checks the shape."""
+    if n.dtype(0) not in ("float32", "float64", "float16"):
+        raise n.fail(f"input must be a float tensor, got {n.dtype(0)}")
+    if n.rank(0) < 2:
+        raise n.fail(f"input must have rank 2 or more (..., M, M), got rank {n.rank(0)}")
+    return n.call("linalg.det", n.x(0))
