@@ -4,7 +4,12 @@ The window attributes are those of ``window.py``. Semantics (see also ``nn.py``)
 
 * With ``ceil_mode`` the output follows PyTorch: it grows by one where the last window would be
   partial, but every window must start inside the input or its top/left padding.
-* ``max_pool2d`` ignores padding; a window that covers no input gives -inf. ``avg_pool2d``
+* ``max_pool2d`` ignores padding; a window that covers no input gives -inf.
+  ``max_pool2d_with_argmax`` also gives, per output, the int64 position of its maximum in the
+  flattened input as ONNX MaxPool's Indices output defines it: ``(n*C + c)*H*W`` plus ``h*W +
+  w`` (``storage_order`` 0, row-major) or ``h + w*H`` (1, column-major); the first of equal
+  maxima in the window's row-major order wins, as in ONNX Runtime, and a NaN wins as the value
+  does (a window covering no input: -inf and -1). ``avg_pool2d``
   divides by the taps inside the padded input (``count_include_pad``) or inside the input
   (not); a window covering no input gives 0, as PyTorch's CPU kernel does.
 """
@@ -13,9 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.types import TensorType
+from ..ir.types import TensorType, TupleType
 from .common import FLOATS, check_dtype, check_rank, require, tensor_arg
 from .registry import BOOL, INT_OR_INTS, OPAQUE, attr, choice, register
+from .transform import ZERO_OR_ONE
 from .window import pad_pairs, pair, runtime_out, spatial_out, tap_index, window_taps
 
 _FLOAT = (FLOATS, "a float dtype")
@@ -76,6 +82,34 @@ _POOL_ATTRS = [attr("pool_size", INT_OR_INTS, (1, 1)), attr("strides", INT_OR_IN
 
 register("nn.max_pool2d", inputs=("data",), infer=_pool_type, reference=_max_pool2d_ref,
          pattern=OPAQUE, attrs=_POOL_ATTRS, doc="2-D max pooling over NCHW (padding ignored)")
+
+
+def _argmax_type(attrs, d):
+    out = _pool_type(attrs, d)
+    return TupleType((out, TensorType(out.shape, "int64")))
+
+
+def _max_pool2d_argmax_ref(attrs, x):
+    taps, (rows, cols), ((top, _), (left, _)) = _pool_taps(attrs, x, -np.inf)
+    n, c, oh, ow, kh, kw = taps.shape
+    flat = taps.reshape(n, c, oh, ow, kh * kw)
+    best = np.argmax(flat, axis=-1)  # the first maximum
+    values = np.take_along_axis(flat, best[..., None], -1)[..., 0]
+    h = rows[np.arange(oh)[:, None], best // kw] - top
+    w = cols[np.arange(ow)[None, :], best % kw] - left
+    height, width = x.shape[2:]
+    inside = (h >= 0) & (h < height) & (w >= 0) & (w < width)
+    within = h * width + w if attrs.storage_order == 0 else h + w * height
+    plane = (np.arange(n * c) * height * width).reshape(n, c, 1, 1)
+    index = np.where(inside, plane + within, -1).astype(np.int64)
+    return np.where(inside, values, -np.inf).astype(x.dtype), index
+
+
+register("nn.max_pool2d_with_argmax", inputs=("data",), infer=_argmax_type,
+         reference=_max_pool2d_argmax_ref, pattern=OPAQUE,
+         attrs=_POOL_ATTRS + [attr("storage_order", ZERO_OR_ONE, 0)],
+         doc="2-D max pooling over NCHW and the int64 position of each maximum in the "
+             "flattened input (ONNX MaxPool's Indices; storage_order 1: column-major H, W)")
 register("nn.avg_pool2d", inputs=("data",), infer=_pool_type, reference=_avg_pool2d_ref,
          pattern=OPAQUE, attrs=_POOL_ATTRS + [attr("count_include_pad", BOOL, False)],
          doc="2-D average pooling over NCHW")

@@ -32,6 +32,24 @@ def test_avg_pool2d(check, rand, shape, attrs, include_pad, dtype):
     check("nn.avg_pool2d", dict(attrs, count_include_pad=include_pad), [rand(shape, dtype)])
 
 
+@pytest.mark.parametrize("shape,attrs", POOLS, ids=str)
+@pytest.mark.parametrize("order", [0, 1])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_max_pool2d_with_argmax(check, rand, shape, attrs, order, dtype):
+    check("nn.max_pool2d_with_argmax", dict(attrs, storage_order=order), [rand(shape, dtype)])
+
+
+def test_max_pool2d_with_argmax_ties_and_nan(check):
+    """Equal maxima: the first in the window's row-major order; NaN wins as a value."""
+    x = np.zeros((2, 1, 4, 4), np.float32)
+    x[1, 0, 2:, 2:] = [[1, np.nan], [np.nan, 1]]
+    for order in (0, 1):
+        got = check("nn.max_pool2d_with_argmax", {"pool_size": [2, 2], "strides": [2, 2],
+                                                  "storage_order": order}, [x])
+        assert got[1][0, 0].tolist() == [[0, 2], [8, 10]] if order == 0 else \
+            [[0, 8], [2, 10]]
+
+
 def test_max_pool_propagates_nan(check, rand):
     x = rand((1, 1, 4, 4))
     x[0, 0, 1, 1] = np.nan

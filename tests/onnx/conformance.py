@@ -151,8 +151,6 @@ def unsupported_ops(name: str, symbolic: bool = False) -> tuple[str, ...]:
 
 XFAIL.update({
     "test_convtranspose_3d": "3-d ConvTranspose: relvm has 1-d and 2-d transposed convolutions",
-    "test_maxpool_with_argmax_2d_precomputed_pads": "MaxPool's Indices output is not supported",
-    "test_maxpool_with_argmax_2d_precomputed_strides": "MaxPool's Indices output is not supported",
     "test_range_float_type_positive_delta_expanded": "needs Loop, which relvm does not import",
     "test_range_int32_type_negative_delta_expanded": "needs Loop, which relvm does not import",
     "test_range_float16_type_positive_delta_expanded": "needs Loop, which relvm does not import",

@@ -656,3 +656,35 @@ def test_pool_random_geometry(g, kind, ceil_mode):
     expect = naive_pool(x, kind[:3], g["k"], g["s"], g["d"], g["pads"], ceil_mode,
                         kind == "avg_pad")
     np.testing.assert_allclose(out, expect, rtol=1e-5, atol=1e-6)
+
+
+# --- nn.max_pool2d_with_argmax --------------------------------------------------------------------
+
+def test_max_pool2d_with_argmax_type_and_reference():
+    n, h = Sym("n"), Sym("h")
+    t = OPS["nn.max_pool2d_with_argmax"]
+    got = t.infer(t.make_attrs({"pool_size": [2, 2], "strides": [2, 2]}),
+                  TensorType((n, 3, h, 8), "float32"))
+    assert got.fields[1] == TensorType(got.fields[0].shape, "int64")
+    assert got.fields[0] == OPS["nn.max_pool2d"].infer(
+        OPS["nn.max_pool2d"].make_attrs({"pool_size": [2, 2], "strides": [2, 2]}),
+        TensorType((n, 3, h, 8), "float32"))
+    with pytest.raises(AttrError, match="'storage_order' expects 0 or 1"):
+        t.make_attrs({"storage_order": 2})
+    # ONNX's own example (test_maxpool_with_argmax_2d_precomputed_strides), then by a loop.
+    x = np.arange(1, 26, dtype=np.float32).reshape(1, 1, 5, 5)
+    for order, want in ((0, [[6, 8], [16, 18]]), (1, [[6, 16], [8, 18]])):
+        values, index = t.reference(t.make_attrs({"pool_size": [2, 2], "strides": [2, 2],
+                                                  "storage_order": order}), x)
+        assert values[0, 0].tolist() == [[7, 9], [17, 19]] and index[0, 0].tolist() == want
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 7, 6)).astype(np.float32)
+    attrs = t.make_attrs({"pool_size": [3, 2], "strides": [2, 1], "padding": [1, 0, 1, 1],
+                          "dilation": [1, 2], "storage_order": 1})
+    values, index = t.reference(attrs, x)
+    for b, c, i, j in itertools.product(*(range(k) for k in values.shape)):
+        taps = [(r, q) for r in range(i * 2 - 1, i * 2 - 1 + 3)
+                for q in range(j, j + 4, 2) if 0 <= r < 7 and 0 <= q < 6]
+        r, q = max(taps, key=lambda p: (x[b, c, p[0], p[1]], -taps.index(p)))
+        assert values[b, c, i, j] == x[b, c, r, q]
+        assert index[b, c, i, j] == (b * 3 + c) * 42 + r + q * 7

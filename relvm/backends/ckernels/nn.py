@@ -53,6 +53,25 @@ def make_max_pool2d(entry):
     return _make_pool(entry, "relvm_max_pool2d")
 
 
+@kernel("nn.max_pool2d_with_argmax", dtypes=FLOATS)
+def make_max_pool2d_argmax(entry):
+    ffi, lib = library()
+    attrs, dt = attrs_of(entry), CODE[entry.inputs[0]]
+    pool, ptr, plans, name = lib.relvm_max_pool2d_argmax, ffi.from_buffer, {}, entry.name
+    column_major = int(attrs.storage_order)
+
+    def run(x, out, index):
+        key = (x.shape, out.shape)
+        plan = plans.get(key)
+        if plan is None:
+            plan = remember(plans, key, _pool_plan(ffi, attrs, *key, False))
+        if index.shape != out.shape:
+            raise shape_error(f"{name}: wrong index shape", output=out.shape, index=index.shape)
+        check(pool(dt, plan, column_major, ptr(x), ptr(out), ffi.cast("int64_t *", ptr(index))),
+              name)
+    return run
+
+
 @kernel("nn.avg_pool2d", dtypes=FLOATS)
 def make_avg_pool2d(entry):
     return _make_pool(entry, "relvm_avg_pool2d")
