@@ -698,3 +698,29 @@ RELVM_EXPORT int relvm_max_pool2d_argmax(int dtype, const struct relvm_pool2d_sh
     relvm_parallel_for(s->planes, relvm_max64(1, RELVM_GRAIN / work), argmax_planes, &j);
     return RELVM_OK;
 }
+
+#define UNPOOL(T)                                                                             \
+    {                                                                                         \
+        const T *xs = x;                                                                      \
+        T *ys = y;                                                                            \
+        for (int64_t i = 0; i < total; ++i) ys[i] = 0;                                        \
+        for (int64_t i = 0; i < count; ++i) {                                                 \
+            if (idx[i] < 0 || idx[i] >= total) {                                              \
+                *bad = i;                                                                     \
+                return RELVM_BAD_INDEX;                                                       \
+            }                                                                                 \
+            ys[idx[i]] = xs[i];                                                               \
+        }                                                                                     \
+        return RELVM_OK;                                                                      \
+    }
+
+RELVM_EXPORT int relvm_max_unpool(int itemsize, int64_t count, const void *x, const int64_t *idx,
+                                  int64_t total, void *y, int64_t *bad) {
+    switch (itemsize) {
+    case 1: UNPOOL(uint8_t)
+    case 2: UNPOOL(uint16_t)
+    case 4: UNPOOL(uint32_t)
+    case 8: UNPOOL(uint64_t)
+    default: return RELVM_UNSUPPORTED;
+    }
+}

@@ -21,6 +21,11 @@ int relvm_max_pool2d(int dtype, const struct relvm_pool2d_shape *s, const void *
 int relvm_max_pool2d_argmax(int dtype, const struct relvm_pool2d_shape *s, int column_major,
                             const void *x, void *y, int64_t *idx);
 
+/* y (total elements of itemsize bytes: 1, 2, 4 or 8) = 0, then y[idx[i]] = x[i] for i < count
+ * in order. An index outside [0, total): RELVM_BAD_INDEX with *bad = i, y partly written. */
+int relvm_max_unpool(int itemsize, int64_t count, const void *x, const int64_t *idx,
+                     int64_t total, void *y, int64_t *bad);
+
 /* Sum of the taps inside the input over the count of taps inside the padded input
  * (count_include_pad) or inside the input; 0 for a window covering no input. */
 int relvm_avg_pool2d(int dtype, const struct relvm_pool2d_shape *s, const void *x, void *y);

@@ -2,6 +2,11 @@
 
 The window attributes are those of ``window.py``. Semantics (see also ``nn.py``):
 
+* ``max_unpool`` (ONNX MaxUnpool, any number of spatial axes) writes each element of data to the
+  position its index gives in the flattened output, every other element 0; the output's
+  spatial size is ``output_size`` or ``(in - 1) * stride - pad_begin - pad_end + kernel``.
+  An index outside the output is an error when the program runs, naming it; of several values
+  sent to one position, the last in data's order stays (as in ONNX Runtime).
 * With ``ceil_mode`` the output follows PyTorch: it grows by one where the last window would be
   partial, but every window must start inside the input or its top/left padding.
 * ``max_pool2d`` ignores padding; a window that covers no input gives -inf.
@@ -19,8 +24,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.types import TensorType, TupleType
-from .common import FLOATS, check_dtype, check_rank, require, tensor_arg
-from .registry import BOOL, INT_OR_INTS, OPAQUE, attr, choice, register
+from .common import FLOATS, check_dtype, check_rank, differ, fmt_shape, require, tensor_arg
+from .registry import (BOOL, INT_OR_INTS, INTS, OPAQUE, OPT_INTS, OpTypeError, attr, choice,
+                       register)
 from .transform import ZERO_OR_ONE
 from .window import pad_pairs, pair, runtime_out, spatial_out, tap_index, window_taps
 
@@ -143,3 +149,58 @@ register("nn.global_max_pool2d", inputs=("data",), infer=_global_pool_type,
 register("nn.global_avg_pool2d", inputs=("data",), infer=_global_pool_type,
          reference=_global_avg_ref, pattern=OPAQUE, attrs=_LAYOUT_ATTRS,
          doc="mean over H and W: (N, C, H, W) -> (N, C, 1, 1)")
+
+
+# --- max_unpool ---------------------------------------------------------------------------------
+
+
+def unpool_sizes(attrs, spatial) -> tuple:
+    """The output's spatial sizes (symbolic in the input's)."""
+    k = len(spatial)
+    if attrs.output_size is not None:
+        if len(attrs.output_size) != k:
+            raise OpTypeError(f"output_size {list(attrs.output_size)} must give {k} spatial "
+                              "sizes")
+        return tuple(attrs.output_size)
+    strides = attrs.strides or (1,) * k
+    pads = attrs.pads or (0,) * (2 * k)
+    if len(attrs.kernel_shape) != k or len(strides) != k or len(pads) != 2 * k:
+        raise OpTypeError(f"kernel_shape {list(attrs.kernel_shape)}, strides {list(strides)} "
+                          f"and pads {list(pads)} must give {k} spatial axes (pads twice)")
+    return tuple((d - 1) * s - pads[i] - pads[i + k] + kk
+                 for i, (d, s, kk) in enumerate(zip(spatial, strides, attrs.kernel_shape)))
+
+
+def _unpool_type(attrs, data, indices):
+    t, i = tensor_arg(data, "data"), tensor_arg(indices, "indices")
+    if t.ndim < 3:
+        raise OpTypeError(f"data must be (N, C, spatial...) of rank 3 or more, got "
+                          f"{fmt_shape(t.shape)}")
+    check_dtype(i, "indices", ("int64",), "dtype int64")
+    if i.ndim != t.ndim or any(differ(a, b) for a, b in zip(t.shape, i.shape)):
+        raise OpTypeError(f"indices {fmt_shape(i.shape)} must have data's shape "
+                          f"{fmt_shape(t.shape)}")
+    return TensorType(t.shape[:2] + unpool_sizes(attrs, t.shape[2:]), t.dtype)
+
+
+def _unpool_ref(attrs, x, index):
+    require(index.shape == x.shape, f"nn.max_unpool: indices {index.shape} must have data's "
+            f"shape {x.shape}")
+    shape = x.shape[:2] + unpool_sizes(attrs, x.shape[2:])
+    require(all(d >= 0 for d in shape), f"nn.max_unpool: the output shape {shape} is negative")
+    out = np.zeros(int(np.prod(shape)), x.dtype)
+    flat = index.reshape(-1)
+    bad = (flat < 0) | (flat >= out.size)
+    if bad.any():
+        raise ValueError(f"nn.max_unpool: index {flat[bad][0]} is out of range for an output "
+                         f"of {out.size} elements {shape}")
+    out[flat] = x.reshape(-1)  # NumPy: the last of repeated indices stays
+    return out.reshape(shape)
+
+
+register("nn.max_unpool", inputs=("data", "indices"), infer=_unpool_type, reference=_unpool_ref,
+         pattern=OPAQUE,
+         attrs=[attr("kernel_shape", INTS, required=True), attr("strides", OPT_INTS, None),
+                attr("pads", OPT_INTS, None), attr("output_size", OPT_INTS, None)],
+         doc="ONNX MaxUnpool: data scattered to the flattened output positions indices give, "
+             "zeros elsewhere; output (N, C) and output_size, or (in-1)*stride - pads + kernel")

@@ -688,3 +688,41 @@ def test_max_pool2d_with_argmax_type_and_reference():
         r, q = max(taps, key=lambda p: (x[b, c, p[0], p[1]], -taps.index(p)))
         assert values[b, c, i, j] == x[b, c, r, q]
         assert index[b, c, i, j] == (b * 3 + c) * 42 + r + q * 7
+
+
+# --- nn.max_unpool --------------------------------------------------------------------------------
+
+def test_max_unpool_types_and_errors():
+    n, c, h = Sym("n"), Sym("c"), Sym("h")
+    op = OPS["nn.max_unpool"]
+
+    def infer(shape, ishape=None, **attrs):
+        return op.infer(op.make_attrs(attrs), TensorType(shape, "float32"),
+                        TensorType(ishape or shape, "int64"))
+
+    assert infer((n, c, h, 3), kernel_shape=[2, 2], strides=[2, 2]) == \
+        TensorType((n, c, h * 2, 6), "float32")
+    assert infer((n, 1, h), kernel_shape=[3], strides=[2], pads=[1, 0]) == \
+        TensorType((n, 1, h * 2), "float32")
+    assert infer((n, 1, 2, 2, 2), kernel_shape=[2, 2, 2], output_size=[5, 4, 4]) == \
+        TensorType((n, 1, 5, 4, 4), "float32")
+    with pytest.raises(OpTypeError, match=r"indices \(1, 1, 3\) must have data's shape"):
+        infer((1, 1, 2), (1, 1, 3), kernel_shape=[2])
+    with pytest.raises(OpTypeError, match=r"must give 2 spatial axes"):
+        infer((1, 1, 2, 2), kernel_shape=[2])
+    with pytest.raises(OpTypeError, match=r"data must be \(N, C, spatial...\)"):
+        infer((1, 2), kernel_shape=[2])
+
+
+def test_max_unpool_reference():
+    op = OPS["nn.max_unpool"]
+    attrs = op.make_attrs({"kernel_shape": [2, 2], "strides": [2, 2]})
+    x = np.array([[[[5, 6], [7, 8]]], [[[1, 2], [3, 4]]]], np.float32)
+    i = np.array([[[[5, 7], [13, 15]]], [[[16, 17], [30, 16]]]])
+    y = op.reference(attrs, x, i)
+    assert y.shape == (2, 1, 4, 4)
+    assert y.reshape(-1)[[5, 7, 13, 15, 17, 30, 16]].tolist() == [5, 6, 7, 8, 2, 3, 4]
+    assert np.count_nonzero(y) == 7  # 16 written twice: the last value stays
+    with pytest.raises(ValueError, match=r"nn.max_unpool: index 32 is out of range for an "
+                                         r"output of 32 elements \(2, 1, 4, 4\)"):
+        op.reference(attrs, x, np.where(i == 30, 32, i))

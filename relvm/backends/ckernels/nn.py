@@ -7,7 +7,8 @@ from ...ops import window
 from ...ops.common import normalize_axis
 from ...ops.transform import at_run_time
 from . import kernel
-from .common import CODE, FLOATS, attrs_of, check, library, prod, remember, shape_error
+from .common import (ALL, CODE, FLOATS, ITEMSIZE, attrs_of, check, library, prod, remember,
+                     shape_error)
 from .linalg import _Shape
 
 
@@ -69,6 +70,28 @@ def make_max_pool2d_argmax(entry):
             raise shape_error(f"{name}: wrong index shape", output=out.shape, index=index.shape)
         check(pool(dt, plan, column_major, ptr(x), ptr(out), ffi.cast("int64_t *", ptr(index))),
               name)
+    return run
+
+
+@kernel("nn.max_unpool", dtypes=ALL, accepts=lambda e: e.inputs[1] == "int64")
+def make_max_unpool(entry):
+    ffi, lib = library()
+    size, ptr, name, unpool = ITEMSIZE[entry.inputs[0]], ffi.from_buffer, entry.name, \
+        lib.relvm_max_unpool
+    attrs = attrs_of(entry)
+
+    def run(x, index, out):
+        want = x.shape[:2] + pool_ops.unpool_sizes(attrs, x.shape[2:])
+        if index.shape != x.shape or out.shape != want:
+            raise shape_error(f"{name}: wrong shapes", data=x.shape, indices=index.shape,
+                              output=out.shape)
+        bad = ffi.new("int64_t *")
+        status = unpool(size, x.size, ptr(x), ffi.cast("int64_t *", ptr(index)), out.size,
+                        ptr(out), bad)
+        if status == -3:
+            raise ValueError(f"{name}: index {int(index.reshape(-1)[bad[0]])} is out of range "
+                             f"for an output of {out.size} elements {out.shape}")
+        check(status, f"{name} of {x.shape}")
     return run
 
 

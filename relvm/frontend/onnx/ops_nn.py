@@ -167,6 +167,36 @@ def _max_pool_indices(n: Node, spatial: int, kernel, strides, dilations, pads):
     return [values, index]
 
 
+@converter("MaxUnpool")
+def max_unpool(n: Node):
+    """``nn.max_unpool``; a given output_shape must be known at import (it is the result's)."""
+    rank = n.rank(0)
+    if rank < 3:
+        raise n.fail(f"X must be (N, C, spatial...), got rank {rank}")
+    k = rank - 2
+    kernel = [int(v) for v in n.required("kernel_shape")]
+    strides = [int(v) for v in n.attr("strides", [1] * k)]
+    pads = [int(v) for v in n.attr("pads", [0] * (2 * k))]
+    if len(kernel) != k or len(strides) != k or len(pads) != 2 * k:
+        raise n.fail(f"kernel_shape {kernel}, strides {strides} and pads {pads} must give {k} "
+                     "spatial axes (pads twice)")
+    size = None
+    if n.has(2):
+        from .ops_array import _static_ints
+
+        shape = _static_ints(n, 2, "output_shape")
+        if len(shape) != rank:
+            raise n.fail(f"output_shape {shape} must have X's rank {rank}")
+        for i, d in enumerate(n.shape(0)[:2]):
+            if isinstance(d, int) and d != shape[i]:
+                raise n.fail(f"output_shape {shape} must keep X's dim {i} ({d})")
+        size = shape[2:]
+    if n.dtype(1) != "int64":
+        raise n.fail(f"I must be int64, got {n.dtype(1)}")
+    return n.call("nn.max_unpool", n.x(0), n.x(1), kernel_shape=kernel, strides=strides,
+                  pads=pads, output_size=size)
+
+
 @converter("LpPool")
 def lp_pool(n: Node):
     """(sum of |x|^p over each window)^(1/p): an average pool counting the padding, times the
