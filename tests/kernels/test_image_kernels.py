@@ -245,3 +245,28 @@ def test_non_max_suppression_iou_threshold_out_of_range(c_kernel):
     with pytest.raises(ValueError, match=r"iou_threshold -0.5 must be in \[0, 1\]"):
         run(boxes, scores, np.array(1), np.float32(-0.5), np.float32(0),
             np.zeros((2, 3), np.int64), np.zeros((), np.int64))
+
+
+# --- image.col2im --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("image, block, dil, pads, strides, batch", [
+    ([5, 5], [1, 5], None, None, None, (1, 1)),
+    ([5, 5], [2, 2], [1, 1], [0, 0, 0, 0], [2, 2], (2, 3)),
+    ([5, 5], [1, 5], None, [0, 1, 0, 1], None, (1, 2)),
+    ([6, 6], [2, 2], [1, 5], None, None, (2, 1)),
+    ([7, 6], [3, 2], [2, 1], [1, 2, 0, 1], [2, 3], (2, 2)),
+    ([3, 4, 5], [1, 1, 5], None, None, None, (1, 2)),
+    ([2, 3, 3, 4], [1, 2, 2, 2], None, [0, 0, 1, 1, 0, 1, 0, 1], [1, 1, 2, 1], (1, 2)),
+    ([9], [3], [2], [1, 1], [2], (3, 2)),
+    ([4, 4], [2, 2], None, None, None, (0, 2)),
+], ids=str)
+def test_col2im(check, rng, dtype, image, block, dil, pads, strides, batch):
+    attrs = {"image_shape": image, "block_shape": block}
+    attrs.update({k: v for k, v in (("dilations", dil), ("pads", pads), ("strides", strides))
+                  if v is not None})
+    from relvm.ops.image import col2im_blocks
+    from relvm.ops import OPS
+    blocks = col2im_blocks(OPS["image.col2im"].make_attrs(attrs))
+    x = rng.standard_normal((batch[0], batch[1] * int(np.prod(block)), int(np.prod(blocks))))
+    check("image.col2im", attrs, [x.astype(dtype)], rtol=1e-5)

@@ -1,4 +1,4 @@
-"""Ops added for issue 19's remaining coverage: NonMaxSuppression, Det."""
+"""Ops added for issue 19's remaining coverage: NonMaxSuppression, Det, Col2Im."""
 
 from __future__ import annotations
 
@@ -42,3 +42,21 @@ def det(n: Node):
     if n.rank(0) < 2:
         raise n.fail(f"input must have rank 2 or more (..., M, M), got rank {n.rank(0)}")
     return n.call("linalg.det", n.x(0))
+
+
+@converter("Col2Im")
+def col2im(n: Node):
+    """``image.col2im``: image_shape and block_shape decide the result's rank and shape, so
+    they must be known at import."""
+    from .ops_array import _static_ints
+
+    if n.dtype(0) not in ("float32", "float64", "float16"):
+        raise n.fail(f"input must be a float tensor, got {n.dtype(0)}")
+    image = _static_ints(n, 1, "image_shape")
+    block = _static_ints(n, 2, "block_shape")
+    k = len(image)
+    if len(block) != k:
+        raise n.fail(f"block_shape {block} and image_shape {image} differ in length")
+    attrs = {name: [int(v) for v in n.attr(name)] for name in ("dilations", "pads", "strides")
+             if n.attr(name) is not None}
+    return n.call("image.col2im", n.x(0), image_shape=image, block_shape=block, **attrs)
