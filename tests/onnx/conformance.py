@@ -38,7 +38,8 @@ OPS = ("Conv ConvTranspose Gemm MatMul Relu LeakyRelu PRelu Sigmoid Tanh Gelu Er
        "EyeLike Compress LpPool AffineGrid GridSample BitwiseAnd BitwiseOr BitwiseXor BitwiseNot "
        "BitShift ReverseSequence "
        "QuantizeLinear DequantizeLinear DynamicQuantizeLinear MatMulInteger QLinearMatMul "
-       "ConvInteger QLinearConv NonMaxSuppression Det MaxUnpool Col2Im").split()
+       "ConvInteger QLinearConv NonMaxSuppression Det MaxUnpool Col2Im "
+       "TensorScatter").split()
 
 #: TensorProto element types of the counted cases: float32, int32, int64, bool.
 COUNTED_TYPES = {1, 6, 7, 9}

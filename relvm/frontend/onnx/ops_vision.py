@@ -1,4 +1,5 @@
-"""Ops added for issue 19's remaining coverage: NonMaxSuppression, Det, Col2Im."""
+"""Ops added for issue 19's remaining coverage: NonMaxSuppression, Det, Col2Im,
+TensorScatter."""
 
 from __future__ import annotations
 
@@ -60,3 +61,17 @@ def col2im(n: Node):
     attrs = {name: [int(v) for v in n.attr(name)] for name in ("dilations", "pads", "strides")
              if n.attr(name) is not None}
     return n.call("image.col2im", n.x(0), image_shape=image, block_shape=block, **attrs)
+
+
+@converter("TensorScatter")
+def tensor_scatter(n: Node):
+    """``tensor_scatter``, a new tensor (ONNX allows the update in place; relvm's values are
+    never aliased); no write_indices means 0 for every batch."""
+    mode = n.attr("mode", "linear")
+    if mode not in ("linear", "circular"):
+        raise n.fail(f"mode must be 'linear' or 'circular', got {mode!r}")
+    if n.has(2) and n.dtype(2) != "int64":
+        raise n.fail(f"write_indices must be int64, got {n.dtype(2)}")
+    starts = n.x(2) if n.has(2) else scalar(n, 0, "int64")
+    return n.call("tensor_scatter", n.x(0), n.x(1), starts, axis=int(n.attr("axis", -2)),
+                  circular=mode == "circular")
