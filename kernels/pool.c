@@ -699,23 +699,46 @@ RELVM_EXPORT int relvm_max_pool2d_argmax(int dtype, const struct relvm_pool2d_sh
     return RELVM_OK;
 }
 
+/* Where flat index f of the unpooled tensor lies in y. */
+static int64_t unpool_target(int64_t f, int k, const int64_t *unpooled, const int64_t *out,
+                             int64_t plane_in, int64_t plane_out) {
+    int64_t rest = f % plane_in, pos = 0, stride = 1;
+    for (int a = k - 1; a >= 0; --a) {
+        pos += rest % unpooled[a] * stride;
+        rest /= unpooled[a];
+        stride *= out[a];
+    }
+    return f / plane_in * plane_out + pos;
+}
+
 #define UNPOOL(T)                                                                             \
     {                                                                                         \
         const T *xs = x;                                                                      \
         T *ys = y;                                                                            \
-        for (int64_t i = 0; i < total; ++i) ys[i] = 0;                                        \
+        for (int64_t i = 0; i < planes * plane_out; ++i) ys[i] = 0;                           \
         for (int64_t i = 0; i < count; ++i) {                                                 \
-            if (idx[i] < 0 || idx[i] >= total) {                                              \
+            if (idx[i] < 0 || idx[i] >= planes * plane_in) {                                  \
                 *bad = i;                                                                     \
                 return RELVM_BAD_INDEX;                                                       \
             }                                                                                 \
-            ys[idx[i]] = xs[i];                                                               \
+            ys[same ? idx[i] : unpool_target(idx[i], k, unpooled, out, plane_in, plane_out)] = \
+                xs[i];                                                                        \
         }                                                                                     \
         return RELVM_OK;                                                                      \
     }
 
 RELVM_EXPORT int relvm_max_unpool(int itemsize, int64_t count, const void *x, const int64_t *idx,
-                                  int64_t total, void *y, int64_t *bad) {
+                                  int64_t planes, int k, const int64_t *unpooled,
+                                  const int64_t *out, void *y, int64_t *bad) {
+    if (k < 1 || k > 8 || planes < 0 || count < 0) return RELVM_UNSUPPORTED;
+    int64_t plane_in = 1, plane_out = 1;
+    int same = 1;
+    for (int a = 0; a < k; ++a) {
+        if (unpooled[a] < 0 || unpooled[a] > out[a]) return RELVM_UNSUPPORTED;
+        plane_in *= unpooled[a];
+        plane_out *= out[a];
+        same &= unpooled[a] == out[a];
+    }
     switch (itemsize) {
     case 1: UNPOOL(uint8_t)
     case 2: UNPOOL(uint16_t)

@@ -21,10 +21,13 @@ int relvm_max_pool2d(int dtype, const struct relvm_pool2d_shape *s, const void *
 int relvm_max_pool2d_argmax(int dtype, const struct relvm_pool2d_shape *s, int column_major,
                             const void *x, void *y, int64_t *idx);
 
-/* y (total elements of itemsize bytes: 1, 2, 4 or 8) = 0, then y[idx[i]] = x[i] for i < count
- * in order. An index outside [0, total): RELVM_BAD_INDEX with *bad = i, y partly written. */
+/* MaxUnpool: y (planes, out[0], ..., out[k-1]) = 0, then for i < count in order, x[i] written
+ * where idx[i] points in a (planes, unpooled[0], ..., unpooled[k-1]) tensor, that tensor lying
+ * at the start of each axis of y (unpooled[a] <= out[a]); elements of itemsize bytes (1, 2, 4
+ * or 8), 1 <= k <= 8. An index outside the unpooled tensor: RELVM_BAD_INDEX with *bad = i. */
 int relvm_max_unpool(int itemsize, int64_t count, const void *x, const int64_t *idx,
-                     int64_t total, void *y, int64_t *bad);
+                     int64_t planes, int k, const int64_t *unpooled, const int64_t *out, void *y,
+                     int64_t *bad);
 
 /* Sum of the taps inside the input over the count of taps inside the padded input
  * (count_include_pad) or inside the input; 0 for a window covering no input. */

@@ -3,10 +3,12 @@
 The window attributes are those of ``window.py``. Semantics (see also ``nn.py``):
 
 * ``max_unpool`` (ONNX MaxUnpool, any number of spatial axes) writes each element of data to the
-  position its index gives in the flattened output, every other element 0; the output's
-  spatial size is ``output_size`` or ``(in - 1) * stride - pad_begin - pad_end + kernel``.
-  An index outside the output is an error when the program runs, naming it; of several values
-  sent to one position, the last in data's order stays (as in ONNX Runtime).
+  position its index gives in the flattened unpooled tensor, of spatial size ``(in - 1) *
+  stride - pad_begin - pad_end + kernel``, every other element 0. With ``output_size`` that
+  tensor then sits at the start of each axis of a larger one of that size, zeros after (onnx's
+  reference; ONNX Runtime indexes the larger tensor instead). An index outside the unpooled
+  tensor is an error when the program runs, naming it; of several values sent to one
+  position, the last in data's order stays (as in ONNX Runtime).
 * With ``ceil_mode`` the output follows PyTorch: it grows by one where the last window would be
   partial, but every window must start inside the input or its top/left padding.
 * ``max_pool2d`` ignores padding; a window that covers no input gives -inf.
@@ -155,13 +157,9 @@ register("nn.global_avg_pool2d", inputs=("data",), infer=_global_pool_type,
 
 
 def unpool_sizes(attrs, spatial) -> tuple:
-    """The output's spatial sizes (symbolic in the input's)."""
+    """The unpooled spatial sizes, ``(in - 1) * stride - pads + kernel`` (symbolic in the
+    input's)."""
     k = len(spatial)
-    if attrs.output_size is not None:
-        if len(attrs.output_size) != k:
-            raise OpTypeError(f"output_size {list(attrs.output_size)} must give {k} spatial "
-                              "sizes")
-        return tuple(attrs.output_size)
     strides = attrs.strides or (1,) * k
     pads = attrs.pads or (0,) * (2 * k)
     if len(attrs.kernel_shape) != k or len(strides) != k or len(pads) != 2 * k:
@@ -169,6 +167,16 @@ def unpool_sizes(attrs, spatial) -> tuple:
                           f"and pads {list(pads)} must give {k} spatial axes (pads twice)")
     return tuple((d - 1) * s - pads[i] - pads[i + k] + kk
                  for i, (d, s, kk) in enumerate(zip(spatial, strides, attrs.kernel_shape)))
+
+
+def unpool_out_sizes(attrs, spatial) -> tuple:
+    """The result's spatial sizes: ``output_size``, or the unpooled ones."""
+    if attrs.output_size is None:
+        return unpool_sizes(attrs, spatial)
+    if len(attrs.output_size) != len(spatial):
+        raise OpTypeError(f"output_size {list(attrs.output_size)} must give {len(spatial)} "
+                          "spatial sizes")
+    return tuple(attrs.output_size)
 
 
 def _unpool_type(attrs, data, indices):
@@ -180,27 +188,39 @@ def _unpool_type(attrs, data, indices):
     if i.ndim != t.ndim or any(differ(a, b) for a, b in zip(t.shape, i.shape)):
         raise OpTypeError(f"indices {fmt_shape(i.shape)} must have data's shape "
                           f"{fmt_shape(t.shape)}")
-    return TensorType(t.shape[:2] + unpool_sizes(attrs, t.shape[2:]), t.dtype)
+    unpooled = unpool_sizes(attrs, t.shape[2:])
+    out = unpool_out_sizes(attrs, t.shape[2:])
+    for u, o in zip(unpooled, out):
+        if isinstance(u, int) and isinstance(o, int) and u > o:
+            raise OpTypeError(f"output_size {list(out)} is smaller than the unpooled size "
+                              f"{list(unpooled)}")
+    return TensorType(t.shape[:2] + out, t.dtype)
 
 
 def _unpool_ref(attrs, x, index):
     require(index.shape == x.shape, f"nn.max_unpool: indices {index.shape} must have data's "
             f"shape {x.shape}")
     shape = x.shape[:2] + unpool_sizes(attrs, x.shape[2:])
-    require(all(d >= 0 for d in shape), f"nn.max_unpool: the output shape {shape} is negative")
+    out_shape = x.shape[:2] + unpool_out_sizes(attrs, x.shape[2:])
+    require(all(0 <= d <= o for d, o in zip(shape, out_shape)),
+            f"nn.max_unpool: the unpooled shape {shape} is negative or past output_size "
+            f"{out_shape}")
     out = np.zeros(int(np.prod(shape)), x.dtype)
     flat = index.reshape(-1)
     bad = (flat < 0) | (flat >= out.size)
     if bad.any():
-        raise ValueError(f"nn.max_unpool: index {flat[bad][0]} is out of range for an output "
-                         f"of {out.size} elements {shape}")
+        raise ValueError(f"nn.max_unpool: index {flat[bad][0]} is out of range for an unpooled "
+                         f"tensor of {out.size} elements {shape}")
     out[flat] = x.reshape(-1)  # NumPy: the last of repeated indices stays
-    return out.reshape(shape)
+    result = np.zeros(out_shape, x.dtype)
+    result[tuple(slice(0, d) for d in shape)] = out.reshape(shape)
+    return result
 
 
 register("nn.max_unpool", inputs=("data", "indices"), infer=_unpool_type, reference=_unpool_ref,
          pattern=OPAQUE,
          attrs=[attr("kernel_shape", INTS, required=True), attr("strides", OPT_INTS, None),
                 attr("pads", OPT_INTS, None), attr("output_size", OPT_INTS, None)],
-         doc="ONNX MaxUnpool: data scattered to the flattened output positions indices give, "
-             "zeros elsewhere; output (N, C) and output_size, or (in-1)*stride - pads + kernel")
+         doc="ONNX MaxUnpool: data scattered to the flattened positions indices give in an "
+             "(N, C, (in-1)*stride - pads + kernel) tensor of zeros, placed at the start of an "
+             "output_size one if given")

@@ -56,9 +56,11 @@ def test_max_unpool(check, rng, dtype):
     for shape, attrs in [((2, 3, 4, 5), {"kernel_shape": [2, 2], "strides": [2, 2]}),
                          ((1, 2, 7), {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}),
                          ((1, 1, 2, 2, 3), {"kernel_shape": [2, 2, 2], "output_size": [5, 4, 7]}),
+                         ((2, 2, 3, 3), {"kernel_shape": [2, 2], "strides": [2, 2],
+                                         "output_size": [7, 6]}),
                          ((0, 2, 3, 3), {"kernel_shape": [2, 2]})]:
         x = (rng.standard_normal(shape) * 10).astype(dtype)
-        total = shape[0] * shape[1] * int(np.prod(attrs.get("output_size") or [
+        total = shape[0] * shape[1] * int(np.prod([
             (d - 1) * attrs.get("strides", [1] * 3)[k] + attrs["kernel_shape"][k]
             - sum(attrs.get("pads", [0] * 6)[k::len(attrs["kernel_shape"])])
             for k, d in enumerate(shape[2:])]))
@@ -71,7 +73,7 @@ def test_max_unpool_bad_index(c_kernel):
     x = np.ones((1, 1, 3), np.float32)
     for bad in (-1, 4):
         with pytest.raises(ValueError, match=f"nn.max_unpool: index {bad} is out of range for "
-                                             r"an output of 4 elements \(1, 1, 4\)"):
+                                             r"an unpooled tensor of 4 elements \(1, 1, 4\)"):
             run(x, np.array([[[0, bad, 1]]]), np.zeros((1, 1, 4), np.float32))
 
 

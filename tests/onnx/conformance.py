@@ -152,9 +152,6 @@ def unsupported_ops(name: str, symbolic: bool = False) -> tuple[str, ...]:
 
 XFAIL.update({
     "test_convtranspose_3d": "3-d ConvTranspose: relvm has 1-d and 2-d transposed convolutions",
-    "test_maxunpool_export_with_output_shape": "the case's output reads the indices as "
-    "positions in the default 4x4 output placed into the given 5x5 one (onnx's reference); "
-    "ONNX's definition, ONNX Runtime (which fails it too) and relvm index the given output",
     "test_range_float_type_positive_delta_expanded": "needs Loop, which relvm does not import",
     "test_range_int32_type_negative_delta_expanded": "needs Loop, which relvm does not import",
     "test_range_float16_type_positive_delta_expanded": "needs Loop, which relvm does not import",

@@ -706,6 +706,9 @@ def test_max_unpool_types_and_errors():
         TensorType((n, 1, h * 2), "float32")
     assert infer((n, 1, 2, 2, 2), kernel_shape=[2, 2, 2], output_size=[5, 4, 4]) == \
         TensorType((n, 1, 5, 4, 4), "float32")
+    with pytest.raises(OpTypeError, match=r"output_size \[2, 4\] is smaller than the unpooled "
+                                          r"size \[4, 4\]"):
+        infer((1, 1, 2, 2), kernel_shape=[2, 2], strides=[2, 2], output_size=[2, 4])
     with pytest.raises(OpTypeError, match=r"indices \(1, 1, 3\) must have data's shape"):
         infer((1, 1, 2), (1, 1, 3), kernel_shape=[2])
     with pytest.raises(OpTypeError, match=r"must give 2 spatial axes"):
@@ -724,5 +727,11 @@ def test_max_unpool_reference():
     assert y.reshape(-1)[[5, 7, 13, 15, 17, 30, 16]].tolist() == [5, 6, 7, 8, 2, 3, 4]
     assert np.count_nonzero(y) == 7  # 16 written twice: the last value stays
     with pytest.raises(ValueError, match=r"nn.max_unpool: index 32 is out of range for an "
-                                         r"output of 32 elements \(2, 1, 4, 4\)"):
+                                         r"unpooled tensor of 32 elements \(2, 1, 4, 4\)"):
         op.reference(attrs, x, np.where(i == 30, 32, i))
+    # output_size: the unpooled (4, 4) planes at the start of (5, 6) ones (onnx's reference).
+    big = op.reference(op.make_attrs({"kernel_shape": [2, 2], "strides": [2, 2],
+                                      "output_size": [5, 6]}), x, i)
+    assert big.shape == (2, 1, 5, 6) and np.count_nonzero(big[:, :, 4:]) == 0
+    np.testing.assert_array_equal(big[:, :, :4, :4], y)
+    assert np.count_nonzero(big[:, :, :, 4:]) == 0

@@ -7,8 +7,8 @@ from ...ops import window
 from ...ops.common import normalize_axis
 from ...ops.transform import at_run_time
 from . import kernel
-from .common import (ALL, CODE, FLOATS, ITEMSIZE, attrs_of, check, library, prod, remember,
-                     shape_error)
+from .common import (ALL, CODE, FLOATS, ITEMSIZE, attrs_of, check, int64s, library, prod,
+                     remember, shape_error)
 from .linalg import _Shape
 
 
@@ -81,16 +81,23 @@ def make_max_unpool(entry):
     attrs = attrs_of(entry)
 
     def run(x, index, out):
-        want = x.shape[:2] + pool_ops.unpool_sizes(attrs, x.shape[2:])
-        if index.shape != x.shape or out.shape != want:
+        unpooled = pool_ops.unpool_sizes(attrs, x.shape[2:])
+        want = x.shape[:2] + pool_ops.unpool_out_sizes(attrs, x.shape[2:])
+        if index.shape != x.shape or out.shape != want or x.ndim > 10:
             raise shape_error(f"{name}: wrong shapes", data=x.shape, indices=index.shape,
                               output=out.shape)
+        if any(not 0 <= u <= o for u, o in zip(unpooled, want[2:])):
+            raise ValueError(f"{name}: the unpooled size {list(unpooled)} is negative or past "
+                             f"the output's {list(want[2:])}")
         bad = ffi.new("int64_t *")
-        status = unpool(size, x.size, ptr(x), ffi.cast("int64_t *", ptr(index)), out.size,
-                        ptr(out), bad)
+        status = unpool(size, x.size, ptr(x), ffi.cast("int64_t *", ptr(index)),
+                        x.shape[0] * x.shape[1], x.ndim - 2, int64s(unpooled),
+                        int64s(want[2:]), ptr(out), bad)
         if status == -3:
+            total = x.shape[0] * x.shape[1] * prod(unpooled)
             raise ValueError(f"{name}: index {int(index.reshape(-1)[bad[0]])} is out of range "
-                             f"for an output of {out.size} elements {out.shape}")
+                             f"for an unpooled tensor of {total} elements "
+                             f"{x.shape[:2] + unpooled}")
         check(status, f"{name} of {x.shape}")
     return run
 

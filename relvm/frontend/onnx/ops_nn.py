@@ -169,7 +169,8 @@ def _max_pool_indices(n: Node, spatial: int, kernel, strides, dilations, pads):
 
 @converter("MaxUnpool")
 def max_unpool(n: Node):
-    """``nn.max_unpool``; a given output_shape must be known at import (it is the result's)."""
+    """``nn.max_unpool``; a given output_shape must be known at import (it is the result's):
+    the unpooled tensor sits at its start, as onnx's reference places it."""
     rank = n.rank(0)
     if rank < 3:
         raise n.fail(f"X must be (N, C, spatial...), got rank {rank}")
