@@ -359,3 +359,46 @@ RELVM_EXPORT int relvm_scatter_nd(int dtype, int reduction, int index_dtype, int
     free(rows);
     return j.bad ? RELVM_BAD_INDEX : RELVM_OK;
 }
+
+/* Position i of an update written from start along an axis of length: 0 when outside it (in
+ * *p the position), without overflowing for any start. */
+static int scatter_position(int64_t start, int64_t i, int64_t length, int circular, int64_t *p) {
+    if (circular && length > 0) {
+        *p = (((start % length) + length) % length + i % length) % length;
+        return 1;
+    }
+    if (start < 0 || start >= length || i >= length - start) {
+        *p = start < 0 || start >= length ? start : start + i;
+        return 0;
+    }
+    *p = start + i;
+    return 1;
+}
+
+RELVM_EXPORT int relvm_tensor_scatter(int itemsize, int circular, int64_t batch, int64_t mid,
+                                      int64_t length, int64_t count, int64_t inner,
+                                      const int64_t *starts, int64_t nstarts, const void *x,
+                                      const void *update, void *out, int64_t *bad_batch,
+                                      int64_t *bad_pos) {
+    if (itemsize < 1 || batch < 0 || mid < 0 || length < 0 || count < 0 || inner < 0 ||
+        (nstarts != 1 && nstarts != batch))
+        return RELVM_UNSUPPORTED;
+    int64_t p;
+    for (int64_t b = 0; b < batch; ++b) /* checked before anything is written */
+        for (int64_t i = 0; i < count; ++i)
+            if (!scatter_position(starts[nstarts == 1 ? 0 : b], i, length, circular, &p)) {
+                *bad_batch = b;
+                *bad_pos = i;
+                return RELVM_BAD_INDEX;
+            }
+    const size_t row = (size_t)(inner * itemsize);
+    memcpy(out, x, (size_t)(batch * mid * length) * row);
+    for (int64_t b = 0; b < batch; ++b)
+        for (int64_t m = 0; m < mid; ++m)
+            for (int64_t i = 0; i < count; ++i) {
+                scatter_position(starts[nstarts == 1 ? 0 : b], i, length, circular, &p);
+                memcpy((char *)out + ((b * mid + m) * length + p) * (int64_t)row,
+                       (const char *)update + ((b * mid + m) * count + i) * (int64_t)row, row);
+            }
+    return RELVM_OK;
+}

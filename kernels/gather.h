@@ -48,4 +48,12 @@ int relvm_gather_nd(int itemsize, int index_dtype, int64_t batch, int64_t count,
 int relvm_scatter_nd(int dtype, int reduction, int index_dtype, int64_t count, int m,
                      const int64_t *dims, int64_t slice, const void *data, const void *indices,
                      const void *updates, void *out);
+/* TensorScatter: out = x (batch, mid, length, inner) with update (batch, mid, count, inner)
+ * written along the length axis from starts[b] on (starts[0] for every b when nstarts is 1),
+ * modulo length when circular; elements of itemsize bytes. A position outside [0, length):
+ * RELVM_BAD_INDEX with *bad_batch and *bad_pos (the offset within update) set. */
+int relvm_tensor_scatter(int itemsize, int circular, int64_t batch, int64_t mid, int64_t length,
+                         int64_t count, int64_t inner, const int64_t *starts, int64_t nstarts,
+                         const void *x, const void *update, void *out, int64_t *bad_batch,
+                         int64_t *bad_pos);
 #endif

@@ -638,3 +638,112 @@ RELVM_EXPORT int relvm_global_pool2d(int dtype, int is_max, int64_t planes, int6
                        global_planes, &j);
     return RELVM_OK;
 }
+
+struct argmax_job {
+    const struct relvm_pool2d_shape *s;
+    int dtype, column_major;
+    const void *x;
+    void *y;
+    int64_t *idx;
+};
+
+#define ARGMAX_PLANES(T, SUFFIX)                                                              \
+    static void argmax_planes_##SUFFIX(const struct argmax_job *j, int64_t begin,            \
+                                       int64_t end) {                                        \
+        const struct relvm_pool2d_shape *s = j->s;                                           \
+        for (int64_t p = begin; p < end; ++p) {                                              \
+            const T *x = (const T *)j->x + p * s->h * s->w;                                  \
+            T *y = (T *)j->y + p * s->oh * s->ow;                                            \
+            int64_t *idx = j->idx + p * s->oh * s->ow;                                       \
+            for (int64_t oy = 0; oy < s->oh; ++oy)                                           \
+                for (int64_t ox = 0; ox < s->ow; ++ox) {                                     \
+                    T best = (T)-INFINITY;                                                   \
+                    int64_t at = -1;                                                         \
+                    for (int64_t ky = 0; ky < s->kh; ++ky) {                                 \
+                        const int64_t r = oy * s->sh + ky * s->dh - s->pt;                   \
+                        if (r < 0 || r >= s->h) continue;                                    \
+                        for (int64_t kx = 0; kx < s->kw; ++kx) {                             \
+                            const int64_t c = ox * s->sw + kx * s->dw - s->pl;               \
+                            if (c < 0 || c >= s->w) continue;                                \
+                            const T v = x[r * s->w + c];                                     \
+                            if (at < 0 || v > best || (v != v && best == best)) {            \
+                                best = v;                                                    \
+                                at = j->column_major ? r + c * s->h : r * s->w + c;          \
+                            }                                                                \
+                        }                                                                    \
+                    }                                                                        \
+                    y[oy * s->ow + ox] = best;                                               \
+                    idx[oy * s->ow + ox] = at < 0 ? -1 : p * s->h * s->w + at;               \
+                }                                                                            \
+        }                                                                                    \
+    }
+
+ARGMAX_PLANES(f32, f32)
+ARGMAX_PLANES(f64, f64)
+
+static void argmax_planes(void *ctx, int64_t begin, int64_t end) {
+    const struct argmax_job *j = ctx;
+    if (j->dtype == RELVM_FLOAT32)
+        argmax_planes_f32(j, begin, end);
+    else
+        argmax_planes_f64(j, begin, end);
+}
+
+RELVM_EXPORT int relvm_max_pool2d_argmax(int dtype, const struct relvm_pool2d_shape *s,
+                                         int column_major, const void *x, void *y,
+                                         int64_t *idx) {
+    if (!valid_pool(dtype, s)) return RELVM_UNSUPPORTED;
+    struct argmax_job j = {s, dtype, column_major, x, y, idx};
+    const int64_t work = relvm_max64(1, s->oh * s->ow * s->kh * s->kw);
+    relvm_parallel_for(s->planes, relvm_max64(1, RELVM_GRAIN / work), argmax_planes, &j);
+    return RELVM_OK;
+}
+
+/* Where flat index f of the unpooled tensor lies in y. */
+static int64_t unpool_target(int64_t f, int k, const int64_t *unpooled, const int64_t *out,
+                             int64_t plane_in, int64_t plane_out) {
+    int64_t rest = f % plane_in, pos = 0, stride = 1;
+    for (int a = k - 1; a >= 0; --a) {
+        pos += rest % unpooled[a] * stride;
+        rest /= unpooled[a];
+        stride *= out[a];
+    }
+    return f / plane_in * plane_out + pos;
+}
+
+#define UNPOOL(T)                                                                             \
+    {                                                                                         \
+        const T *xs = x;                                                                      \
+        T *ys = y;                                                                            \
+        for (int64_t i = 0; i < planes * plane_out; ++i) ys[i] = 0;                           \
+        for (int64_t i = 0; i < count; ++i) {                                                 \
+            if (idx[i] < 0 || idx[i] >= planes * plane_in) {                                  \
+                *bad = i;                                                                     \
+                return RELVM_BAD_INDEX;                                                       \
+            }                                                                                 \
+            ys[same ? idx[i] : unpool_target(idx[i], k, unpooled, out, plane_in, plane_out)] = \
+                xs[i];                                                                        \
+        }                                                                                     \
+        return RELVM_OK;                                                                      \
+    }
+
+RELVM_EXPORT int relvm_max_unpool(int itemsize, int64_t count, const void *x, const int64_t *idx,
+                                  int64_t planes, int k, const int64_t *unpooled,
+                                  const int64_t *out, void *y, int64_t *bad) {
+    if (k < 1 || k > 8 || planes < 0 || count < 0) return RELVM_UNSUPPORTED;
+    int64_t plane_in = 1, plane_out = 1;
+    int same = 1;
+    for (int a = 0; a < k; ++a) {
+        if (unpooled[a] < 0 || unpooled[a] > out[a]) return RELVM_UNSUPPORTED;
+        plane_in *= unpooled[a];
+        plane_out *= out[a];
+        same &= unpooled[a] == out[a];
+    }
+    switch (itemsize) {
+    case 1: UNPOOL(uint8_t)
+    case 2: UNPOOL(uint16_t)
+    case 4: UNPOOL(uint32_t)
+    case 8: UNPOOL(uint64_t)
+    default: return RELVM_UNSUPPORTED;
+    }
+}

@@ -30,7 +30,8 @@ import numpy as np
 from ..ir.dims import Dim
 from ..ir.types import TensorType
 from .common import check_dtype, differ, fmt_shape, normalize_axis, same_dtype, tensor_arg
-from .registry import INJECTIVE, INT, OPAQUE, OPT_INT, OpTypeError, attr, choice, register
+from .registry import (BOOL, INJECTIVE, INT, OPAQUE, OPT_INT, OpTypeError, attr, choice,
+                       register)
 from .transform import INDEX_DTYPES, at_run_time
 
 #: What a scatter does with an element and an update (Relay's names; ONNX says "none" for
@@ -261,3 +262,60 @@ register("scatter_nd", inputs=("data", "indices", "updates"), infer=_scatter_nd_
          doc="data with data[indices[:, y...], :] = updates[y..., :], or combined by mode, in "
              "order: index tuples along indices' first axis (ONNX ScatterND, its last axis "
              "moved first)")
+
+
+# --- tensor_scatter -------------------------------------------------------------------------------
+# ONNX TensorScatter (opset 24): a KV cache's update. The result is a new tensor: data with, for
+# every batch b (axis 0) and every position i along ``axis`` of update, update's slice i written
+# at position write_indices[b] + i of data's axis (``circular``: modulo the axis' length). In
+# linear mode a position outside the axis is an error when the program runs, naming it.
+
+
+def _tensor_scatter_type(attrs, data, update, write_indices):
+    t, u, w = (tensor_arg(x, name) for x, name in ((data, "data"), (update, "update"),
+                                                 (write_indices, "write_indices")))
+    same_dtype(("data", t), ("update", u))
+    if t.ndim < 2:
+        raise OpTypeError(f"data must have rank 2 or more (batch, ..., sequence, ...), got "
+                          f"{fmt_shape(t.shape)}")
+    axis = normalize_axis(attrs.axis, t.ndim)
+    if axis == 0:
+        raise OpTypeError("axis must not be 0, the batch axis")
+    if u.ndim != t.ndim or any(differ(a, b) for i, (a, b) in enumerate(zip(t.shape, u.shape))
+                               if i != axis):
+        raise OpTypeError(f"update {fmt_shape(u.shape)} must have data's shape "
+                          f"{fmt_shape(t.shape)} but along axis {axis}")
+    if isinstance(u.shape[axis], int) and isinstance(t.shape[axis], int) and \
+            u.shape[axis] > t.shape[axis]:
+        raise OpTypeError(f"update's length {u.shape[axis]} along axis {axis} is past data's "
+                          f"{t.shape[axis]}")
+    check_dtype(w, "write_indices", ("int64",), "dtype int64")
+    if w.ndim > 1 or (w.ndim == 1 and differ(w.shape[0], t.shape[0])):
+        raise OpTypeError(f"write_indices must be a scalar or one index per batch "
+                          f"({fmt_shape(t.shape[:1])}), got {fmt_shape(w.shape)}")
+    return t
+
+
+def _tensor_scatter_ref(attrs, x, update, write_indices):
+    axis = at_run_time(normalize_axis, attrs.axis, x.ndim)
+    length, count = x.shape[axis], update.shape[axis]
+    starts = np.broadcast_to(np.asarray(write_indices, np.int64).reshape(-1), (x.shape[0],))
+    out = x.copy()
+    for b in range(x.shape[0]):
+        positions = starts[b] + np.arange(count)
+        if attrs.circular:
+            positions = positions % length if length else positions
+        bad = (positions < 0) | (positions >= length)
+        if bad.any():
+            raise ValueError(f"tensor_scatter: index {positions[bad][0]} (write_indices[{b}] "
+                             f"{starts[b]} + {int(np.argmax(bad))}) is out of range for axis "
+                             f"{axis} of size {length}")
+        np.moveaxis(out[b], axis - 1, 0)[positions] = np.moveaxis(update[b], axis - 1, 0)
+    return out
+
+
+register("tensor_scatter", inputs=("data", "update", "write_indices"),
+         infer=_tensor_scatter_type, reference=_tensor_scatter_ref, pattern=OPAQUE,
+         attrs=[attr("axis", INT, -2), attr("circular", BOOL, False)],
+         doc="ONNX TensorScatter: a copy of data with update's slices along axis written from "
+             "write_indices[b] on, per batch b (circular: modulo the axis' length)")

@@ -31,9 +31,10 @@ import numpy as np
 
 from ..ir import dims as D
 from ..ir.types import TensorType
-from .common import FLOATS, NUMERIC, check_dtype, check_rank, np_dtype, tensor_arg
-from .registry import (BOOL, DTYPE_OR_EMPTY, FLOAT, INT, OPAQUE, OPT_INTS, AttrKind, OpTypeError,
-                       attr, choice, register)
+from .common import (FLOATS, NUMERIC, check_dtype, check_rank, differ, fmt_shape, np_dtype,
+                     require, tensor_arg)
+from .registry import (BOOL, DTYPE_OR_EMPTY, FLOAT, INT, INTS, OPAQUE, OPT_INTS, AttrKind,
+                       OpTypeError, attr, choice, register)
 
 
 def _floats(v: Any) -> tuple[float, ...]:
@@ -270,3 +271,81 @@ register("image.resize2d", inputs=("data",), infer=_resize2d_type, reference=_re
                 attr("extrapolation_value", FLOAT, 0.0), attr("antialias", BOOL, False),
                 attr("out_dtype", DTYPE_OR_EMPTY, "")],
          doc="resize H and W of NCHW data (nearest, linear, cubic) as ONNX Resize does")
+
+
+# --- col2im ---------------------------------------------------------------------------------------
+
+def col2im_geometry(attrs, k: int) -> tuple:
+    """(dilations, pads (begins then ends), strides), each with its default, checked."""
+    dil = attrs.dilations or (1,) * k
+    pads = attrs.pads or (0,) * (2 * k)
+    strides = attrs.strides or (1,) * k
+    if len(attrs.block_shape) != k or len(dil) != k or len(pads) != 2 * k or len(strides) != k:
+        raise OpTypeError(f"block_shape {list(attrs.block_shape)}, dilations {list(dil)}, pads "
+                          f"{list(pads)} and strides {list(strides)} must give {k} spatial axes "
+                          "(pads twice), as image_shape does")
+    if min(attrs.block_shape + dil + strides, default=1) < 1 or min(pads, default=0) < 0:
+        raise OpTypeError("block_shape, dilations and strides must be positive, pads not "
+                          "negative")
+    return dil, pads, strides
+
+
+def col2im_blocks(attrs) -> tuple[int, ...]:
+    """The number of sliding blocks along each spatial axis."""
+    k = len(attrs.image_shape)
+    dil, pads, strides = col2im_geometry(attrs, k)
+    out = []
+    for i, (size, b) in enumerate(zip(attrs.image_shape, attrs.block_shape)):
+        span = size + pads[i] + pads[i + k] - (dil[i] * (b - 1) + 1)
+        if span < 0:
+            raise OpTypeError(f"block {list(attrs.block_shape)} does not fit in the padded "
+                              f"image {list(attrs.image_shape)}")
+        out.append(span // strides[i] + 1)
+    return tuple(out)
+
+
+def _col2im_type(attrs, data):
+    from .transform import _exact_div
+
+    t = tensor_arg(data, "data")
+    check_dtype(t, "data", FLOATS, "a float dtype")
+    if t.ndim != 3:
+        raise OpTypeError(f"data must be (N, C * prod(block_shape), L), got "
+                          f"{fmt_shape(t.shape)}")
+    if not attrs.image_shape:
+        raise OpTypeError("image_shape must give at least one spatial size")
+    blocks = col2im_blocks(attrs)
+    count = math.prod(blocks)
+    if differ(t.shape[2], count):
+        raise OpTypeError(f"data's last dim {D.dim_str(t.shape[2])} must be the number of "
+                          f"blocks, {count} ({' x '.join(map(str, blocks))})")
+    c = _exact_div(t.shape[1], math.prod(attrs.block_shape), "data's dim 1 over the block size")
+    return TensorType((t.shape[0], c) + tuple(attrs.image_shape), t.dtype)
+
+
+def _col2im_ref(attrs, x):
+    blocks, k = col2im_blocks(attrs), len(attrs.image_shape)
+    dil, pads, strides = col2im_geometry(attrs, k)
+    kk = math.prod(attrs.block_shape)
+    require(x.shape[1] % kk == 0 and x.shape[2] == math.prod(blocks),
+            f"image.col2im: data {x.shape} is not (N, C * {kk}, {math.prod(blocks)})")
+    n, c = x.shape[0], x.shape[1] // kk
+    padded = np.zeros((n, c) + tuple(s + pads[i] + pads[i + k]
+                                     for i, s in enumerate(attrs.image_shape)), x.dtype)
+    cols = x.reshape((n, c) + tuple(attrs.block_shape) + blocks)
+    for offset in np.ndindex(*attrs.block_shape):
+        where = tuple(slice(o * d, o * d + (b - 1) * s + 1, s)
+                      for o, d, s, b in zip(offset, dil, strides, blocks))
+        padded[(slice(None), slice(None)) + where] += cols[(slice(None), slice(None)) + offset]
+    inner = tuple(slice(pads[i], pads[i] + s) for i, s in enumerate(attrs.image_shape))
+    return np.ascontiguousarray(padded[(slice(None), slice(None)) + inner])
+
+
+register("image.col2im", inputs=("data",), infer=_col2im_type, reference=_col2im_ref,
+         pattern=OPAQUE,
+         attrs=[attr("image_shape", INTS, required=True), attr("block_shape", INTS,
+                                                               required=True),
+                attr("dilations", OPT_INTS, None), attr("pads", OPT_INTS, None),
+                attr("strides", OPT_INTS, None)],
+         doc="ONNX Col2Im: (N, C * prod(block_shape), L) sliding blocks summed back into an image "
+             "(N, C, *image_shape), with dilations, pads (begins, then ends) and strides")

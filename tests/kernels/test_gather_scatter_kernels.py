@@ -167,3 +167,33 @@ def test_a_bad_index_is_an_error_naming_it(c_kernel, op, attrs, arrays, out_shap
         kernel(*arrays, out)
     with pytest.raises(ValueError, match=message):  # the reference says the same
         OPS[op].reference(OPS[op].make_attrs(attrs), *arrays)
+
+
+# --- tensor_scatter ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int8", "int64", "bool"])
+@pytest.mark.parametrize("circular", [False, True])
+def test_tensor_scatter(check, rng, dtype, circular):
+    for shape, axis, count in [((2, 1, 4, 5), -2, 1), ((3, 4, 5), 1, 2), ((2, 3, 7), -1, 7),
+                               ((2, 2, 3, 4, 2), 2, 2), ((0, 4, 5), 1, 2), ((2, 4, 0), 1, 3)]:
+        x = (rng.standard_normal(shape) * 9).astype(dtype)
+        ushape = list(shape)
+        ushape[axis] = count
+        u = (rng.standard_normal(ushape) * 9).astype(dtype)
+        length = shape[axis]
+        if circular:
+            starts = rng.integers(-20, 20, shape[0])
+        else:
+            starts = rng.integers(0, length - count + 1, shape[0])
+        for w in (starts, starts[:1].reshape(()) if shape[0] else np.zeros((), np.int64)):
+            check("tensor_scatter", {"axis": axis, "circular": circular}, [x, u, w])
+
+
+def test_tensor_scatter_bad_index(c_kernel):
+    run = c_kernel("tensor_scatter", {"axis": 1}, ["float32", "float32", "int64"], ["float32"])
+    x, u = np.zeros((2, 4, 3), np.float32), np.ones((2, 2, 3), np.float32)
+    for starts, message in [([0, 3], r"index 4 \(write_indices\[1\] 3 \+ 1\)"),
+                            ([-1, 0], r"index -1 \(write_indices\[0\] -1 \+ 0\)"),
+                            ([2**63 - 1, 0], r"index 9223372036854775807 \(write_indices\[0\]")]:
+        with pytest.raises(ValueError, match="tensor_scatter: " + message):
+            run(x, u, np.array(starts, np.int64), np.zeros_like(x))

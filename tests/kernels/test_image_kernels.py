@@ -212,3 +212,61 @@ def test_grid_sample_over_symbolic_dims(rand, method):
     with pytest.raises(relvm.RelvmInputError, match=r"input %g dim 3 \(k\) is 3, but "
                                                      r"image.grid_sample .* needs it to equal 2"):
         vm.invoke("main", rand((2, 3, 4, 4)), grid_points(rand, (2, 2, 2, 3)))
+
+
+# --- vision.non_max_suppression ------------------------------------------------------------------
+
+@pytest.mark.parametrize("center", [False, True])
+@pytest.mark.parametrize("shape", [(1, 1, 1), (2, 3, 17), (1, 4, 60), (2, 2, 0), (0, 3, 5)],
+                         ids=str)
+def test_non_max_suppression(check, rng, center, shape):
+    """Random boxes (corners either way round, some with no area), tied scores, every
+    threshold form; NaN scores never kept."""
+    batches, classes, n = shape
+    for max_out, iou, score in [(3, 0.5, 0.0), (1000, 0.2, -np.inf), (0, 0.5, 0.0),
+                                (4, 0.0, 0.3), (50, 1.0, 0.1), (-2, 0.5, 0.0)]:
+        boxes = rng.uniform(0, 10, (batches, n, 4)).astype(np.float32)
+        if n:
+            boxes[:, ::7, 2] = boxes[:, ::7, 0]  # no height
+        if center:
+            boxes[..., 2:] = np.abs(boxes[..., 2:]) / 2
+        scores = (rng.integers(0, 6, shape) / 5).astype(np.float32)
+        if scores.size:
+            scores.flat[::11] = np.nan
+        check("vision.non_max_suppression", {"center_point_box": center},
+              [boxes, scores, np.array(max_out), np.array([iou], np.float32),
+               np.float32(score)])
+
+
+def test_non_max_suppression_iou_threshold_out_of_range(c_kernel):
+    run = c_kernel("vision.non_max_suppression", {}, ["float32", "float32", "int64", "float32",
+                                                      "float32"], ["int64", "int64"])
+    boxes, scores = np.zeros((1, 2, 4), np.float32), np.zeros((1, 1, 2), np.float32)
+    with pytest.raises(ValueError, match=r"iou_threshold -0.5 must be in \[0, 1\]"):
+        run(boxes, scores, np.array(1), np.float32(-0.5), np.float32(0),
+            np.zeros((2, 3), np.int64), np.zeros((), np.int64))
+
+
+# --- image.col2im --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("image, block, dil, pads, strides, batch", [
+    ([5, 5], [1, 5], None, None, None, (1, 1)),
+    ([5, 5], [2, 2], [1, 1], [0, 0, 0, 0], [2, 2], (2, 3)),
+    ([5, 5], [1, 5], None, [0, 1, 0, 1], None, (1, 2)),
+    ([6, 6], [2, 2], [1, 5], None, None, (2, 1)),
+    ([7, 6], [3, 2], [2, 1], [1, 2, 0, 1], [2, 3], (2, 2)),
+    ([3, 4, 5], [1, 1, 5], None, None, None, (1, 2)),
+    ([2, 3, 3, 4], [1, 2, 2, 2], None, [0, 0, 1, 1, 0, 1, 0, 1], [1, 1, 2, 1], (1, 2)),
+    ([9], [3], [2], [1, 1], [2], (3, 2)),
+    ([4, 4], [2, 2], None, None, None, (0, 2)),
+], ids=str)
+def test_col2im(check, rng, dtype, image, block, dil, pads, strides, batch):
+    attrs = {"image_shape": image, "block_shape": block}
+    attrs.update({k: v for k, v in (("dilations", dil), ("pads", pads), ("strides", strides))
+                  if v is not None})
+    from relvm.ops.image import col2im_blocks
+    from relvm.ops import OPS
+    blocks = col2im_blocks(OPS["image.col2im"].make_attrs(attrs))
+    x = rng.standard_normal((batch[0], batch[1] * int(np.prod(block)), int(np.prod(blocks))))
+    check("image.col2im", attrs, [x.astype(dtype)], rtol=1e-5)

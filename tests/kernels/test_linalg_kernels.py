@@ -274,3 +274,22 @@ def test_transposed_form_weights_packed_off_a_64_byte_boundary(rand):
     assert lib.relvm_conv2d(0, plan, ffi.from_buffer(x), ffi.from_buffer(w), ffi.from_buffer(y),
                             null, null, ffi.from_buffer(packed), null, null) == 0
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
+
+
+# --- linalg.det ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape", [(1, 1), (2, 2), (3, 3), (4, 4), (5, 2, 2), (3, 4, 7, 7),
+                                   (2, 33, 33), (0, 3, 3), (2, 0, 0)], ids=str)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_det(check, rng, shape, dtype):
+    x = rng.standard_normal(shape).astype(dtype)
+    check("linalg.det", {}, [x], rtol=1e-4 if dtype == "float32" else 1e-10, atol=1e-5)
+
+
+def test_det_pivots_and_singular_matrices(check):
+    zero_pivot = np.array([[0, 1, 2], [3, 4, 5], [6, 7, 9]], np.float64)  # needs a row swap
+    singular = np.array([[1, 2, 3], [2, 4, 6], [1, 0, 1]], np.float64)
+    tiny = np.array([[1e-20, 1], [1, 1]], np.float64)  # pivoting keeps this exact enough
+    for x in (zero_pivot, singular, tiny, np.zeros((4, 4))):
+        for dtype in ("float32", "float64"):
+            check("linalg.det", {}, [x.astype(dtype)], atol=1e-6)

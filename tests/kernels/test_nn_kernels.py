@@ -32,6 +32,51 @@ def test_avg_pool2d(check, rand, shape, attrs, include_pad, dtype):
     check("nn.avg_pool2d", dict(attrs, count_include_pad=include_pad), [rand(shape, dtype)])
 
 
+@pytest.mark.parametrize("shape,attrs", POOLS, ids=str)
+@pytest.mark.parametrize("order", [0, 1])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_max_pool2d_with_argmax(check, rand, shape, attrs, order, dtype):
+    check("nn.max_pool2d_with_argmax", dict(attrs, storage_order=order), [rand(shape, dtype)])
+
+
+def test_max_pool2d_with_argmax_ties_and_nan(check):
+    """Equal maxima: the first in the window's row-major order; NaN wins as a value."""
+    x = np.zeros((2, 1, 4, 4), np.float32)
+    x[1, 0, 2:, 2:] = [[1, np.nan], [np.nan, 1]]
+    for order in (0, 1):
+        got = check("nn.max_pool2d_with_argmax", {"pool_size": [2, 2], "strides": [2, 2],
+                                                  "storage_order": order}, [x])
+        assert got[1][0, 0].tolist() == [[0, 2], [8, 10]] if order == 0 else \
+            [[0, 8], [2, 10]]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int8", "int64", "bool", "float16"])
+def test_max_unpool(check, rng, dtype):
+    """Every itemsize; repeated indices (the last value stays); 1-d to 3-d."""
+    for shape, attrs in [((2, 3, 4, 5), {"kernel_shape": [2, 2], "strides": [2, 2]}),
+                         ((1, 2, 7), {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}),
+                         ((1, 1, 2, 2, 3), {"kernel_shape": [2, 2, 2], "output_size": [5, 4, 7]}),
+                         ((2, 2, 3, 3), {"kernel_shape": [2, 2], "strides": [2, 2],
+                                         "output_size": [7, 6]}),
+                         ((0, 2, 3, 3), {"kernel_shape": [2, 2]})]:
+        x = (rng.standard_normal(shape) * 10).astype(dtype)
+        total = shape[0] * shape[1] * int(np.prod([
+            (d - 1) * attrs.get("strides", [1] * 3)[k] + attrs["kernel_shape"][k]
+            - sum(attrs.get("pads", [0] * 6)[k::len(attrs["kernel_shape"])])
+            for k, d in enumerate(shape[2:])]))
+        index = rng.integers(0, max(total, 1), shape)
+        check("nn.max_unpool", attrs, [x, index])
+
+
+def test_max_unpool_bad_index(c_kernel):
+    run = c_kernel("nn.max_unpool", {"kernel_shape": [2]}, ["float32", "int64"], ["float32"])
+    x = np.ones((1, 1, 3), np.float32)
+    for bad in (-1, 4):
+        with pytest.raises(ValueError, match=f"nn.max_unpool: index {bad} is out of range for "
+                                             r"an unpooled tensor of 4 elements \(1, 1, 4\)"):
+            run(x, np.array([[[0, bad, 1]]]), np.zeros((1, 1, 4), np.float32))
+
+
 def test_max_pool_propagates_nan(check, rand):
     x = rand((1, 1, 4, 4))
     x[0, 0, 1, 1] = np.nan

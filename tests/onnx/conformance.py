@@ -39,7 +39,8 @@ OPS = ("Conv ConvTranspose Gemm MatMul Relu LeakyRelu PRelu Sigmoid Tanh Gelu Er
        "BitShift ReverseSequence "
        "QuantizeLinear DequantizeLinear DynamicQuantizeLinear MatMulInteger QLinearMatMul "
        "ConvInteger QLinearConv "
-       "BitCast TfIdfVectorizer DeformConv MelWeightMatrix").split()
+       "BitCast TfIdfVectorizer DeformConv MelWeightMatrix "
+       "NonMaxSuppression Det MaxUnpool Col2Im TensorScatter").split()
 
 #: TensorProto element types of the counted cases: float32, int32, int64, bool.
 COUNTED_TYPES = {1, 6, 7, 9}
@@ -151,8 +152,6 @@ def unsupported_ops(name: str, symbolic: bool = False) -> tuple[str, ...]:
 
 
 XFAIL.update({
-    "test_maxpool_with_argmax_2d_precomputed_pads": "MaxPool's Indices output is not supported",
-    "test_maxpool_with_argmax_2d_precomputed_strides": "MaxPool's Indices output is not supported",
     "test_range_float_type_positive_delta_expanded": "needs Loop, which relvm does not import",
     "test_range_int32_type_negative_delta_expanded": "needs Loop, which relvm does not import",
     "test_range_float16_type_positive_delta_expanded": "needs Loop, which relvm does not import",

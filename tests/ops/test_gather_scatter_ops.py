@@ -10,6 +10,7 @@ import pytest
 import relvm
 from relvm.ir.dims import Sym
 from relvm.ops.gather_scatter import REDUCTIONS
+from relvm.ops.registry import OpTypeError
 from ophelpers import T, infer, run
 
 n, m, k = Sym("n"), Sym("m"), Sym("k")
@@ -222,3 +223,55 @@ def test_scatter_nd_reference(reduction, shape, ishape):
 def test_reference_errors(op, arrays, attrs, message):
     with pytest.raises(ValueError, match=message):
         run(op, *arrays, **attrs)
+
+
+# --- tensor_scatter ------------------------------------------------------------------------------
+
+def test_tensor_scatter_types_and_errors():
+    b, s, m = Sym("b"), Sym("s"), Sym("m")
+    assert infer("tensor_scatter", T((b, 2, m, 8)), T((b, 2, s, 8)), T((b,), "int64")) == \
+        T((b, 2, m, 8))
+    assert infer("tensor_scatter", T((3, 4, 5)), T((3, 2, 5)), T((), "int64"), axis=1) == \
+        T((3, 4, 5))
+    for types, attrs, message in [
+        ((T((3, 4, 5)), T((3, 2, 5)), T((3,), "int64")), {"axis": 0}, "axis must not be 0"),
+        ((T((3, 4, 5)), T((3, 2, 6)), T((3,), "int64")), {"axis": 1},
+         r"update \(3, 2, 6\) must have data's shape \(3, 4, 5\) but along axis 1"),
+        ((T((3, 4, 5)), T((3, 6, 5)), T((3,), "int64")), {"axis": 1},
+         "update's length 6 along axis 1 is past data's 4"),
+        ((T((3, 4, 5)), T((3, 2, 5)), T((2,), "int64")), {"axis": 1},
+         r"write_indices must be a scalar or one index per batch \(\(3\)\), got \(2\)"),
+        ((T((3, 4, 5)), T((3, 2, 5), "float64"), T((3,), "int64")), {"axis": 1},
+         "dtypes differ"),
+    ]:
+        with pytest.raises(OpTypeError, match=message):
+            infer("tensor_scatter", *types, **attrs)
+
+
+def _tensor_scatter_loop(x, u, starts, axis, circular):
+    """ONNX's definition, element by element."""
+    out = x.copy()
+    for idx in np.ndindex(*u.shape):
+        p = starts[idx[0]] + idx[axis]
+        out[idx[:axis] + (p % x.shape[axis] if circular else p,) + idx[axis + 1:]] = u[idx]
+    return out
+
+
+@pytest.mark.parametrize("axis", [1, 2, -1, -2])
+@pytest.mark.parametrize("circular", [False, True])
+def test_tensor_scatter_reference_against_a_loop(axis, circular):
+    x = RNG.standard_normal((3, 4, 6, 5)).astype(np.float32)
+    shape = list(x.shape)
+    shape[axis] = 3
+    u = RNG.standard_normal(shape).astype(np.float32)
+    length = x.shape[axis]
+    starts = np.array([0, length - 3, 5 if circular else 1])
+    if circular:
+        starts[1] = -7
+    got = run("tensor_scatter", x, u, starts, axis=axis, circular=circular)
+    np.testing.assert_array_equal(got, _tensor_scatter_loop(x, u, starts, axis % 4, circular))
+    if not circular:
+        with pytest.raises(ValueError, match=rf"tensor_scatter: index {length} "
+                                             rf"\(write_indices\[0\] {length - 2} \+ 2\) is out "
+                                             rf"of range for axis {axis % 4} of size {length}"):
+            run("tensor_scatter", x, u, np.array([length - 2, 0, 0]), axis=axis)

@@ -656,3 +656,82 @@ def test_pool_random_geometry(g, kind, ceil_mode):
     expect = naive_pool(x, kind[:3], g["k"], g["s"], g["d"], g["pads"], ceil_mode,
                         kind == "avg_pad")
     np.testing.assert_allclose(out, expect, rtol=1e-5, atol=1e-6)
+
+
+# --- nn.max_pool2d_with_argmax --------------------------------------------------------------------
+
+def test_max_pool2d_with_argmax_type_and_reference():
+    n, h = Sym("n"), Sym("h")
+    t = OPS["nn.max_pool2d_with_argmax"]
+    got = t.infer(t.make_attrs({"pool_size": [2, 2], "strides": [2, 2]}),
+                  TensorType((n, 3, h, 8), "float32"))
+    assert got.fields[1] == TensorType(got.fields[0].shape, "int64")
+    assert got.fields[0] == OPS["nn.max_pool2d"].infer(
+        OPS["nn.max_pool2d"].make_attrs({"pool_size": [2, 2], "strides": [2, 2]}),
+        TensorType((n, 3, h, 8), "float32"))
+    with pytest.raises(AttrError, match="'storage_order' expects 0 or 1"):
+        t.make_attrs({"storage_order": 2})
+    # ONNX's own example (test_maxpool_with_argmax_2d_precomputed_strides), then by a loop.
+    x = np.arange(1, 26, dtype=np.float32).reshape(1, 1, 5, 5)
+    for order, want in ((0, [[6, 8], [16, 18]]), (1, [[6, 16], [8, 18]])):
+        values, index = t.reference(t.make_attrs({"pool_size": [2, 2], "strides": [2, 2],
+                                                  "storage_order": order}), x)
+        assert values[0, 0].tolist() == [[7, 9], [17, 19]] and index[0, 0].tolist() == want
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 7, 6)).astype(np.float32)
+    attrs = t.make_attrs({"pool_size": [3, 2], "strides": [2, 1], "padding": [1, 0, 1, 1],
+                          "dilation": [1, 2], "storage_order": 1})
+    values, index = t.reference(attrs, x)
+    for b, c, i, j in itertools.product(*(range(k) for k in values.shape)):
+        taps = [(r, q) for r in range(i * 2 - 1, i * 2 - 1 + 3)
+                for q in range(j, j + 4, 2) if 0 <= r < 7 and 0 <= q < 6]
+        r, q = max(taps, key=lambda p: (x[b, c, p[0], p[1]], -taps.index(p)))
+        assert values[b, c, i, j] == x[b, c, r, q]
+        assert index[b, c, i, j] == (b * 3 + c) * 42 + r + q * 7
+
+
+# --- nn.max_unpool --------------------------------------------------------------------------------
+
+def test_max_unpool_types_and_errors():
+    n, c, h = Sym("n"), Sym("c"), Sym("h")
+    op = OPS["nn.max_unpool"]
+
+    def infer(shape, ishape=None, **attrs):
+        return op.infer(op.make_attrs(attrs), TensorType(shape, "float32"),
+                        TensorType(ishape or shape, "int64"))
+
+    assert infer((n, c, h, 3), kernel_shape=[2, 2], strides=[2, 2]) == \
+        TensorType((n, c, h * 2, 6), "float32")
+    assert infer((n, 1, h), kernel_shape=[3], strides=[2], pads=[1, 0]) == \
+        TensorType((n, 1, h * 2), "float32")
+    assert infer((n, 1, 2, 2, 2), kernel_shape=[2, 2, 2], output_size=[5, 4, 4]) == \
+        TensorType((n, 1, 5, 4, 4), "float32")
+    with pytest.raises(OpTypeError, match=r"output_size \[2, 4\] is smaller than the unpooled "
+                                          r"size \[4, 4\]"):
+        infer((1, 1, 2, 2), kernel_shape=[2, 2], strides=[2, 2], output_size=[2, 4])
+    with pytest.raises(OpTypeError, match=r"indices \(1, 1, 3\) must have data's shape"):
+        infer((1, 1, 2), (1, 1, 3), kernel_shape=[2])
+    with pytest.raises(OpTypeError, match=r"must give 2 spatial axes"):
+        infer((1, 1, 2, 2), kernel_shape=[2])
+    with pytest.raises(OpTypeError, match=r"data must be \(N, C, spatial...\)"):
+        infer((1, 2), kernel_shape=[2])
+
+
+def test_max_unpool_reference():
+    op = OPS["nn.max_unpool"]
+    attrs = op.make_attrs({"kernel_shape": [2, 2], "strides": [2, 2]})
+    x = np.array([[[[5, 6], [7, 8]]], [[[1, 2], [3, 4]]]], np.float32)
+    i = np.array([[[[5, 7], [13, 15]]], [[[16, 17], [30, 16]]]])
+    y = op.reference(attrs, x, i)
+    assert y.shape == (2, 1, 4, 4)
+    assert y.reshape(-1)[[5, 7, 13, 15, 17, 30, 16]].tolist() == [5, 6, 7, 8, 2, 3, 4]
+    assert np.count_nonzero(y) == 7  # 16 written twice: the last value stays
+    with pytest.raises(ValueError, match=r"nn.max_unpool: index 32 is out of range for an "
+                                         r"unpooled tensor of 32 elements \(2, 1, 4, 4\)"):
+        op.reference(attrs, x, np.where(i == 30, 32, i))
+    # output_size: the unpooled (4, 4) planes at the start of (5, 6) ones (onnx's reference).
+    big = op.reference(op.make_attrs({"kernel_shape": [2, 2], "strides": [2, 2],
+                                      "output_size": [5, 6]}), x, i)
+    assert big.shape == (2, 1, 5, 6) and np.count_nonzero(big[:, :, 4:]) == 0
+    np.testing.assert_array_equal(big[:, :, :4, :4], y)
+    assert np.count_nonzero(big[:, :, :, 4:]) == 0

@@ -157,3 +157,34 @@ def make_scatter_nd(entry):
             _raise_bad_index(lambda: _check_tuples(x, indices, m, 0, "scatter_nd"), status,
                              f"scatter_nd {key}")
     return run
+
+
+@kernel("tensor_scatter", dtypes=ALL, accepts=lambda e: e.inputs[1:] == (e.inputs[0], "int64"))
+def make_tensor_scatter(entry):
+    ffi, lib = library()
+    attrs, size, name = attrs_of(entry), ITEMSIZE[entry.inputs[0]], entry.name
+    ptr, scatter, circular = ffi.from_buffer, lib.relvm_tensor_scatter, int(attrs.circular)
+
+    def run(x, update, write_indices, out):
+        axis = at_run_time(ops.normalize_axis, attrs.axis, x.ndim)
+        if update.ndim != x.ndim or out.shape != x.shape or axis == 0 or any(
+                a != b for i, (a, b) in enumerate(zip(x.shape, update.shape)) if i != axis) \
+                or write_indices.size not in (1, x.shape[0]) or write_indices.ndim > 1:
+            raise shape_error(f"{name}: update must have data's shape but along axis {axis}, "
+                              "write_indices one index or one per batch", data=x.shape,
+                              update=update.shape, write_indices=write_indices.shape)
+        starts = np.ascontiguousarray(write_indices, np.int64).reshape(-1)
+        if starts.size == 0:
+            starts = np.zeros(1, np.int64)  # no batches: nothing is read
+        bad_b, bad_i = ffi.new("int64_t *"), ffi.new("int64_t *")
+        status = scatter(size, circular, x.shape[0], prod(x.shape[1:axis]), x.shape[axis],
+                         update.shape[axis], prod(x.shape[axis + 1:]),
+                         ffi.cast("int64_t *", ptr(starts)), starts.size, ptr(x), ptr(update),
+                         ptr(out), bad_b, bad_i)
+        if status == -3:
+            b, i = bad_b[0], bad_i[0]
+            start = int(starts[0 if starts.size == 1 else b])
+            raise ValueError(f"{name}: index {start + i} (write_indices[{b}] {start} + {i}) is "
+                             f"out of range for axis {axis} of size {x.shape[axis]}")
+        check(status, f"{name} of {x.shape}")
+    return run

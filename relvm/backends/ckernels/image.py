@@ -106,3 +106,25 @@ def make_grid_sample(entry):
         if status:
             check(status, f"{name} {key}")
     return run
+
+
+@kernel("image.col2im", dtypes=FLOATS)
+def make_col2im(entry):
+    ffi, lib = library()
+    attrs, dt, name, col2im = attrs_of(entry), CODE[entry.inputs[0]], entry.name, lib.relvm_col2im
+    k = len(attrs.image_shape)
+    blocks = image_ops.col2im_blocks(attrs)
+    dil, pads, strides = image_ops.col2im_geometry(attrs, k)
+    kk, count = prod(attrs.block_shape), prod(blocks)
+    args = [int64s(v) for v in (attrs.image_shape, attrs.block_shape, blocks, dil, pads[:k],
+                                strides)]
+    ptr = ffi.from_buffer
+
+    def run(x, out):
+        if x.ndim != 3 or x.shape[1] % kk or x.shape[2] != count or \
+                out.shape != (x.shape[0], x.shape[1] // kk) + tuple(attrs.image_shape):
+            raise shape_error(f"{name}: data must be (N, C * {kk}, {count})", data=x.shape,
+                              output=out.shape)
+        check(col2im(dt, out.shape[0] * out.shape[1], k, *args, ptr(x), ptr(out)),
+              f"{name} of {x.shape}")
+    return run

@@ -347,3 +347,14 @@ def _conv3d_transpose_plan(ffi, attrs, x, w, out):
 @kernel("nn.conv3d_transpose", dtypes=FLOATS, accepts=_conv_dtypes_ok)
 def make_conv3d_transpose(entry):
     return _planned_conv(entry, "relvm_conv3d_transpose", _conv3d_transpose_plan)
+@kernel("linalg.det", dtypes=FLOATS)
+def make_det(entry):
+    ffi, lib = library()
+    dt, ptr, name, det = CODE[entry.inputs[0]], ffi.from_buffer, entry.name, lib.relvm_det
+
+    def run(x, out):
+        if x.ndim < 2 or x.shape[-1] != x.shape[-2] or out.shape != x.shape[:-2]:
+            raise shape_error(f"{name}: data must hold square matrices, the output one "
+                              "determinant each", data=x.shape, output=out.shape)
+        check(det(dt, prod(x.shape[:-2]), x.shape[-1], ptr(x), ptr(out)), f"{name} of {x.shape}")
+    return run

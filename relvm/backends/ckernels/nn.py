@@ -7,7 +7,8 @@ from ...ops import window
 from ...ops.common import normalize_axis
 from ...ops.transform import at_run_time
 from . import kernel
-from .common import CODE, FLOATS, attrs_of, check, library, prod, remember, shape_error
+from .common import (ALL, CODE, FLOATS, ITEMSIZE, attrs_of, check, int64s, library, prod,
+                     remember, shape_error)
 from .linalg import _Shape
 
 
@@ -51,6 +52,54 @@ def _make_pool(entry, c_name: str):
 @kernel("nn.max_pool2d", dtypes=FLOATS)
 def make_max_pool2d(entry):
     return _make_pool(entry, "relvm_max_pool2d")
+
+
+@kernel("nn.max_pool2d_with_argmax", dtypes=FLOATS)
+def make_max_pool2d_argmax(entry):
+    ffi, lib = library()
+    attrs, dt = attrs_of(entry), CODE[entry.inputs[0]]
+    pool, ptr, plans, name = lib.relvm_max_pool2d_argmax, ffi.from_buffer, {}, entry.name
+    column_major = int(attrs.storage_order)
+
+    def run(x, out, index):
+        key = (x.shape, out.shape)
+        plan = plans.get(key)
+        if plan is None:
+            plan = remember(plans, key, _pool_plan(ffi, attrs, *key, False))
+        if index.shape != out.shape:
+            raise shape_error(f"{name}: wrong index shape", output=out.shape, index=index.shape)
+        check(pool(dt, plan, column_major, ptr(x), ptr(out), ffi.cast("int64_t *", ptr(index))),
+              name)
+    return run
+
+
+@kernel("nn.max_unpool", dtypes=ALL, accepts=lambda e: e.inputs[1] == "int64")
+def make_max_unpool(entry):
+    ffi, lib = library()
+    size, ptr, name, unpool = ITEMSIZE[entry.inputs[0]], ffi.from_buffer, entry.name, \
+        lib.relvm_max_unpool
+    attrs = attrs_of(entry)
+
+    def run(x, index, out):
+        unpooled = pool_ops.unpool_sizes(attrs, x.shape[2:])
+        want = x.shape[:2] + pool_ops.unpool_out_sizes(attrs, x.shape[2:])
+        if index.shape != x.shape or out.shape != want or x.ndim > 10:
+            raise shape_error(f"{name}: wrong shapes", data=x.shape, indices=index.shape,
+                              output=out.shape)
+        if any(not 0 <= u <= o for u, o in zip(unpooled, want[2:])):
+            raise ValueError(f"{name}: the unpooled size {list(unpooled)} is negative or past "
+                             f"the output's {list(want[2:])}")
+        bad = ffi.new("int64_t *")
+        status = unpool(size, x.size, ptr(x), ffi.cast("int64_t *", ptr(index)),
+                        x.shape[0] * x.shape[1], x.ndim - 2, int64s(unpooled),
+                        int64s(want[2:]), ptr(out), bad)
+        if status == -3:
+            total = x.shape[0] * x.shape[1] * prod(unpooled)
+            raise ValueError(f"{name}: index {int(index.reshape(-1)[bad[0]])} is out of range "
+                             f"for an unpooled tensor of {total} elements "
+                             f"{x.shape[:2] + unpooled}")
+        check(status, f"{name} of {x.shape}")
+    return run
 
 
 @kernel("nn.avg_pool2d", dtypes=FLOATS)

@@ -177,11 +177,11 @@ def _pool2d(n: Node, op: str, x, kernel, strides, dilations, pads, extra):
 
 @converter("MaxPool", "AveragePool")
 def pool(n: Node):
-    if n.op_type == "MaxPool" and n.wants(1):
-        raise n.fail("the Indices output is not supported")
     spatial = _spatial(n, (1, 2, 3))
     kernel = [int(k) for k in n.required("kernel_shape")]
     strides, dilations, pads = _windows(n, kernel)
+    if n.op_type == "MaxPool" and n.wants(1):
+        return _max_pool_indices(n, spatial, kernel, strides, dilations, pads)
     op = "nn.max_pool2d" if n.op_type == "MaxPool" else "nn.avg_pool2d"
     extra = {} if n.op_type == "MaxPool" else \
         {"count_include_pad": bool(n.attr("count_include_pad", 0))}
@@ -191,6 +191,63 @@ def pool(n: Node):
                     dilations, pads, extra)
         return n.call("cast", y, dtype=n.dtype(0))
     return pool_nd(n, op, x, spatial, kernel, strides, dilations, pads, extra)
+
+
+def _max_pool_indices(n: Node, spatial: int, kernel, strides, dilations, pads):
+    """MaxPool with its Indices: ``nn.max_pool2d_with_argmax`` (1-d as 2-d over a height of 1,
+    where both storage orders give the same positions)."""
+    if spatial == 3:
+        raise n.fail("the Indices output is supported for 1-d and 2-d pools (relvm pools 3-d "
+                     "data as two 2-d pools, which lose the maximum's position)")
+    if n.dtype(0) not in ("float32", "float64"):
+        raise n.fail(f"the Indices output needs float32 or float64 data, got {n.dtype(0)}")
+    if None in pads:  # padding computed at run time would move the positions
+        raise n.fail("the Indices output with auto_pad SAME and a stride above 1 needs static "
+                     "spatial dims")
+    order = int(n.attr("storage_order", 0))
+    if order not in (0, 1):
+        raise n.fail(f"storage_order must be 0 or 1, got {order}")
+    x = n.x(0)
+    if spatial == 1:
+        strides, dilations, pads = _to_2d(strides, dilations, pads)
+        kernel, x = [1] + kernel, n.call("expand_dims", x, axis=2)
+    pair = _pool2d(n, "nn.max_pool2d_with_argmax", x, kernel, strides, dilations, pads,
+                   {"storage_order": order})
+    values, index = n.field(pair, 0), n.field(pair, 1)
+    if spatial == 1:
+        values, index = (n.call("squeeze", v, axis=[2]) for v in (values, index))
+    return [values, index]
+
+
+@converter("MaxUnpool")
+def max_unpool(n: Node):
+    """``nn.max_unpool``; a given output_shape must be known at import (it is the result's):
+    the unpooled tensor sits at its start, as onnx's reference places it."""
+    rank = n.rank(0)
+    if rank < 3:
+        raise n.fail(f"X must be (N, C, spatial...), got rank {rank}")
+    k = rank - 2
+    kernel = [int(v) for v in n.required("kernel_shape")]
+    strides = [int(v) for v in n.attr("strides", [1] * k)]
+    pads = [int(v) for v in n.attr("pads", [0] * (2 * k))]
+    if len(kernel) != k or len(strides) != k or len(pads) != 2 * k:
+        raise n.fail(f"kernel_shape {kernel}, strides {strides} and pads {pads} must give {k} "
+                     "spatial axes (pads twice)")
+    size = None
+    if n.has(2):
+        from .ops_array import _static_ints
+
+        shape = _static_ints(n, 2, "output_shape")
+        if len(shape) != rank:
+            raise n.fail(f"output_shape {shape} must have X's rank {rank}")
+        for i, d in enumerate(n.shape(0)[:2]):
+            if isinstance(d, int) and d != shape[i]:
+                raise n.fail(f"output_shape {shape} must keep X's dim {i} ({d})")
+        size = shape[2:]
+    if n.dtype(1) != "int64":
+        raise n.fail(f"I must be int64, got {n.dtype(1)}")
+    return n.call("nn.max_unpool", n.x(0), n.x(1), kernel_shape=kernel, strides=strides,
+                  pads=pads, output_size=size)
 
 
 @converter("LpPool")
