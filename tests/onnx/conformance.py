@@ -153,10 +153,6 @@ XFAIL.update({
     "test_convtranspose_3d": "3-d ConvTranspose: relvm has 1-d and 2-d transposed convolutions",
     "test_maxpool_with_argmax_2d_precomputed_pads": "MaxPool's Indices output is not supported",
     "test_maxpool_with_argmax_2d_precomputed_strides": "MaxPool's Indices output is not supported",
-    "test_range_float_type_positive_delta_expanded": "needs Loop, which relvm does not import",
-    "test_range_int32_type_negative_delta_expanded": "needs Loop, which relvm does not import",
-    "test_range_float16_type_positive_delta_expanded": "needs Loop, which relvm does not import",
-    "test_range_bfloat16_type_positive_delta_expanded": "needs Loop; and relvm has no bfloat16",
     "test_training_dropout": "training-mode Dropout is random",
     "test_training_dropout_default": "training-mode Dropout is random",
     "test_training_dropout_default_mask": "training-mode Dropout is random",
@@ -165,6 +161,14 @@ XFAIL.update({
     "test_identity_sequence": "sequences are not supported (tensors only)",
     "test_if_opt": "optional values are not supported (tensors only)",
     "test_if_seq": "sequences are not supported (tensors only)",
+    "test_loop13_seq": "sequences are not supported (tensors only): the loop carries one",
+    "test_loop16_seq_none": "sequences and optional values are not supported (tensors only): "
+                            "the loop carries an optional sequence",
+    **{f"test_sequence_map_{c}{e}": "sequences are not supported (tensors only): SequenceMap "
+       "maps over sequences (its expansion is a Loop that builds one)"
+       for c in ("identity_1_sequence", "identity_2_sequences", "identity_1_sequence_1_tensor",
+                 "add_2_sequences", "add_1_sequence_1_tensor", "extract_shapes")
+       for e in ("", "_expanded")},
     **{f"test_center_crop_pad_{c}_expanded": "the expansion computes Pad's pads from the "
        "shape input, a graph input the importer needs constant (pads are static) but cannot "
        "name through the Shape/Max/Sub arithmetic, so the harness cannot freeze it"
