@@ -204,12 +204,6 @@ def _assemble(n: Node, name: str, frame: LoopFrame, params: dict, outs: tuple,
     i, c, m, carried, inv = (params[k] for k in ("i", "cond", "count", "carried", "inv"))
     fparams = [i] + ([c] if c is not None else []) + ([m] if m is not None else []) \
         + carried + inv + frame.params
-    stable = set()
-    for var, e in zip(carried, carried_out):  # a carried dim the body keeps
-        stable |= {s for d, o in zip(var.checked_type.shape, e.checked_type.shape)
-                   if D.prove_equal(d, o) is True for s in D.free_symbols(d)}
-    for var in inv + frame.params:
-        stable |= {s for d in var.checked_type.shape for s in D.free_symbols(d)}
     # The return type: a carried dim the body keeps is the parameter's; one it changes, or a
     # scan output's number of iterations, is unknown at the call.
     carried_ret = [TensorType(tuple(d if D.prove_equal(d, o) is True else fresh()
@@ -217,12 +211,16 @@ def _assemble(n: Node, name: str, frame: LoopFrame, params: dict, outs: tuple,
                                                     tensor_type(n, e, "").shape)),
                               v.checked_type.dtype)
                    for v, e in zip(carried, carried_out)]
+    loose = {(k, a) for k, (v, e) in enumerate(zip(carried, carried_out))
+             for a, (d, o) in enumerate(zip(v.checked_type.shape, e.checked_type.shape))
+             if D.prove_equal(d, o) is not True}
+    where = _dims_of_params(carried + inv + frame.params, loose)
     scan_types, known = [], []
     for k, y in enumerate(scans):
         t = tensor_type(n, y, f"scan output {k}")
-        # Shapes the loop's inputs determine stack onto zeros(shape=[0, ...]); others (a
-        # slice by the iteration number) onto an empty placeholder the first row replaces.
-        known.append(all(D.free_symbols(d) <= stable for d in t.shape))
+        # Shapes the loop's inputs determine stack onto an empty (0, ...) of that shape;
+        # others (a slice by the iteration number) onto a placeholder the first row replaces.
+        known.append(all(isinstance(d, int) or d in where for d in t.shape))
         dims = t.shape if known[-1] else tuple(fresh() for _ in t.shape)
         scan_types.append(TensorType((fresh(),) + tuple(dims), t.dtype))
     ret = TupleType(tuple(carried_ret + scan_types))
@@ -251,7 +249,7 @@ def _assemble(n: Node, name: str, frame: LoopFrame, params: dict, outs: tuple,
         pair = (rest, row) if scan_reverse[k] else (row, rest)
         stacked = n.call("concatenate", _tuple(pair), axis=0)
         if known[k]:
-            else_fields.append(_zeros(n, scan_types[k], scan_types[k].shape[1:]))
+            else_fields.append(_zeros(n, scan_types[k], scan_types[k].shape[1:], where))
         else:
             else_fields.append(n.call("zeros", shape=[0] * (1 + y.checked_type.ndim),
                                       dtype=y.checked_type.dtype))
@@ -290,12 +288,29 @@ def _tuple(fields):
     return make_tuple(list(fields))
 
 
-def _zeros(n: Node, t: TensorType, trailing) -> Expr:
-    """An empty stack of scan outputs: ``zeros(shape=[0, ...])``, with symbolic dims too."""
+def _zeros(n: Node, t: TensorType, trailing, where: dict) -> Expr:
+    """An empty stack of scan outputs, ``(0, *trailing)``: a symbolic dim is read from the
+    parameter it is a dim of (``where``: symbol -> (parameter, axis))."""
     shape = [0] + list(trailing)
     if all(isinstance(d, int) for d in shape):
         return n.call("zeros", shape=shape, dtype=t.dtype)
-    op = OPS["zeros"]
-    call = Call(op, (), op.make_attrs({"shape": shape, "dtype": t.dtype}))
-    call.with_type(TensorType(tuple(shape), t.dtype))
-    return call
+    parts = []
+    for d in shape:
+        if isinstance(d, int):
+            parts.append(n.constant(np.array([d], np.int64)))
+        else:
+            var, axis = where[d]
+            parts.append(n.call("strided_slice", n.call("shape_of", var, dtype="int64"),
+                                begin=[axis], end=[axis + 1], strides=[1]))
+    dims = n.call("concatenate", _tuple(parts), axis=0)
+    return n.call("dyn.reshape", n.call("zeros", shape=[0], dtype=t.dtype), dims, allowzero=1)
+
+
+def _dims_of_params(params: Sequence[Var], skip: set) -> dict:
+    """Bare dims of ``params`` (not the ``skip`` positions): dim -> (parameter, axis)."""
+    where: dict = {}
+    for k, var in enumerate(params):
+        for a, d in enumerate(var.checked_type.shape):
+            if not isinstance(d, int) and _bare(d) and (k, a) not in skip:
+                where.setdefault(d, (var, a))
+    return where
