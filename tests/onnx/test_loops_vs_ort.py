@@ -241,18 +241,41 @@ def test_opset8_scan_sequence_lens_refused():
         from_onnx(m)
 
 
-def test_hundred_thousand_iterations():
-    # One VM frame an iteration, on the VM's own stack; nothing recurses in Python.
-    body = accumulate_body(scan=False)
-    node = helper.make_node("Loop", ["M", "", "y0"], ["y"], body=body)
-    m = model([node], [vi("M", I64, []), vi("y0", F, [4]), vi("w", F, [4])], [vi("y", F, None)])
+@pytest.mark.parametrize("bound", ["count", "condition"])
+def test_hundred_thousand_iterations(bound):
+    # With a trip count the iterations run in halves (17 frames deep); with only a condition,
+    # as a chain of 100,000 VM frames on the VM's own stack. Nothing recurses in Python.
+    if bound == "count":
+        body = accumulate_body(scan=False)
+        node = helper.make_node("Loop", ["M", "", "y0"], ["y"], body=body)
+    else:  # while (i + 1 < M)
+        body = accumulate_body(scan=False, extra_nodes=[
+            helper.make_node("Add", ["i", "one"], ["next"]),
+            helper.make_node("Less", ["next", "M"], ["go"])])
+        body.node.insert(0, const("one", np.int64(1)))
+        body.output[0].name = "go"
+        node = helper.make_node("Loop", ["", "c", "y0"], ["y"], body=body)
+    inputs = [vi("M", I64, []), vi("y0", F, [4]), vi("w", F, [4])]
     feeds = {"M": np.array(100_000, np.int64), "y0": np.ones(4, np.float32),
              "w": np.full(4, 0.25, np.float32)}
+    if bound == "condition":
+        inputs.insert(1, vi("c", B, []))
+        feeds = {"M": feeds["M"], "c": np.array(True), **feeds}
+    m = model([node], inputs, [vi("y", F, None)])
     got = run_relvm(m, feeds)[0]
     y = np.ones(4, np.float32)
     for i in range(100_000):
         y = y * np.float32(0.5) + np.float32(0.25) + np.float32(i)
     np.testing.assert_allclose(got, y, rtol=1e-6)
+
+
+def test_long_scan_output():
+    # 20,000 rows of 64 floats: in halves each row is copied once a level (n log n).
+    rng = np.random.default_rng(4)
+    m = accumulate_loop(dims=(64,))
+    feeds = {"M": np.array(20_000, np.int64), "y0": rng.standard_normal(64, np.float32),
+             "w": rng.standard_normal(64, np.float32)}
+    check(m, feeds, atol=1e-2)
 
 
 def test_runaway_loop_is_a_runtime_error(monkeypatch):

@@ -1,30 +1,37 @@
 """Loops as recursive global functions: what ONNX's Loop and Scan become.
 
 Relay has no loop construct; a loop is a global function that calls itself. :func:`build_loop`
-makes one::
+converts the body once for the function's parameters -- ``%i``, ``%cond``, ``%count``, the
+carried values, the invariants (a Scan's inputs) and the values the body reads from outside
+(:class:`LoopFrame`) -- and makes one of two shapes of recursion:
 
-    def @loop_0(%i: int64, %cond: bool, %count: int64, %carried..., %invariant...)
+- with a trip count, halves (:func:`_tree`)::
+
+    def @loop_0(%i: int64, %length: int64, %count: int64, %v0: ..., %w0: ...)
         -> (carried..., Tensor[(?, ...)] per scan output) {
-      if (logical_and(less(%i, %count), %cond)) {
-        <the body, on %i, %cond, %carried... and the invariants>
-        %r = @loop_0(add(%i, 1i64), <cond out>, %count, <carried out>..., %invariant...);
-        (%r.0, ..., concatenate((expand_dims(<scan out>, axis=0), %r.k), axis=0), ...)
-      } else {
-        (%carried..., zeros(shape=[0, ...]), ...)
+      if (less(%length, 1i64)) { (%v0, <empty (0, ...) stacks>) }
+      else if (equal(%length, 1i64)) { <the body at %i>: (carried out, expand_dims(rows)) }
+      else {
+        %h = divide(%length, 2i64);
+        %a = @loop_0(%i, %h, %count, %v0, %w0);
+        %b = @loop_0(add(%i, %h), subtract(%length, %h), %count, %a.0, %w0);
+        (%b.0, concatenate((%a.1, %b.1)))
       }
     }
 
-and the node becomes ``@loop_0(0i64, cond, count, initial values..., invariants...)``. Scan
-outputs are stacked on the way back (each frame holds its own iteration's value, not the stack
-so far), in reverse order by putting the frame's value last. The VM runs the recursion on its
-explicit frame stack: one frame an iteration (at most ``runtime.vm.thread.MAX_FRAMES``; a
-runaway loop is a RelvmRuntimeError there).
+  called as ``@loop_0(0i64, count, count, ...)``: log2(count) frames deep, each scan row
+  copied once a level (a condition input is threaded through, and a first half that stopped
+  the loop is the result);
+- without one (or with a sentinel like 2**63 - 1), a chain (:func:`_chain`): ``if (i < count
+  and cond) { body; @loop_0(i + 1, ...) } else { carried }``, one frame an iteration, so the
+  VM's frame limit (``runtime.vm.thread.MAX_FRAMES``) stops a runaway loop with a
+  RelvmRuntimeError; its scan stacks copy the rest each frame (quadratic).
 
-Parameter types are declared (type inference needs the return type of a recursive function):
-each dim of a carried value that the body provably keeps stays (the initial value's symbol, or
-number), and one the body changes becomes a fresh ``?`` -- found by converting the body, then
-converting it again with those dims generalized. Values from outside the body become extra
-parameters as the body reads them (:class:`LoopFrame`), small known constants stay constants.
+Reverse scan directions put the later rows first. Parameter types are declared (type inference
+needs the return type of a recursive function): each dim of a carried value that the body
+provably keeps stays (the initial value's symbol, or number), and one the body changes becomes
+a fresh ``?`` -- found by converting the body, then converting it again with those dims
+loosened. Small known constants the body reads stay constants.
 """
 
 from __future__ import annotations
@@ -36,13 +43,9 @@ import numpy as np
 from ...ir import dims as D
 from ...ir.nodes import Call, Expr, Function, GlobalVar, If, Var
 from ...ir.types import FuncType, TensorType, TupleType
-from ...ops.registry import OPS
 from ...passes.type_infer import _Mismatch, instantiate, join
 from .importer import INLINE_LIMIT, Node, sanitize
 from .values import Scope, Value
-
-#: Conversions of a loop body, at most, while its carried values' types settle.
-MAX_ROUNDS = 4
 
 #: Body(i, cond, carried, invariants, count or None) -> (cond out or None, carried out,
 #: scan outputs), all parameters of the loop's function.
@@ -157,7 +160,7 @@ def build_loop(n: Node, *, count: Expr | None, cond: Expr | None, carried: Seque
     inits = [tensor_type(n, e, f"loop-carried value {k}") for k, e in enumerate(carried)]
     shapes = [list(general_type(t).shape) for t in inits]
     loose: set[tuple[int, int]] = set()  # (value, axis): dims the body changes
-    for _ in range(MAX_ROUNDS):
+    for _ in range(1 + sum(t.ndim for t in inits)):  # each round but the last loosens a dim
         frame, params, outs = _convert_body(n, shapes, inits, count, cond, invariants, body)
         changed = False
         for k, (e, t0) in enumerate(zip(outs[1], inits)):
@@ -173,7 +176,7 @@ def build_loop(n: Node, *, count: Expr | None, cond: Expr | None, carried: Seque
         if not changed:
             return _assemble(n, name, frame, params, outs, cond, count, carried, invariants,
                              scan_reverse)
-    raise n.fail("the loop-carried values' shapes did not settle")  # each round loosens one
+    raise AssertionError("unreachable: every dim is loose by then")
 
 
 def _convert_body(n: Node, shapes: list, inits: list[TensorType], count: Expr | None,
@@ -199,11 +202,8 @@ def _convert_body(n: Node, shapes: list, inits: list[TensorType], count: Expr | 
 def _assemble(n: Node, name: str, frame: LoopFrame, params: dict, outs: tuple,
               cond: Expr | None, count: Expr | None, initial: Sequence[Expr],
               invariants: Sequence[Expr], scan_reverse: Sequence[bool]) -> list[Expr]:
-    imp = n.imp
     cond_out, carried_out, scans = outs
-    i, c, m, carried, inv = (params[k] for k in ("i", "cond", "count", "carried", "inv"))
-    fparams = [i] + ([c] if c is not None else []) + ([m] if m is not None else []) \
-        + carried + inv + frame.params
+    m, carried, inv = params["count"], params["carried"], params["inv"]
     # The return type: a carried dim the body keeps is the parameter's; one it changes, or a
     # scan output's number of iterations, is unknown at the call.
     carried_ret = [TensorType(tuple(d if D.prove_equal(d, o) is True else fresh()
@@ -223,53 +223,155 @@ def _assemble(n: Node, name: str, frame: LoopFrame, params: dict, outs: tuple,
         known.append(all(isinstance(d, int) or d in where for d in t.shape))
         dims = t.shape if known[-1] else tuple(fresh() for _ in t.shape)
         scan_types.append(TensorType((fresh(),) + tuple(dims), t.dtype))
-    ret = TupleType(tuple(carried_ret + scan_types))
-    fn_type = FuncType(tuple(p.checked_type for p in fparams), ret)
-    gv = GlobalVar(name)
-    gv.with_type(fn_type)
+    empties = [_zeros(n, t, t.shape[1:], where) if ok else
+               n.call("zeros", shape=[0] * t.ndim, dtype=t.dtype)
+               for t, ok in zip(scan_types, known)]
+    parts = _Parts(n, name, frame, params, outs, carried_ret, scan_types, known, empties,
+                   scan_reverse)
+    if m is not None and not _sentinel(count):
+        return _tree(parts, cond, count, initial, invariants)
+    return _chain(parts, cond, count, initial, invariants)
 
-    one = n.constant(np.int64(1))
-    keep = None
-    if m is not None:
-        keep = n.call("less", i, m)
-    if c is not None:
-        keep = c if keep is None else n.call("logical_and", keep, c)
-    if keep is None:
-        keep = n.constant(True)
-    next_args = [n.call("add", i, one)]
-    if c is not None:
-        next_args.append(scalar_of(n, cond_out, "bool", "the body's condition output"))
-    next_args += ([m] if m is not None else []) + list(carried_out) + inv + frame.params
-    rec = _call(n, gv, next_args)
-    then_fields = [n.field(rec, k) for k in range(len(carried))]
-    else_fields: list[Expr] = list(carried)
-    for k, y in enumerate(scans):
-        row = n.call("expand_dims", y, axis=0, num_newaxis=1)
-        rest = n.field(rec, len(carried) + k)
-        pair = (rest, row) if scan_reverse[k] else (row, rest)
-        stacked = n.call("concatenate", _tuple(pair), axis=0)
-        if known[k]:
-            else_fields.append(_zeros(n, scan_types[k], scan_types[k].shape[1:], where))
-        else:
-            else_fields.append(n.call("zeros", shape=[0] * (1 + y.checked_type.ndim),
-                                      dtype=y.checked_type.dtype))
-            rows = n.call("take", n.call("shape_of", rest, dtype="int64"),
-                          n.constant(np.int64(0)), axis=0)
-            first = If(n.call("equal", rows, n.constant(np.int64(0))), row, stacked)
-            first.with_type(join(row.checked_type, stacked.checked_type))
-            stacked = first
-        then_fields.append(stacked)
-    then_b, else_b = _tuple(then_fields), _tuple(else_fields)
-    node = If(keep, then_b, else_b)
-    node.with_type(join(then_b.checked_type, else_b.checked_type))
-    imp.functions[name] = Function(tuple(fparams), node, ret)
 
-    zero = n.constant(np.int64(0))
-    call_args = [zero] + ([cond] if cond is not None else []) \
+#: A trip count known at import from this on is a "no bound" sentinel (PyTorch's while loops
+#: export 2**63 - 1): such a loop runs as a chain, whose depth the VM's frame limit bounds.
+SENTINEL_COUNT = 2**31
+
+
+def _sentinel(count: Expr | None) -> bool:
+    data = getattr(count, "data", None)
+    return data is not None and int(np.asarray(data).reshape(-1)[0]) >= SENTINEL_COUNT
+
+
+class _Parts:
+    """A converted loop body and its types, for :func:`_chain` or :func:`_tree`."""
+
+    def __init__(self, n, name, frame, params, outs, carried_ret, scan_types, known, empties,
+                 scan_reverse):
+        self.n, self.name, self.frame = n, name, frame
+        self.i, self.c, self.m = params["i"], params["cond"], params["count"]
+        self.carried, self.inv = params["carried"], params["inv"]
+        self.cond_out, self.carried_out, self.scans = outs
+        self.carried_ret, self.scan_types, self.known = carried_ret, scan_types, known
+        self.empties, self.reverse = empties, scan_reverse
+
+    def function(self, lead: list[Var], ret_lead: list, body_of) -> GlobalVar:
+        """Declares @name(lead..., carried..., invariants..., captured...) -> (ret_lead...,
+        carried..., stacks...), its body ``body_of(gv)``."""
+        fparams = lead + self.carried + self.inv + self.frame.params
+        ret = TupleType(tuple(ret_lead + self.carried_ret + self.scan_types))
+        gv = GlobalVar(self.name)
+        gv.with_type(FuncType(tuple(p.checked_type for p in fparams), ret))
+        self.n.imp.functions[self.name] = Function(tuple(fparams), body_of(gv), ret)
+        return gv
+
+    def cond_out_scalar(self) -> Expr:
+        return scalar_of(self.n, self.cond_out, "bool", "the body's condition output")
+
+    def rows(self) -> list[Expr]:
+        return [self.n.call("expand_dims", y, axis=0, num_newaxis=1) for y in self.scans]
+
+    def merge(self, k: int, earlier: Expr, later: Expr) -> Expr:
+        """Stack ``k`` of iterations in order, ``earlier``'s before ``later``'s (after them for
+        a reverse direction). A shape the inputs do not determine has an empty placeholder of
+        another shape, which a concatenate would refuse: the other side is taken then."""
+        n = self.n
+        pair = (later, earlier) if self.reverse[k] else (earlier, later)
+        both = n.call("concatenate", _tuple(pair), axis=0)
+        if self.known[k]:
+            return both
+        return _if(_no_rows(n, earlier), later, _if(_no_rows(n, later), earlier, both))
+
+
+def _no_rows(n: Node, stack: Expr) -> Expr:
+    rows = n.call("take", n.call("shape_of", stack, dtype="int64"), n.constant(np.int64(0)),
+                  axis=0)
+    return n.call("equal", rows, n.constant(np.int64(0)))
+
+
+def _if(cond: Expr, then: Expr, else_: Expr) -> If:
+    node = If(cond, then, else_)
+    node.with_type(join(then.checked_type, else_.checked_type))
+    return node
+
+
+def _chain(p: _Parts, cond, count, initial, invariants) -> list[Expr]:
+    """One call an iteration: @loop(i, cond, count, ...) runs iteration i and calls
+    @loop(i + 1, ...); its scan stacks are this row and the rest's stack (copies quadratic in
+    the iterations). For loops with no trip count: a runaway one meets the frame limit."""
+    n, i, c, m = p.n, p.i, p.c, p.m
+    lead = [i] + ([c] if c is not None else []) + ([m] if m is not None else [])
+
+    def body_of(gv):
+        keep = None
+        if m is not None:
+            keep = n.call("less", i, m)
+        if c is not None:
+            keep = c if keep is None else n.call("logical_and", keep, c)
+        nxt = [n.call("add", i, n.constant(np.int64(1)))]
+        nxt += [p.cond_out_scalar()] if c is not None else []
+        nxt += ([m] if m is not None else []) + list(p.carried_out) + p.inv + p.frame.params
+        rec = _call(n, gv, nxt)
+        count_c = len(p.carried)
+        then = [n.field(rec, k) for k in range(count_c)]
+        then += [p.merge(k, row, n.field(rec, count_c + k)) for k, row in enumerate(p.rows())]
+        done = _tuple(list(p.carried) + p.empties)
+        return _if(keep if keep is not None else n.constant(True), _tuple(then), done)
+
+    gv = p.function(lead, [], body_of)
+    args = [n.constant(np.int64(0))] + ([cond] if cond is not None else []) \
         + ([count] if count is not None else []) + list(initial) + list(invariants) \
-        + frame.args
-    result = _call(n, gv, call_args)
-    return [n.field(result, k) for k in range(len(carried) + len(scans))]
+        + p.frame.args
+    result = _call(n, gv, args)
+    return [n.field(result, k) for k in range(len(p.carried) + len(p.scans))]
+
+
+def _tree(p: _Parts, cond, count, initial, invariants) -> list[Expr]:
+    """Halves of the iterations: @loop(lo, length, cond, count, ...) runs iterations
+    lo .. lo + length - 1 as @loop over the first half, then (if its condition still holds)
+    over the second from the first's results; one iteration is the body. The recursion is
+    log2(count) deep and each row is copied once a level: n log n, not n**2."""
+    n, i, c, m = p.n, p.i, p.c, p.m
+    length = param_var("length", TensorType((), "int64"))
+    lead = [i, length] + ([c] if c is not None else []) + [m]
+    ret_lead = [TensorType((), "bool")] if c is not None else []
+    flow = len(ret_lead) + len(p.carried)  # what one half hands the next: cond, carried
+
+    def args(lo, size, state, bound=None, shared=None):
+        """The arguments of a call: ``state`` is (cond, carried...); ``bound`` the trip count
+        and ``shared`` the invariants and captured values, the parameters' own by default."""
+        shared = p.inv + p.frame.params if shared is None else shared
+        return [lo, size] + list(state[:len(ret_lead)]) + [m if bound is None else bound] \
+            + list(state[len(ret_lead):]) + list(shared)
+
+    def body_of(gv):
+        state = ([c] if c is not None else []) + list(p.carried)
+        none = _tuple(state + p.empties)
+        leaf = _tuple(([p.cond_out_scalar()] if c is not None else []) + list(p.carried_out)
+                      + p.rows())
+        if c is not None:
+            leaf = _if(c, leaf, none)
+        half = n.call("divide", length, n.constant(np.int64(2)))
+        first = _call(n, gv, args(i, half, state))
+        mid = [n.field(first, k) for k in range(flow)]
+        second = _call(n, gv, args(n.call("add", i, half), n.call("subtract", length, half),
+                                   mid))
+        both = [n.field(second, k) for k in range(flow)]
+        both += [p.merge(k, n.field(first, flow + k), n.field(second, flow + k))
+                 for k in range(len(p.scans))]
+        split: Expr = _tuple(both)
+        if c is not None:
+            split = _if(mid[0], split, first)  # the first half stopped the loop
+        one = n.constant(np.int64(1))
+        return _if(n.call("less", length, one), none,
+                   _if(n.call("equal", length, one), leaf, split))
+
+    gv = p.function(lead, ret_lead, body_of)
+    start = ([cond] if cond is not None else []) + list(initial)
+    result = _call(n, gv, args(n.constant(np.int64(0)), count, start, count,
+                               list(invariants) + p.frame.args))
+    skip = len(ret_lead)
+    return [n.field(result, skip + k) for k in range(len(p.carried) + len(p.scans))]
 
 
 def _call(n: Node, gv: GlobalVar, args: list[Expr]) -> Expr:
