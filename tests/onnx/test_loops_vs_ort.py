@@ -301,3 +301,38 @@ def test_body_changing_rank_is_refused():
     m = model([node], [vi("M", I64, []), vi("x0", F, [2])], [vi("x", F, None)])
     with pytest.raises(RelvmImportError, match="grow_rank.*rank must stay"):
         from_onnx(m)
+
+
+def test_saved_loop_loads_and_runs():
+    # The verifier proves the register types of the recursive functions (two calls a frame in
+    # halves, one in a chain) when a saved executable is loaded.
+    rng = np.random.default_rng(5)
+    m = accumulate_loop()
+    mod, params = from_onnx(m)
+    exe = relvm.load_bytes(relvm.build(mod, params=params).save_bytes())
+    feeds = {"M": np.array(6, np.int64), "y0": rng.standard_normal((2, 3), np.float32),
+             "w": rng.standard_normal((2, 3), np.float32)}
+    got = relvm.VirtualMachine(exe).invoke("main", *feeds.values())
+    want = ort.InferenceSession(m.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, feeds)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), w, atol=1e-5, rtol=1e-5)
+
+
+def test_trip_count_from_a_symbolic_dim():
+    # M = Shape(x)[0] with x of (t, 3): the count is the symbolic t, read where the loop runs;
+    # the body sums row i of x.
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c_in"], ["c_out"]),
+         helper.make_node("Gather", ["x", "i"], ["row"], axis=0),
+         helper.make_node("Add", ["y_in", "row"], ["y_out"])],
+        "body", [vi("i", I64, []), vi("c_in", B, []), vi("y_in", F, None)],
+        [vi("c_out", B, []), vi("y_out", F, None)])
+    nodes = [helper.make_node("Shape", ["x"], ["shape"], start=0, end=1),
+             helper.make_node("Squeeze", ["shape"], ["M"]),
+             helper.make_node("Loop", ["M", "", "y0"], ["y"], body=body)]
+    m = model(nodes, [vi("x", F, ["t", 3]), vi("y0", F, [3])], [vi("y", F, None)])
+    rng = np.random.default_rng(6)
+    for t in (0, 1, 9):
+        check(m, {"x": rng.standard_normal((t, 3), np.float32),
+                  "y0": rng.standard_normal(3, np.float32)})
