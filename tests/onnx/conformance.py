@@ -40,7 +40,8 @@ OPS = ("Conv ConvTranspose Gemm MatMul Relu LeakyRelu PRelu Sigmoid Tanh Gelu Er
        "QuantizeLinear DequantizeLinear DynamicQuantizeLinear MatMulInteger QLinearMatMul "
        "ConvInteger QLinearConv "
        "BitCast TfIdfVectorizer DeformConv MelWeightMatrix "
-       "NonMaxSuppression Det MaxUnpool Col2Im TensorScatter").split()
+       "NonMaxSuppression Det MaxUnpool Col2Im TensorScatter "
+       "Loop Scan").split()
 
 #: TensorProto element types of the counted cases: float32, int32, int64, bool.
 COUNTED_TYPES = {1, 6, 7, 9}
@@ -152,10 +153,6 @@ def unsupported_ops(name: str, symbolic: bool = False) -> tuple[str, ...]:
 
 
 XFAIL.update({
-    "test_range_float_type_positive_delta_expanded": "needs Loop, which relvm does not import",
-    "test_range_int32_type_negative_delta_expanded": "needs Loop, which relvm does not import",
-    "test_range_float16_type_positive_delta_expanded": "needs Loop, which relvm does not import",
-    "test_range_bfloat16_type_positive_delta_expanded": "needs Loop; and relvm has no bfloat16",
     "test_training_dropout": "training-mode Dropout is random",
     "test_training_dropout_default": "training-mode Dropout is random",
     "test_training_dropout_default_mask": "training-mode Dropout is random",
@@ -164,6 +161,14 @@ XFAIL.update({
     "test_identity_sequence": "sequences are not supported (tensors only)",
     "test_if_opt": "optional values are not supported (tensors only)",
     "test_if_seq": "sequences are not supported (tensors only)",
+    "test_loop13_seq": "sequences are not supported (tensors only): the loop carries one",
+    "test_loop16_seq_none": "sequences and optional values are not supported (tensors only): "
+                            "the loop carries an optional sequence",
+    **{f"test_sequence_map_{c}{e}": "sequences are not supported (tensors only): SequenceMap "
+       "maps over sequences (its expansion is a Loop that builds one)"
+       for c in ("identity_1_sequence", "identity_2_sequences", "identity_1_sequence_1_tensor",
+                 "add_2_sequences", "add_1_sequence_1_tensor", "extract_shapes")
+       for e in ("", "_expanded")},
     "test_affine_grid_2d_expanded": "the expansion squeezes a data-dependent (?, 1, 3) "
                                     "without axes, which needs a static shape",
     "test_affine_grid_2d_align_corners_expanded": "the expansion squeezes a data-dependent "

@@ -309,6 +309,26 @@ for n in (4, 40, 400):                          # for every sequence length
   branches differ in rank or element type (a dim squeezed only when it is 1, then a test of
   the rank), the rest of the graph is converted once per branch, so every value keeps a static
   rank and the rank tests fold; the graph's outputs must then agree (at most 4 such splits).
+- **Loop and Scan.** Relay has no loop construct: each loop becomes a global function that
+  calls itself (`relvm/frontend/onnx/loops.py`). With a trip count it runs the iterations in
+  halves, `@loop_N(%lo, %length, ...)` calling itself on the first half and then, from its
+  results, on the second (one iteration is the body; log2(count) frames deep, and a scan row
+  is copied once a level: 16,000 iterations stacking 128 floats take 2.8 s, where a chain
+  of calls copying the stack each iteration took 80 s). Without one (or with a
+  sentinel count of 2**31 and up, as PyTorch's while loops export) it is a chain, `if (i <
+  count and cond) { body; @loop_N(i + 1, ...) }`, one VM frame an iteration: a loop whose
+  condition never turns false stops at the VM's 1,000,000 frames with a `RelvmRuntimeError`.
+  Trip count and condition may be absent, known or run-time values. A carried value's dims
+  stay as they enter when the body keeps them and become `?` when it changes them (the body
+  is converted again with those dims loosened); values the body reads from outside become
+  parameters of the function, small constants stay inline. After zero iterations a scan
+  output is an empty `(0, ...)` of the shape the loop's inputs determine (ONNX Runtime gives
+  `(0,)`). Scan runs the same loop over its scan axis, taking slice `i` (from the end for a
+  reverse direction), stacking reverse outputs last row first and moving the stacked axis to
+  `scan_output_axes`; opset 8's Scan (a batch axis) is a loop over the batch around it, and
+  its `sequence_lens` must be absent or the whole length. Sequences (a Loop carrying one,
+  SequenceMap) are not supported. LinearAttention is imported through its function body,
+  whose recurrence is a Scan.
 - **Errors.** `RelvmImportError` (a `relvm.RelvmError`). A model with op types relvm has no
   converter for fails with one error listing every such type (subgraphs included), with a node of
   each; a node that cannot be converted fails with a message naming it and its op type.

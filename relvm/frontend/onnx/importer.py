@@ -17,8 +17,8 @@ import numpy as np
 from ... import dtypes
 from ...errors import RelvmError
 from ...ir import dims as D
-from ...ir.nodes import (Call, Constant, Expr, Function, If, IONames, Module, Tuple, TupleGetItem,
-                         Var)
+from ...ir.nodes import (Call, Constant, Expr, Function, GlobalVar, If, IONames, Module, Tuple,
+                         TupleGetItem, Var, post_order)
 from ...ir.types import TensorType, TupleType
 from ...ops import values as V
 from ...ops.registry import OPS, AttrError, OpTypeError
@@ -288,6 +288,11 @@ class Importer:
         self.dim_symbols: dict[str, D.Sym] = {}
         self.dim_names: set[str] = set()
         self.splits = 0
+        #: the global functions Loop and Scan nodes became (``loops.py``), by name
+        self.functions: dict[str, Function] = {}
+        #: the loop bodies being converted, outermost first (``loops.LoopFrame``)
+        self.frames: list = []
+        self.loop_count = 0
 
     # --- the whole model ---------------------------------------------------------------------------
     def run(self) -> tuple[Module, dict[str, np.ndarray]]:
@@ -308,10 +313,23 @@ class Importer:
             raise RelvmImportError("the graph has no outputs")
         body = outputs[0] if len(outputs) == 1 else Tuple(tuple(outputs))
         names = IONames(dict(self.original_names), tuple(o.name for o in graph.output))
-        module = Module({"main": Function(tuple(inputs + self.param_vars), body)},
+        main = Function(tuple(inputs + self.param_vars), body)
+        module = Module({"main": main, **self.reachable_functions(main)},
                         io_names={"main": names})
         infer_module(module)
         return module, dict(self.params)
+
+    def reachable_functions(self, main: Function) -> dict[str, Function]:
+        """The loop functions ``main`` calls, directly or not (a loop body converted again once
+        its carried shapes were known, or a dropped If branch, leaves some unused)."""
+        out: dict[str, Function] = {}
+        todo = [main]
+        while todo:
+            for node in post_order(todo.pop().body, into_functions=True):
+                if isinstance(node, GlobalVar) and node.name not in out:
+                    out[node.name] = self.functions[node.name]
+                    todo.append(out[node.name])
+        return {name: out[name] for name in sorted(out, key=lambda k: int(k.split("_")[1]))}
 
     def check_supported(self, graph) -> None:
         """One error listing every op type without a converter (in subgraphs too)."""
@@ -515,7 +533,11 @@ class Importer:
     def expr(self, v: Value, node: Node | None) -> Expr:
         """The IR expression of a value, made on first use (a param, a constant, a lazy node)."""
         if v.expr is None:
-            if v.const is not None:
+            if v.const is not None and self.frames and v.thunk is None:
+                # A loop body's own constant: inline (a param of @main is not in scope there;
+                # the body's captured outer constants come through their thunks instead).
+                v.expr = self.constant(node, v.const)
+            elif v.const is not None and v.thunk is None:
                 if v.initializer or v.const.size > INLINE_LIMIT:
                     v.expr = self.param(node, v)
                 else:

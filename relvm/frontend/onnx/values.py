@@ -10,7 +10,8 @@ A :class:`Value` is one or more of:
 - an expression (``Expr``): the IR computing it at run time. For a ``sym`` value it is made only
   when something needs the tensor itself (``thunk`` converts the ONNX node then).
 
-``Scope`` maps names to values; a subgraph's scope sees its parent's names.
+``Scope`` maps names to values; a subgraph's scope sees its parent's names (a loop body's
+through its loop's function parameters).
 """
 
 from __future__ import annotations
@@ -81,9 +82,13 @@ def sym_array(items: list, shape: tuple[int, ...] | None = None) -> np.ndarray:
 class Scope:
     """Names visible in one graph; a subgraph's scope chains to its parent's."""
 
-    def __init__(self, parent: "Scope | None" = None):
+    def __init__(self, parent: "Scope | None" = None,
+                 outer: "Callable[[str], Value | None] | None" = None):
         self.values: dict[str, Value] = {}
         self.parent = parent
+        #: for a loop body's outermost scope: how a name from outside the body is reached
+        #: (``loops.LoopFrame.capture_name``: it becomes a parameter of the loop's function)
+        self.outer = outer
 
     def lookup(self, name: str) -> Value | None:
         scope: Scope | None = self
@@ -91,6 +96,8 @@ class Scope:
             v = scope.values.get(name)
             if v is not None:
                 return v
+            if scope.outer is not None:
+                return scope.outer(name)
             scope = scope.parent
         return None
 
