@@ -141,14 +141,14 @@ def unsupported_ops(name: str, symbolic: bool = False) -> tuple[str, ...]:
     not be buildable."""
     from relvm.frontend.onnx.converters import CONVERTERS
     from relvm.frontend.onnx.functions import expand_functions
+    from relvm.frontend.onnx.importer import op_key
 
     model = node_cases()[name].model
     if symbolic:
         from relvm_backend import symbolic_model
 
         model = symbolic_model(model)
-    model = expand_functions(model, lambda domain, op: domain in ("", "ai.onnx")
-                             and op in CONVERTERS)
+    model = expand_functions(model, lambda domain, op: op_key(domain, op) in CONVERTERS)
     return tuple(sorted(op for op in _node_ops(model.graph) if op not in CONVERTERS))
 
 
@@ -184,10 +184,6 @@ XFAIL_SYMBOLIC.update({
     "test_affine_grid_3d_expanded": "the expansion expands to a shape computed from a "
                                     "data-dependent value, whose length (the rank) is then "
                                     "unknown: issue 19, item 4",
-    **{f"test_center_crop_pad_{c}": "whether an axis is cropped or padded depends on its "
-       "size: relvm needs the cropped and padded dims static"
-       for c in ("crop", "pad", "crop_and_pad", "crop_axes_chw", "crop_axes_hwc",
-                 "crop_negative_axes_hwc")},
     "test_convtranspose_autopad_same": "auto_pad=SAME needs a static kernel (the weight is an "
                                        "input with symbolic dims here)",
     "test_convtranspose_kernel_shape": "output_shape needs static spatial dims",

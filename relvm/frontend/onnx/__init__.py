@@ -62,11 +62,10 @@ def from_onnx(model: Any, *, freeze: Mapping[str, Any] | None = None):
             from None
     from .converters import CONVERTERS
     from .functions import expand_functions
-    from .importer import Importer
+    from .importer import Importer, op_key
 
     model = load_model(model)
-    model = expand_functions(model, lambda domain, op: domain in ("", "ai.onnx")
-                             and op in CONVERTERS)
+    model = expand_functions(model, lambda domain, op: op_key(domain, op) in CONVERTERS)
     frozen = {k: np.asarray(v) for k, v in (freeze or {}).items()}
     return Importer(model, frozen).run()
 
@@ -99,7 +98,8 @@ def load_model(model: Any):
 
 
 def supported_ops() -> list[str]:
-    """The ONNX op types relvm imports (default domain), sorted."""
+    """The ONNX op types relvm imports, sorted: ONNX's own by name, others as
+    ``domain::name`` (``ai.onnx.ml::Binarizer``)."""
     from .converters import CONVERTERS
 
     return sorted(CONVERTERS)

@@ -113,6 +113,12 @@ class BranchesDiffer(Exception):
         self.then_values, self.else_values = then_values, else_values
 
 
+def op_key(domain: str, op_type: str) -> str:
+    """How converters are registered: ``Relu``, or ``ai.onnx.ml::Binarizer`` for another
+    domain's op."""
+    return op_type if domain in ("", "ai.onnx") else f"{domain}::{op_type}"
+
+
 class Node:
     """One ONNX node as its converter sees it."""
 
@@ -121,6 +127,8 @@ class Node:
         self.proto = proto
         self.scope = scope
         self.op_type = proto.op_type
+        #: the converter's key: the op type, with its domain unless it is ONNX's own
+        self.key = op_key(proto.domain, proto.op_type)
         self.name = proto.name or next((o for o in proto.output if o), "")
         self.inputs = list(proto.input)
         self.outputs = list(proto.output)
@@ -335,8 +343,8 @@ class Importer:
         """One error listing every op type without a converter (in subgraphs too)."""
         missing: dict[str, list[str]] = {}
         for node in _all_nodes(graph):
-            key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
-            if node.domain not in ("", "ai.onnx") or node.op_type not in self.converters:
+            key = op_key(node.domain, node.op_type)
+            if key not in self.converters:
                 missing.setdefault(key, []).append(node.name or node.output[0])
         if missing:
             parts = [f"{op} ({len(names)} node{'s' if len(names) > 1 else ''}, e.g. {names[0]!r})"
@@ -617,8 +625,8 @@ class Importer:
             scope.bind(name, value)
 
     def dispatch(self, node: Node) -> list:
-        convert = self.converters[node.op_type]
-        symbolic = self.symbolic.get(node.op_type)
+        convert = self.converters[node.key]
+        symbolic = self.symbolic.get(node.key)
         if symbolic is not None:
             results = symbolic(node)
             if results is not None:
