@@ -366,6 +366,7 @@ static void take_rows(void *ctx, int64_t begin, int64_t end) {
             if (i < 0 || i >= len) {
                 if (j->mode == RELVM_TAKE_CLIP) i = i < 0 ? 0 : len - 1;
                 else if (j->mode == RELVM_TAKE_WRAP) i = (i % len + len) % len;
+                else if (j->mode == RELVM_TAKE_FROM_END && i < 0 && i >= -len) i += len;
                 else {
                     j->bad = 1;
                     return;
@@ -383,7 +384,7 @@ RELVM_EXPORT int relvm_take(int itemsize, int index_dtype, int mode, int64_t bat
                             int64_t outer, int64_t axis_len, int64_t inner, int64_t count,
                             const void *x, const void *indices, void *out) {
     if (!valid_itemsize(itemsize) || (index_dtype != RELVM_INT32 && index_dtype != RELVM_INT64) ||
-        mode < RELVM_TAKE_CLIP || mode > RELVM_TAKE_FAST || batch < 0 || outer < 0 ||
+        mode < RELVM_TAKE_CLIP || mode > RELVM_TAKE_FROM_END || batch < 0 || outer < 0 ||
         axis_len < 0 || inner < 0 || count < 0)
         return RELVM_UNSUPPORTED;
     if (batch * outer * count * inner == 0) return RELVM_OK;

@@ -20,7 +20,9 @@ void relvm_bitcast(int to_bool, int64_t n, const void *x, void *y);
 /* dst[i] = *value for i < n. */
 int relvm_fill(int itemsize, void *dst, int64_t n, const void *value);
 
-enum relvm_take_mode { RELVM_TAKE_CLIP, RELVM_TAKE_WRAP, RELVM_TAKE_FAST };
+/* Indices outside [0, len): CLIP clamps, WRAP takes them modulo len, FAST refuses them,
+ * FROM_END counts [-len, 0) from the end (ONNX's Gather) and refuses the rest. */
+enum relvm_take_mode { RELVM_TAKE_CLIP, RELVM_TAKE_WRAP, RELVM_TAKE_FAST, RELVM_TAKE_FROM_END };
 
 /* take with x seen as (batch, outer, axis_len, inner), int32/int64 indices as (batch, count)
  * and out as (batch, outer, count, inner). clip clamps an index into [0, axis_len), wrap takes

@@ -199,11 +199,11 @@ def _in_range_indices(idx: np.ndarray, dim: int, mode: str) -> np.ndarray:
         return np.clip(idx, 0, dim - 1)
     if mode == "wrap":
         return np.mod(idx, dim)
-    bad = (idx < 0) | (idx >= dim)
+    bad = (idx < (-dim if mode == "from_end" else 0)) | (idx >= dim)
     if bad.any():
-        raise ValueError(f"take(mode='fast'): index {idx[bad].flat[0]} is out of range for an "
-                         f"axis of size {dim}")
-    return idx
+        raise ValueError(f"take(mode={mode!r}): index {idx[bad].flat[0]} is out of range for "
+                         f"an axis of size {dim}")
+    return np.where(idx < 0, idx + dim, idx)
 
 
 def _batched_take(x: np.ndarray, idx: np.ndarray, axis: int, bdims: int) -> np.ndarray:
@@ -232,4 +232,4 @@ def _take_ref(attrs, x, indices):
 register("take", inputs=("data", "indices"), infer=_take_type, reference=_take_ref,
          pattern=INJECTIVE, doc="gather entries of data along axis (flattened when None)",
          attrs=[attr("axis", OPT_INT, None), attr("batch_dims", INT, 0),
-                attr("mode", choice("clip", "wrap", "fast"), "clip")])
+                attr("mode", choice("clip", "wrap", "fast", "from_end"), "clip")])

@@ -124,6 +124,26 @@ def test_take_fast_mode(check, c_kernel, rand):
         kernel(x, np.array([0, 5], np.int64), np.empty((2, 4), np.float32))
 
 
+@pytest.mark.parametrize("shape,ishape,attrs", TAKES[:6], ids=str)
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+def test_take_from_end_mode(check, c_kernel, rand, shape, ishape, attrs, index_dtype):
+    # ONNX's Gather: [-len, 0) counts from the end, anything else outside the axis is refused
+    x = rand(shape)
+    dim = int(np.prod(shape)) if attrs.get("axis") is None else shape[attrs["axis"]]
+    check("take", dict(attrs, mode="from_end"), [x, rand(ishape, index_dtype, -dim, dim - 1)])
+    if not ishape or not dim:
+        return
+    kernel = c_kernel("take", dict(attrs, mode="from_end"), ["float32", index_dtype], ["float32"])
+    axis, bdims = attrs.get("axis"), attrs.get("batch_dims", 0)
+    out_shape = ishape if axis is None else shape[:axis] + ishape[bdims:] + shape[axis + 1:]
+    for bad in (dim, -dim - 1):
+        idx = np.zeros(ishape, index_dtype)
+        idx.flat[-1] = bad
+        with pytest.raises(ValueError, match=f"take\\(mode='from_end'\\): index {bad} is out "
+                                             f"of range for an axis of size {dim}"):
+            kernel(x, idx, np.empty(out_shape, np.float32))
+
+
 def test_take_from_an_empty_axis_is_an_error(c_kernel):
     kernel = c_kernel("take", {"axis": 0}, ["float32", "int32"], ["float32"])
     with pytest.raises(ValueError, match="axis of size 0"):

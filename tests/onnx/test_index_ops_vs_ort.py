@@ -289,3 +289,26 @@ def test_reduce_log_sum_exp_is_stable():
     pair = Pair(_norm_model("ReduceLogSumExp", F32, 18, [2], 0))
     x = np.array([[[1000, 1000, -1000], [-np.inf, -np.inf, -np.inf], [88, 89, 90]]], F32)
     pair.check({"x": x})
+
+
+# --- Gather ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_gather_counts_negative_indices_from_the_end(axis):
+    x = _data((4, 5, 3), "float32")
+    dim = x.shape[axis]
+    pair = Pair(model("Gather", {"x": x, "i": _index((2, 3), dim)}, {"axis": axis}, "float32",
+                      13, dims={"x": ["a", "b", "c"], "i": ["m", "n"]}))
+    for shape in ((2, 3), (1, 1), (4, 1)):
+        pair.check({"x": x, "i": _index(shape, dim)})
+
+
+@pytest.mark.parametrize("bad", [5, -6])
+def test_gather_index_outside_the_axis_is_a_run_time_error(bad):
+    # ONNX Runtime refuses it too; relvm once wrapped it around, silently
+    x = _data((3, 5), "float32")
+    pair = Pair(model("Gather", {"x": x, "i": np.array([0, 1], I64)}, {"axis": 1}, "float32",
+                      13, dims={"i": ["n"]}))
+    with pytest.raises(relvm.RelvmRuntimeError, match=f"index {bad} is out of range for an "
+                                                      "axis of size 5"):
+        pair.vm.invoke("main", x, np.array([0, bad], I64))

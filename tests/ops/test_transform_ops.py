@@ -425,6 +425,12 @@ def test_take_modes():
     with pytest.raises(ValueError, match=r"take\(mode='fast'\): index -7 is out of range for an "
                                          r"axis of size 5"):
         run("take", x, idx, axis=0, mode="fast")
+    np.testing.assert_array_equal(checked("take", x, idx[1:4], axis=0, mode="from_end"),
+                                  x[[4, 0, 4]])
+    for bad in (-7, 5):
+        with pytest.raises(ValueError, match=rf"take\(mode='from_end'\): index {bad} is out of "
+                                             "range for an axis of size 5"):
+            run("take", x, np.array([0, bad]), axis=0, mode="from_end")
     with pytest.raises(ValueError, match="cannot take from an axis of size 0"):
         run("take", np.zeros((0, 2), np.float32), np.array([0], np.int32), axis=0)
 

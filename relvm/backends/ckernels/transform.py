@@ -191,7 +191,7 @@ def make_split(entry):
 
 # --- take ---------------------------------------------------------------------------------------
 
-_TAKE_MODES = {"clip": 0, "wrap": 1, "fast": 2}  # enum relvm_take_mode
+_TAKE_MODES = {"clip": 0, "wrap": 1, "fast": 2, "from_end": 3}  # enum relvm_take_mode
 
 
 def _take_plan(attrs, x, idx, out):
@@ -208,11 +208,11 @@ def _take_plan(attrs, x, idx, out):
     return prod(x[:bdims]), prod(x[bdims:axis]), x[axis], prod(x[axis + 1:]), count
 
 
-def _bad_index(indices: np.ndarray, dim: int) -> ValueError:
+def _bad_index(indices: np.ndarray, dim: int, mode: str) -> ValueError:
     flat = indices.reshape(-1)
-    bad = flat[(flat < 0) | (flat >= dim)]
-    return ValueError(f"take(mode='fast'): index {bad[0] if bad.size else '?'} is out of range "
-                      f"for an axis of size {dim}")
+    bad = flat[(flat < (-dim if mode == "from_end" else 0)) | (flat >= dim)]
+    return ValueError(f"take(mode={mode!r}): index {bad[0] if bad.size else '?'} is out of "
+                      f"range for an axis of size {dim}")
 
 
 @kernel("take", dtypes=ALL, accepts=lambda e: e.inputs[1] in ("int32", "int64"))
@@ -229,7 +229,7 @@ def make_take(entry):
             plan = remember(plans, key, _take_plan(attrs, *key))
         status = take(size, index_dt, mode, *plan, ptr(x), ptr(indices), ptr(out))
         if status == -3:
-            raise _bad_index(indices, plan[2])
+            raise _bad_index(indices, plan[2], attrs.mode)
         check(status, f"take {key}")
     return run
 

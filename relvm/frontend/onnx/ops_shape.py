@@ -94,7 +94,7 @@ def gather_symbolic(n: Node):
 @converter("Gather")
 def gather(n: Node):
     axis = norm_axis(n, int(n.attr("axis", 0)), n.rank(0))
-    return n.call("take", n.x(0), n.x(1), axis=axis, mode="wrap")
+    return n.call("take", n.x(0), n.x(1), axis=axis, mode="from_end")
 
 
 @symbolic("Concat")
