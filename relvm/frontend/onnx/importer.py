@@ -355,11 +355,15 @@ class Importer:
             raise RelvmImportError(f"graph output {name!r} is not produced by any node")
         return v
 
-    def convert_subgraph(self, graph, parent: Scope) -> list[Value]:
-        """The output values of a subgraph (an If branch), converted in a child scope."""
+    def convert_subgraph(self, graph, parent: Scope,
+                         inputs: dict[str, Value] | None = None) -> list[Value]:
+        """The output values of a subgraph (an If branch; a SequenceMap body, given its
+        ``inputs``), converted in a child scope."""
         from onnx import numpy_helper
 
         scope = Scope(parent)
+        for name, v in (inputs or {}).items():
+            scope.bind(name, v)
         for t in graph.initializer:
             scope.bind(t.name, Value(t.name, const=numpy_helper.to_array(t), initializer=True))
         return self.convert_nodes(list(graph.node), 0, scope, [o.name for o in graph.output])
@@ -515,6 +519,11 @@ class Importer:
     def expr(self, v: Value, node: Node | None) -> Expr:
         """The IR expression of a value, made on first use (a param, a constant, a lazy node)."""
         if v.expr is None:
+            if v.seq is not None:
+                where = f"{node.describe()}: " if node else ""
+                raise RelvmImportError(
+                    f"{where}sequence {v.name!r} is used as a whole (a graph output, a branch's "
+                    "result): relvm imports sequences whose elements are used one by one")
             if v.const is not None:
                 if v.initializer or v.const.size > INLINE_LIMIT:
                     v.expr = self.param(node, v)

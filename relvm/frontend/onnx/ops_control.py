@@ -61,9 +61,10 @@ def if_(n: Node):
         # 512 samples: its LSTM would read a rank-5 value): the other runs, guarded.
         good = 1 if failures[0] else 0
         return n.imp.guard_branch(n, c, good, values[good], failures[1 - good])
+    lengths = _sequence_lengths(n, values)
     branches = []
     for vals in values:
-        exprs = [n.imp.expr(v, n) for v in vals]
+        exprs = [n.imp.expr(e, n) for v in vals for e in (v.seq if v.seq is not None else [v])]
         branches.append(exprs[0] if len(exprs) == 1 else make_tuple(exprs))
     try:
         t = join(branches[0].checked_type, branches[1].checked_type)
@@ -71,8 +72,28 @@ def if_(n: Node):
         raise BranchesDiffer(n, c, values[0], values[1], str(e)) from None
     node = If(c, branches[0], branches[1])
     node.with_type(t)
-    count = len(then_graph.output)
-    if count == 1:
-        return [node]
-    return [n.field(node, i) for i in range(count)]
+    count = sum(1 if k is None else k for k in lengths)
+    fields = [node] if count == 1 else [n.field(node, i) for i in range(count)]
+    outs: list = []
+    for k, v in zip(lengths, values[0]):
+        if k is None:
+            outs.append(fields.pop(0))
+        else:  # a sequence: its elements, each chosen by the condition
+            outs.append(Value(v.name, seq=[Value(v.name, expr=fields.pop(0)) for _ in range(k)],
+                              dtype=v.dtype))
+    return outs
+
+
+def _sequence_lengths(n: Node, values: list) -> list:
+    """Per output: None for a tensor, the length of a sequence both branches make as long."""
+    out = []
+    for i, (a, b) in enumerate(zip(*values)):
+        if (a.seq is None) != (b.seq is None):
+            raise n.fail(f"output {i} is a sequence in one branch only")
+        if a.seq is not None and len(a.seq) != len(b.seq):
+            raise n.fail(f"output {i} is a sequence of {len(a.seq)} tensors in the then-branch "
+                         f"and of {len(b.seq)} in the else-branch: relvm needs the length "
+                         "known at import")
+        out.append(None if a.seq is None else len(a.seq))
+    return out
 
