@@ -3,8 +3,8 @@
 from . import (conv, dynamic, elementwise, gather_scatter, indexing, nn,  # noqa: F401
                pool, reduce, transform)  # (registration)
 # ops the ONNX importer needs
-from . import (attention, conv_transpose, grid_sample, image, norm, quantized,  # noqa: F401
-               recurrent, scan)
+from . import (attention, conv_transpose, grid_sample, image, lists, norm,  # noqa: F401
+               quantized, recurrent, scan)
 from .registry import OPS, Op, get_op
 
 __all__ = ["OPS", "Op", "get_op"]

@@ -149,8 +149,9 @@ def unsupported_ops(name: str, symbolic: bool = False) -> tuple[str, ...]:
     return tuple(sorted(op for op in _node_ops(model.graph) if op not in CONVERTERS))
 
 
-_SEQ_IO = ("a sequence graph input or output: relvm holds sequences only while their length is "
-           "known at import (the IR has no list type)")
+_SEQ_MAP = ("SequenceMap over a sequence input, whose length is known only at run time: relvm "
+            "maps a body over sequences whose length is known at import (a run-time length "
+            "needs a loop; the *_expanded cases need Loop)")
 XFAIL.update({
     "test_convtranspose_3d": "3-d ConvTranspose: relvm has 1-d and 2-d transposed convolutions",
     "test_maxpool_with_argmax_2d_precomputed_pads": "MaxPool's Indices output is not supported",
@@ -164,14 +165,10 @@ XFAIL.update({
     "test_training_dropout_default_mask": "training-mode Dropout is random",
     "test_training_dropout_mask": "training-mode Dropout is random",
     "test_identity_opt": "optional values are not supported (tensors only)",
-    "test_identity_sequence": _SEQ_IO,
-    **{f"test_sequence_{c}": _SEQ_IO
-       for c in ("insert_at_back", "insert_at_front", "map_add_1_sequence_1_tensor",
-                 "map_add_2_sequences", "map_extract_shapes", "map_identity_1_sequence_1_tensor",
-                 "map_identity_1_sequence", "map_identity_2_sequences")},
-    **{f"test_split_to_sequence_{c}": _SEQ_IO for c in ("1", "2", "nokeepdims")},
+    **{f"test_sequence_map_{c}": _SEQ_MAP
+       for c in ("add_1_sequence_1_tensor", "add_2_sequences", "extract_shapes",
+                 "identity_1_sequence_1_tensor", "identity_1_sequence", "identity_2_sequences")},
     "test_if_opt": "optional values are not supported (tensors only)",
-    "test_if_seq": _SEQ_IO,
     "test_affine_grid_2d_expanded": "the expansion squeezes a data-dependent (?, 1, 3) "
                                     "without axes, which needs a static shape",
     "test_affine_grid_2d_align_corners_expanded": "the expansion squeezes a data-dependent "

@@ -19,8 +19,9 @@ from ...errors import RelvmError
 from ...ir import dims as D
 from ...ir.nodes import (Call, Constant, Expr, Function, If, IONames, Module, Tuple, TupleGetItem,
                          Var)
-from ...ir.types import TensorType, TupleType
+from ...ir.types import ListType, TensorType, TupleType
 from ...ops import values as V
+from ...ops.lists import LIST_OPS
 from ...ops.registry import OPS, AttrError, OpTypeError
 from ...passes.type_infer import _Mismatch, freshen, infer_module, join
 from .values import Scope, Value, as_sym
@@ -473,9 +474,11 @@ class Importer:
 
     def input_var(self, vi) -> Var:
         t = vi.type
+        if t.HasField("sequence_type"):
+            return self.list_var(vi)
         if not t.HasField("tensor_type"):
-            raise RelvmImportError(f"graph input {vi.name!r} is not a tensor; relvm imports "
-                                   "tensor inputs only")
+            raise RelvmImportError(f"graph input {vi.name!r} is neither a tensor nor a sequence "
+                                   "of tensors; relvm imports those")
         tt = t.tensor_type
         dtype = ONNX_DTYPES.get(tt.elem_type)
         if dtype is None:
@@ -495,6 +498,26 @@ class Importer:
         annotation = TensorType(tuple(shape), dtype)
         var = Var(self.unique_var_name(vi.name), annotation)
         var.with_type(freshen(annotation))
+        return var
+
+    def list_var(self, vi) -> Var:
+        """A sequence input: a list of its element type, each dim a number or ``?`` (of any
+        rank when the model gives no shape)."""
+        elem = vi.type.sequence_type.elem_type
+        if not elem.HasField("tensor_type"):
+            raise RelvmImportError(f"graph input {vi.name!r} is a sequence of non-tensors; "
+                                   "relvm's lists hold tensors")
+        tt = elem.tensor_type
+        dtype = ONNX_DTYPES.get(tt.elem_type)
+        if dtype is None:
+            raise RelvmImportError(f"graph input {vi.name!r} is a sequence of "
+                                   f"{onnx_type_name(tt.elem_type)}, which relvm does not "
+                                   "support")
+        shape = tuple(int(d.dim_value) if d.HasField("dim_value") and d.dim_value >= 0
+                      else D.ANY for d in tt.shape.dim)
+        t = ListType(TensorType(shape, dtype), ranked=tt.HasField("shape"))
+        var = Var(self.unique_var_name(vi.name), t)
+        var.with_type(t)
         return var
 
     def param(self, node: Node | None, v: Value) -> Var:
@@ -520,11 +543,8 @@ class Importer:
         """The IR expression of a value, made on first use (a param, a constant, a lazy node)."""
         if v.expr is None:
             if v.seq is not None:
-                where = f"{node.describe()}: " if node else ""
-                raise RelvmImportError(
-                    f"{where}sequence {v.name!r} is used as a whole (a graph output, a branch's "
-                    "result): relvm imports sequences whose elements are used one by one")
-            if v.const is not None:
+                v.expr = self.list_expr(v, node)
+            elif v.const is not None:
                 if v.initializer or v.const.size > INLINE_LIMIT:
                     v.expr = self.param(node, v)
                 else:
@@ -533,6 +553,26 @@ class Importer:
                 assert v.thunk is not None, v
                 v.expr = v.thunk()
         return v.expr
+
+    def list_expr(self, v: Value, node: Node | None) -> Expr:
+        """A sequence of known length as one IR list (``list.construct``; an empty one
+        ``list.empty``, of its element type's dtype and any rank)."""
+        if v.seq:
+            items = [self.expr(e, node) for e in v.seq]
+            tup = Tuple(tuple(items))
+            tup.with_type(TupleType(tuple(e.checked_type for e in items)))
+            op, args, attrs = OPS["list.construct"], (tup,), {}
+        else:
+            op, args, attrs = OPS["list.empty"], (), {"dtype": v.dtype or "float32"}
+        checked = op.make_attrs(attrs)
+        try:
+            t = op.infer(checked, *[a.checked_type for a in args])
+        except OpTypeError as e:
+            where = f"{node.describe()}: " if node else ""
+            raise RelvmImportError(f"{where}sequence {v.name!r}: {e}") from None
+        c = Call(op, args, checked)
+        c.with_type(t)
+        return c
 
     def constant(self, node: Node | None, arr: np.ndarray) -> Constant:
         arr = np.asarray(arr)
@@ -547,7 +587,8 @@ class Importer:
         except AttrError as e:
             raise node.fail(f"{op_name}: {e}") from None
         datas = [_constant_data(a) for a in args]
-        if all(d is not None for d in datas) and _small_enough_to_fold(op, checked, args, datas):
+        if all(d is not None for d in datas) and op_name not in LIST_OPS and \
+                _small_enough_to_fold(op, checked, args, datas):
             try:
                 with np.errstate(all="ignore"):
                     value = op.reference(checked, *datas)

@@ -1,12 +1,18 @@
-"""ONNX sequences (lists of tensors) whose length is known at import.
+"""ONNX sequences (lists of tensors).
 
-SequenceConstruct, SequenceEmpty, SequenceInsert, SequenceErase, SplitToSequence with a count
-known at import, and SequenceMap over such sequences make a :class:`~.values.Value` whose
-``seq`` lists its elements' values: no IR value is a sequence. SequenceAt at a known position
-is that element, SequenceLength a constant, ConcatFromSequence a ``concatenate`` (``new_axis``:
-each element ``expand_dims`` first, as ``stack``). This is what torch exports write (``unbind``
-and ``stack``, a list of tensors built in Python). Positions count from the end when negative;
-one out of range is an import error naming the node and the position.
+A sequence whose length is known at import -- made by SequenceConstruct, SequenceEmpty,
+SequenceInsert, SequenceErase, SplitToSequence with a count known at import, SequenceMap over
+such sequences -- is a :class:`~.values.Value` whose ``seq`` lists its elements' values: no IR
+value is made for it. SequenceAt at a known position is that element, SequenceLength a
+constant, ConcatFromSequence a ``concatenate`` (``new_axis``: each element ``expand_dims``
+first, as ``stack``). This is what torch exports write (``unbind`` and ``stack``, a list built
+in Python), and it fuses as any other tensor code.
+
+Any other sequence -- a graph input, a SplitToSequence whose count is known only at run time
+-- is an IR list (``List[Tensor[(?, 3), float32]]``, ``relvm/ops/lists.py``), and so is a known
+one where a list is needed whole (a graph output, an argument of a run-time list op):
+``list.construct`` of its elements. Positions count from the end when negative; one out of
+range is an import error naming the node and position, or at run time a RelvmRuntimeError.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import dims as D
+from ...ir.types import ListType
 from .converters import converter, make_tuple, norm_axis
 from .importer import ONNX_DTYPES, Node
 from .values import Value
@@ -66,6 +73,32 @@ def _elem_dtype(n: Node) -> str:
     return ONNX_DTYPES[code]
 
 
+def static(n: Node, i: int) -> bool:
+    """True if input ``i`` is a sequence of known length."""
+    return n.value(i).seq is not None
+
+
+def _runtime_list(v: Value) -> bool:
+    return v.seq is None and v.expr is not None and isinstance(v.expr.checked_type, ListType)
+
+
+def as_list(n: Node, i: int):
+    """Input ``i`` as an IR list expression."""
+    v = n.value(i)
+    e = n.imp.expr(v, n)
+    if not isinstance(e.checked_type, ListType):
+        raise n.fail(f"input {i} ({n.inputs[i]!r}) must be a sequence, got {e.checked_type}")
+    return e
+
+
+def index_scalar(n: Node, i: int):
+    """Input ``i``, a position, as an int64 scalar expression."""
+    x = n.x(i)
+    if n.rank(i) != 0:
+        x = n.call("reshape", x, newshape=[])
+    return x if n.dtype(i) == "int64" else n.call("cast", x, dtype="int64")
+
+
 @converter("SequenceConstruct")
 def sequence_construct(n: Node):
     return [sequence(n, [n.value(i) for i in range(len(n.inputs))], None)]
@@ -76,40 +109,56 @@ def sequence_empty(n: Node):
     return [Value(n.outputs[0], seq=[], dtype=_elem_dtype(n))]
 
 
-@converter("SequenceInsert")
+@converter("SequenceInsert", composed="list.insert (a sequence of known length: none)")
 def sequence_insert(n: Node):
-    items = elements(n, 0)
-    at = position(n, 2, len(items), inserting=True) if n.has(2) else len(items)
-    return [sequence(n, items[:at] + [n.value(1)] + items[at:], n.value(0).dtype)]
+    if static(n, 0) and (not n.has(2) or n.known(2) is not None):
+        items = elements(n, 0)
+        at = position(n, 2, len(items), inserting=True) if n.has(2) else len(items)
+        return [sequence(n, items[:at] + [n.value(1)] + items[at:], n.value(0).dtype)]
+    lst = as_list(n, 0)
+    at = index_scalar(n, 2) if n.has(2) else n.call("list.length", lst)
+    return [n.call("list.insert", lst, n.x(1), at)]
 
 
-@converter("SequenceErase")
+@converter("SequenceErase", composed="list.erase (a sequence of known length: none)")
 def sequence_erase(n: Node):
-    items = elements(n, 0)
-    if not items:
-        raise n.fail("cannot erase from an empty sequence")
-    at = position(n, 1, len(items)) if n.has(1) else len(items) - 1
-    return [sequence(n, items[:at] + items[at + 1:], n.value(0).dtype)]
+    if static(n, 0) and (not n.has(1) or n.known(1) is not None):
+        items = elements(n, 0)
+        if not items:
+            raise n.fail("cannot erase from an empty sequence")
+        at = position(n, 1, len(items)) if n.has(1) else len(items) - 1
+        return [sequence(n, items[:at] + items[at + 1:], n.value(0).dtype)]
+    lst = as_list(n, 0)
+    at = index_scalar(n, 1) if n.has(1) else n.constant(np.asarray(-1, np.int64))
+    return [n.call("list.erase", lst, at)]
 
 
-@converter("SequenceAt")
+@converter("SequenceAt", composed="list.get (a sequence of known length: none)")
 def sequence_at(n: Node):
-    items = elements(n, 0)
-    return [items[position(n, 1, len(items))]]
+    if static(n, 0) and n.known(1) is not None:
+        items = elements(n, 0)
+        return [items[position(n, 1, len(items))]]
+    return [n.call("list.get", as_list(n, 0), index_scalar(n, 1))]
 
 
-@converter("SequenceLength")
+@converter("SequenceLength", composed="list.length (a sequence of known length: none)")
 def sequence_length(n: Node):
-    return [Value(n.outputs[0], const=np.asarray(len(elements(n, 0)), np.int64))]
+    if static(n, 0):
+        return [Value(n.outputs[0], const=np.asarray(len(elements(n, 0)), np.int64))]
+    return [n.call("list.length", as_list(n, 0))]
 
 
-@converter("ConcatFromSequence", composed="concatenate (stack: expand_dims, concatenate)")
+@converter("ConcatFromSequence",
+           composed="concatenate (stack: expand_dims, concatenate); list.concat at run time")
 def concat_from_sequence(n: Node):
+    new_axis = int(n.attr("new_axis", 0))
+    if not static(n, 0):
+        return [n.call("list.concat", as_list(n, 0), axis=int(n.required("axis")),
+                       new_axis=bool(new_axis))]
     items = elements(n, 0)
     if not items:
         raise n.fail("cannot concatenate an empty sequence")
     parts = [n.imp.expr(v, n) for v in items]
-    new_axis = int(n.attr("new_axis", 0))
     rank = parts[0].checked_type.ndim
     axis = norm_axis(n, int(n.required("axis")), rank + (1 if new_axis else 0))
     if new_axis:
@@ -119,11 +168,15 @@ def concat_from_sequence(n: Node):
     return [n.call("concatenate", make_tuple(parts), axis=axis)]
 
 
-def split_sizes(n: Node, dim: D.Dim) -> list[int]:
-    """SplitToSequence's part sizes, which must be known at import (their count is the
-    sequence's length): a 1-d ``split``, chunks of a scalar one, or parts of 1."""
+def split_sizes(n: Node, dim: D.Dim) -> list[int] | None:
+    """SplitToSequence's part sizes when known at import (their count is the sequence's
+    length): a 1-d ``split``, chunks of a scalar one, or parts of 1; None if they are known
+    only at run time (a ``split`` fed then, a symbolic axis length)."""
     if n.has(1):
-        split = np.asarray(n.const(1, "split"))
+        split = n.known(1)
+        if split is None:
+            return None
+        split = np.asarray(split)
         if split.dtype.kind not in "iu" or split.ndim > 1:
             raise n.fail(f"split must be an integer scalar or 1-d tensor, got {split.dtype} "
                          f"of rank {split.ndim}")
@@ -140,17 +193,20 @@ def split_sizes(n: Node, dim: D.Dim) -> list[int]:
     else:
         chunk = 1
     if not isinstance(dim, int):
-        raise n.fail(f"the axis length {D.shape_str([dim])} is symbolic: relvm needs the number "
-                     "of parts known at import")
+        return None
     return [min(chunk, dim - k) for k in range(0, dim, chunk)]
 
 
-@converter("SplitToSequence")
+@converter("SplitToSequence", composed="strided_slice per part; list.split at run time")
 def split_to_sequence(n: Node):
     axis = norm_axis(n, int(n.attr("axis", 0)), n.rank(0))
     sizes = split_sizes(n, n.shape(0)[axis])
+    keepdims = n.has(1) or bool(int(n.attr("keepdims", 1)))
+    if sizes is None:
+        split = n.x(1) if n.has(1) else n.constant(np.asarray(1, np.int64))
+        return [n.call("list.split", n.x(0), split, axis=axis, keepdims=keepdims)]
     parts = _slices(n, n.x(0), axis, sizes)
-    if not n.has(1) and not int(n.attr("keepdims", 1)):
+    if not keepdims:
         parts = [n.call("squeeze", p, axis=[axis]) for p in parts]
     return [sequence(n, [Value(n.outputs[0], expr=p) for p in parts], n.dtype(0))]
 
@@ -168,6 +224,11 @@ def sequence_map(n: Node):
     """The body run once per element: sequence inputs give their k-th element, tensors
     themselves; each body output collected into a sequence."""
     body = n.required("body")
+    if not static(n, 0) or any(_runtime_list(n.value(i)) for i in range(1, len(n.inputs))
+                               if n.has(i)):
+        raise n.fail("a sequence's length is known only at run time: relvm maps a body over "
+                     "sequences whose length is known at import (a run-time length needs a "
+                     "loop)")
     items = elements(n, 0)
     length = len(items)
     extra = [n.value(i) for i in range(1, len(n.inputs)) if n.has(i)]
