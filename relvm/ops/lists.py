@@ -177,15 +177,13 @@ def _concat_type(attrs, data):
 def concat(data: list, axis: int, new_axis: bool) -> np.ndarray:
     if not data:
         raise ListError("list.concat: the list is empty")
-    if new_axis:
-        return np.stack(data, axis=axis)
-    ranks = {x.ndim for x in data}
     try:
-        return np.concatenate(data, axis=axis)
+        return np.stack(data, axis=axis) if new_axis else np.concatenate(data, axis=axis)
     except ValueError:
         shapes = ", ".join(fmt_shape(x.shape) for x in data[:8])
-        raise ListError(f"list.concat: the tensors {shapes} differ off axis {axis}"
-                        + (f" (ranks {sorted(ranks)})" if len(ranks) > 1 else "")) from None
+        how = "differ" if new_axis else f"differ off axis {axis}"
+        raise ListError(f"list.concat: the tensors {shapes}{', ...' if len(data) > 8 else ''} "
+                        f"{how}") from None
 
 
 register("list.concat", inputs=("data",), infer=_concat_type, pattern=OPAQUE,

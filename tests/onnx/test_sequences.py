@@ -197,3 +197,78 @@ def test_bad_positions(node, message):
     m = model(nodes, [("x", F, [3, 2])], [(out, F, None)])
     with pytest.raises(RelvmImportError, match=message.replace("(", r"\(").replace(")", r"\)")):
         from_onnx(m)
+
+
+# --- sequences of run-time length: IR lists ------------------------------------------------------
+
+@pytest.mark.parametrize("symbolic", [False, True])
+@pytest.mark.parametrize("pos", [0, 2, -1, -3])
+def test_sequence_input_and_output(symbolic, pos):
+    """A sequence graph input (its length known only at run time) through every op, positions
+    fed at run time, a sequence graph output."""
+    seq = [rng.standard_normal((k, 3)).astype(np.float32) for k in (2, 1, 4)]
+    t = rng.standard_normal((2, 3)).astype(np.float32)
+    nodes = [
+        helper.make_node("SequenceInsert", ["s", "t", "p"], ["s2"]),
+        helper.make_node("SequenceAt", ["s2", "p"], ["at"]),
+        helper.make_node("SequenceErase", ["s2", "p"], ["s3"]),
+        helper.make_node("SequenceErase", ["s3"], ["s4"]),
+        helper.make_node("SequenceLength", ["s4"], ["n"]),
+        helper.make_node("ConcatFromSequence", ["s2"], ["cat"], axis=0),
+        helper.make_node("SequenceConstruct", ["t", "at"], ["pair"]),
+        helper.make_node("ConcatFromSequence", ["pair"], ["stacked"], axis=0),
+        helper.make_node("SequenceEmpty", [], ["e"], dtype=F),
+        helper.make_node("SequenceInsert", ["e", "t"], ["one"]),
+    ]
+    m = model(nodes, [("seq", "s", F, [None, 3]), ("t", F, shape(t.shape, symbolic)),
+                      ("p", I64, [])],
+              [("seq", "s4", F, None), ("at", F, None), ("n", I64, None), ("cat", F, None),
+               ("stacked", F, None), ("seq", "one", F, None)])
+    run_both(m, {"s": seq, "t": t, "p": np.array(pos, np.int64)})
+
+
+@pytest.mark.parametrize("symbolic", [False, True])
+@pytest.mark.parametrize("split", [np.array(2, np.int64), np.array([1, 0, 4], np.int64), None])
+def test_split_by_a_run_time_count(symbolic, split):
+    """SplitToSequence whose parts are counted at run time: a split fed then, or a symbolic
+    axis length; ConcatFromSequence and SequenceAt of the result."""
+    x = rng.standard_normal((5, 2)).astype(np.float32)
+    inputs = ["x"] if split is None else ["x", "split"]
+    nodes = [helper.make_node("SplitToSequence", inputs, ["s"], axis=0,
+                              **({"keepdims": 0} if split is None else {})),
+             helper.make_node("ConcatFromSequence", ["s"], ["y"], axis=1, new_axis=1),
+             helper.make_node("Constant", [], ["last"], value_int=-1),
+             helper.make_node("SequenceAt", ["s", "last"], ["z"])]
+    ins = [("x", F, shape(x.shape, symbolic))]
+    feeds = {"x": x}
+    if split is not None:
+        ins.append(("split", I64, list(split.shape)))
+        feeds["split"] = split
+        nodes[1] = helper.make_node("ConcatFromSequence", ["s"], ["y"], axis=0)
+    elif not symbolic:
+        pytest.skip("a static axis length splits at import (test_unbind_stack)")
+    m = model(nodes, ins, [("seq", "s", F, None), ("y", F, None), ("z", F, None)])
+    run_both(m, feeds)
+
+
+def test_a_sequence_input_of_unknown_rank_passes_through():
+    seq = [np.ones((2, 2), np.float32), np.zeros(3, np.float32)]
+    nodes = [helper.make_node("Identity", ["s"], ["a"]),
+             helper.make_node("SequenceLength", ["s"], ["n"])]
+    m = model(nodes, [("seq", "s", F, None)], [("seq", "a", F, None), ("n", I64, None)])
+    run_both(m, {"s": seq})
+    m = model([helper.make_node("ConcatFromSequence", ["s"], ["y"], axis=0)],
+              [("seq", "s", F, None)], [("y", F, None)])
+    with pytest.raises(RelvmImportError, match="its tensors' rank is not known"):
+        from_onnx(m)
+
+
+@pytest.mark.parametrize("pos", [3, -4])
+def test_a_run_time_position_out_of_range(pos):
+    m = model([helper.make_node("SequenceAt", ["s", "p"], ["y"], name="at")],
+              [("seq", "s", F, [2]), ("p", I64, [])], [("y", F, None)])
+    mod, params = from_onnx(m)
+    vm = relvm.VirtualMachine(relvm.build(mod, params=params))
+    with pytest.raises(relvm.RelvmRuntimeError,
+                       match=rf"list.get: position {pos} is out of range for a list of length 3"):
+        vm.invoke("main", [np.zeros(2, np.float32)] * 3, np.array(pos))
