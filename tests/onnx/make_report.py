@@ -305,6 +305,19 @@ for n in (4, 40, 400):                          # for every sequence length
   branches differ in rank or element type (a dim squeezed only when it is 1, then a test of
   the rank), the rest of the graph is converted once per branch, so every value keeps a static
   rank and the rank tests fold; the graph's outputs must then agree (at most 4 such splits).
+- **Sequences.** A sequence whose length is known at import (SequenceConstruct, SequenceEmpty,
+  SequenceInsert/Erase at known positions, SplitToSequence by a count known at import:
+  torch's `unbind`, a Python list of tensors) is a list of values in the importer: SequenceAt
+  is the element, ConcatFromSequence a `concatenate` (`new_axis`: a stack), SequenceMap its body
+  converted once per element, an If's sequences of one length chosen element by element; no
+  list exists at run time and everything fuses as tensor code. Other sequences -- graph
+  inputs and outputs (Python lists of arrays in and out), a split counted at run time, an If's
+  sequences of different lengths -- are IR lists, `List[Tensor[(?, 3), float32]]`, run by the
+  VM's list instructions (`list.get`, `list.insert`, `list.erase`, `list.length`,
+  `list.concat`, `list.split`; a position out of range is a `RelvmRuntimeError` naming the op
+  and the position). A list's tensors share dtype and rank (`List[Tensor[..., float32]]` for a
+  sequence input declared without shapes: passed on, measured, grown, not read). SequenceMap
+  over a list (a length known only at run time) needs a loop: not yet.
 - **Errors.** `RelvmImportError` (a `relvm.RelvmError`). A model with op types relvm has no
   converter for fails with one error listing every such type (subgraphs included), with a node of
   each; a node that cannot be converted fails with a message naming it and its op type.
@@ -319,7 +332,9 @@ PROSE_OPS = """## IR ops added for the import
 
 Each is registered like every other op (attributes, type relation over symbolic dims, NumPy
 reference, pattern; `docs/ops.md`). None is data-dependent, so the compiler needs no new
-run-time shape rule for them.
+run-time shape rule for them. The list ops (`relvm/ops/lists.py`: `list.construct`,
+`list.empty`, `list.length`, `list.get`, `list.insert`, `list.erase`, `list.concat`,
+`list.split`) are VM instructions rather than kernels (ARCHITECTURE.md, "Lists").
 
 | op | semantics |
 |---|---|

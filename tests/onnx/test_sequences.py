@@ -272,3 +272,22 @@ def test_a_run_time_position_out_of_range(pos):
     with pytest.raises(relvm.RelvmRuntimeError,
                        match=rf"list.get: position {pos} is out of range for a list of length 3"):
         vm.invoke("main", [np.zeros(2, np.float32)] * 3, np.array(pos))
+
+
+@pytest.mark.parametrize("cond", [True, False])
+def test_if_of_sequences_of_different_lengths(cond):
+    """An If whose branches make sequences of different lengths: a list, chosen whole."""
+    x = rng.standard_normal((2, 2)).astype(np.float32)
+    then = helper.make_graph(
+        [helper.make_node("SequenceConstruct", ["x", "x", "x"], ["a"])], "then", [],
+        [helper.make_tensor_sequence_value_info("a", F, None)])
+    other = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["nx"]),
+         helper.make_node("SequenceConstruct", ["nx"], ["b"])], "else", [],
+        [helper.make_tensor_sequence_value_info("b", F, None)])
+    nodes = [helper.make_node("If", ["c"], ["s"], then_branch=then, else_branch=other),
+             helper.make_node("ConcatFromSequence", ["s"], ["y"], axis=0),
+             helper.make_node("SequenceLength", ["s"], ["n"])]
+    m = model(nodes, [("c", TensorProto.BOOL, []), ("x", F, ["n", 2])],
+              [("y", F, None), ("n", I64, None), ("seq", "s", F, None)])
+    run_both(m, {"c": np.array(cond), "x": x})

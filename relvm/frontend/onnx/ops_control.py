@@ -85,15 +85,17 @@ def if_(n: Node):
 
 
 def _sequence_lengths(n: Node, values: list) -> list:
-    """Per output: None for a tensor, the length of a sequence both branches make as long."""
+    """Per output: the length of a sequence both branches make as long (each element is then
+    chosen on its own), else None; a sequence whose length differs between the branches, or
+    is known in one only, becomes an IR list in both (``values`` updated)."""
     out = []
     for i, (a, b) in enumerate(zip(*values)):
-        if (a.seq is None) != (b.seq is None):
-            raise n.fail(f"output {i} is a sequence in one branch only")
-        if a.seq is not None and len(a.seq) != len(b.seq):
-            raise n.fail(f"output {i} is a sequence of {len(a.seq)} tensors in the then-branch "
-                         f"and of {len(b.seq)} in the else-branch: relvm needs the length "
-                         "known at import")
-        out.append(None if a.seq is None else len(a.seq))
+        if a.seq is not None and b.seq is not None and len(a.seq) == len(b.seq):
+            out.append(len(a.seq))
+            continue
+        for branch, v in enumerate((a, b)):
+            if v.seq is not None:
+                values[branch][i] = Value(v.name, expr=n.imp.expr(v, n))
+        out.append(None)
     return out
 

@@ -28,10 +28,10 @@ META_KEYS: dict[str, str] = {
                  "`instructions` locating its bytecode in `code`, and optionally `io_names`: "
                  "`inputs` (one name per parameter) and `outputs` (one per flattened output), "
                  "the names the model gave them (ONNX's `input.1` for the parameter `input_1`; "
-                 "files written before it existed lack it and load, their names the IR's); a parameter "
-                 "or the one output that is a list of tensors (`List[...]`) has `list`: true "
-                 "(optional: absent means false) and its element type as its tensor (dims a "
-                 "number or `?`; shape null: any rank)",
+                 "files written before it existed lack it and load, their names the IR's); a "
+                 "parameter or an output that is a list of tensors (`List[...]`) has `list`: true "
+                 "(optional: absent means false); a list parameter's one tensor is its element "
+                 "type (dims a number or `?`; shape null: any rank)",
     "kernels": "the kernel table: `name`, `op`, `attrs` (float attributes may be `NaN` or "
                "`Infinity`, as Python's json writes them), `inputs` and `outputs` dtypes, "
                "`groups`, and `ranks`: `[input ranks, output ranks]` of the flattened "
