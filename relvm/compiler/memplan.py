@@ -30,7 +30,7 @@ from ..runtime.bytecode import local_uses, make, operands, reads, shared, spec_o
 from ..runtime.executable import OutputSig, VMFunction
 from ..runtime.bytecode.dimprog import reads_values
 from ..runtime.vm import replay
-from .lower import ALIGN, Lowered, Program, _tuple_leaves
+from .lower import ALIGN, Lowered, Program
 
 @dataclass
 class _Tensor:

@@ -227,11 +227,13 @@ def test_sequence_input_and_output(symbolic, pos):
     run_both(m, {"s": seq, "t": t, "p": np.array(pos, np.int64)})
 
 
-@pytest.mark.parametrize("symbolic", [False, True])
-@pytest.mark.parametrize("split", [np.array(2, np.int64), np.array([1, 0, 4], np.int64), None])
+@pytest.mark.parametrize("symbolic, split", [
+    (symbolic, split) for symbolic in (False, True)
+    for split in (np.array(2, np.int64), np.array([1, 0, 4], np.int64))] + [(True, None)])
 def test_split_by_a_run_time_count(symbolic, split):
     """SplitToSequence whose parts are counted at run time: a split fed then, or a symbolic
-    axis length; ConcatFromSequence and SequenceAt of the result."""
+    axis length (a static one splits at import: test_unbind_stack); ConcatFromSequence and
+    SequenceAt of the result."""
     x = rng.standard_normal((5, 2)).astype(np.float32)
     inputs = ["x"] if split is None else ["x", "split"]
     nodes = [helper.make_node("SplitToSequence", inputs, ["s"], axis=0,
@@ -245,8 +247,6 @@ def test_split_by_a_run_time_count(symbolic, split):
         ins.append(("split", I64, list(split.shape)))
         feeds["split"] = split
         nodes[1] = helper.make_node("ConcatFromSequence", ["s"], ["y"], axis=0)
-    elif not symbolic:
-        pytest.skip("a static axis length splits at import (test_unbind_stack)")
     m = model(nodes, ins, [("seq", "s", F, None), ("y", F, None), ("z", F, None)])
     run_both(m, feeds)
 
@@ -291,3 +291,16 @@ def test_if_of_sequences_of_different_lengths(cond):
     m = model(nodes, [("c", TensorProto.BOOL, []), ("x", F, ["n", 2])],
               [("y", F, None), ("n", I64, None), ("seq", "s", F, None)])
     run_both(m, {"c": np.array(cond), "x": x})
+
+
+def test_inference_session_returns_a_sequence_as_a_list():
+    x = rng.standard_normal((3, 2)).astype(np.float32)
+    m = model([helper.make_node("SplitToSequence", ["x"], ["s"], axis=0)],
+              [("x", F, ["n", 2])], [("seq", "s", F, None)])
+    ours = relvm.InferenceSession(m.SerializeToString())
+    theirs = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert ours.get_outputs()[0].type == theirs.get_outputs()[0].type == "seq(tensor(float))"
+    got, want = ours.run(None, {"x": x})[0], theirs.run(None, {"x": x})[0]
+    assert isinstance(got, list) and len(got) == len(want) == 3
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
