@@ -149,9 +149,6 @@ def unsupported_ops(name: str, symbolic: bool = False) -> tuple[str, ...]:
     return tuple(sorted(op for op in _node_ops(model.graph) if op not in CONVERTERS))
 
 
-_SEQ_MAP = ("SequenceMap over a sequence input, whose length is known only at run time: relvm "
-            "maps a body over sequences whose length is known at import (a run-time length "
-            "needs a loop; the *_expanded cases need Loop)")
 XFAIL.update({
     "test_convtranspose_3d": "3-d ConvTranspose: relvm has 1-d and 2-d transposed convolutions",
     "test_maxpool_with_argmax_2d_precomputed_pads": "MaxPool's Indices output is not supported",
@@ -165,9 +162,6 @@ XFAIL.update({
     "test_training_dropout_default_mask": "training-mode Dropout is random",
     "test_training_dropout_mask": "training-mode Dropout is random",
     "test_identity_opt": "optional values are not supported (tensors only)",
-    **{f"test_sequence_map_{c}": _SEQ_MAP
-       for c in ("add_1_sequence_1_tensor", "add_2_sequences", "extract_shapes",
-                 "identity_1_sequence_1_tensor", "identity_1_sequence", "identity_2_sequences")},
     "test_if_opt": "optional values are not supported (tensors only)",
     "test_affine_grid_2d_expanded": "the expansion squeezes a data-dependent (?, 1, 3) "
                                     "without axes, which needs a static shape",

@@ -317,7 +317,9 @@ for n in (4, 40, 400):                          # for every sequence length
   `list.concat`, `list.split`; a position out of range is a `RelvmRuntimeError` naming the op
   and the position). A list's tensors share dtype and rank (`List[Tensor[..., float32]]` for a
   sequence input declared without shapes: passed on, measured, grown, not read). SequenceMap
-  over a list (a length known only at run time) needs a loop: not yet.
+  over a list becomes a recursive function `@sequence_map_k` (element `%i` of each list through
+  the body, each output appended to a result list, then a call for `%i + 1`); values of the
+  outer graph its body reads are passed to it.
 - **Errors.** `RelvmImportError` (a `relvm.RelvmError`). A model with op types relvm has no
   converter for fails with one error listing every such type (subgraphs included), with a node of
   each; a node that cannot be converted fails with a message naming it and its op type.

@@ -304,3 +304,30 @@ def test_inference_session_returns_a_sequence_as_a_list():
     assert isinstance(got, list) and len(got) == len(want) == 3
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_sequence_map_over_a_sequence_input(symbolic):
+    """SequenceMap over a sequence of run-time length (a recursive function): a sequence and a
+    tensor input, an outer value and a large initializer read by the body, two outputs."""
+    from onnx import numpy_helper
+
+    seq = [rng.standard_normal((k, 4)).astype(np.float32) for k in (3, 1, 2)]
+    t = rng.standard_normal((4,)).astype(np.float32)
+    w = rng.standard_normal((4, 5)).astype(np.float32)
+    body = helper.make_graph(
+        [helper.make_node("Add", ["e", "t"], ["sum"]),
+         helper.make_node("Mul", ["sum", "outer"], ["scaled"]),
+         helper.make_node("MatMul", ["scaled", "w"], ["proj"]),
+         helper.make_node("Shape", ["e"], ["shp"])], "body",
+        [helper.make_tensor_value_info("e", F, None), helper.make_tensor_value_info("t", F, None)],
+        [helper.make_tensor_value_info("proj", F, None),
+         helper.make_tensor_value_info("shp", I64, None)])
+    nodes = [helper.make_node("Neg", ["t"], ["outer"]),
+             helper.make_node("SequenceMap", ["s", "t"], ["ys", "shapes"], body=body),
+             helper.make_node("ConcatFromSequence", ["ys"], ["y"], axis=0),
+             helper.make_node("SequenceLength", ["shapes"], ["n"])]
+    m = model(nodes, [("seq", "s", F, [None, 4]), ("t", F, shape(t.shape, symbolic))],
+              [("y", F, None), ("n", I64, None), ("seq", "shapes", I64, None)])
+    m.graph.initializer.append(numpy_helper.from_array(w, "w"))
+    run_both(m, {"s": seq, "t": t})

@@ -289,6 +289,11 @@ class Importer:
         self.dim_symbols: dict[str, D.Sym] = {}
         self.dim_names: set[str] = set()
         self.splits = 0
+        #: global functions besides @main (SequenceMap over lists: recursive functions)
+        self.functions: dict[str, Function] = {}
+        #: > 0 while converting the body of such a function: known tensors are inline
+        #: constants there (a parameter of @main would be out of its reach)
+        self.in_function = 0
 
     # --- the whole model ---------------------------------------------------------------------------
     def run(self) -> tuple[Module, dict[str, np.ndarray]]:
@@ -309,8 +314,8 @@ class Importer:
             raise RelvmImportError("the graph has no outputs")
         body = outputs[0] if len(outputs) == 1 else Tuple(tuple(outputs))
         names = IONames(dict(self.original_names), tuple(o.name for o in graph.output))
-        module = Module({"main": Function(tuple(inputs + self.param_vars), body)},
-                        io_names={"main": names})
+        module = Module({"main": Function(tuple(inputs + self.param_vars), body),
+                         **self.functions}, io_names={"main": names})
         infer_module(module)
         return module, dict(self.params)
 
@@ -545,7 +550,7 @@ class Importer:
             if v.seq is not None:
                 v.expr = self.list_expr(v, node)
             elif v.const is not None:
-                if v.initializer or v.const.size > INLINE_LIMIT:
+                if (v.initializer or v.const.size > INLINE_LIMIT) and not self.in_function:
                     v.expr = self.param(node, v)
                 else:
                     v.expr = self.constant(node, v.const)

@@ -11,7 +11,8 @@ in Python), and it fuses as any other tensor code.
 Any other sequence -- a graph input, a SplitToSequence whose count is known only at run time
 -- is an IR list (``List[Tensor[(?, 3), float32]]``, ``relvm/ops/lists.py``), and so is a known
 one where a list is needed whole (a graph output, an argument of a run-time list op):
-``list.construct`` of its elements. Positions count from the end when negative; one out of
+``list.construct`` of its elements. SequenceMap over a list is a recursive global function
+(:func:`map_at_run_time`). Positions count from the end when negative; one out of
 range is an import error naming the node and position, or at run time a RelvmRuntimeError.
 """
 
@@ -20,10 +21,11 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import dims as D
-from ...ir.types import ListType
+from ...ir.nodes import Call, Function, GlobalVar, If, Var
+from ...ir.types import ListType, TensorType, TupleType
 from .converters import converter, make_tuple, norm_axis
 from .importer import ONNX_DTYPES, Node
-from .values import Value
+from .values import Scope, Value
 
 
 def elements(n: Node, i: int) -> list[Value]:
@@ -226,9 +228,7 @@ def sequence_map(n: Node):
     body = n.required("body")
     if not static(n, 0) or any(_runtime_list(n.value(i)) for i in range(1, len(n.inputs))
                                if n.has(i)):
-        raise n.fail("a sequence's length is known only at run time: relvm maps a body over "
-                     "sequences whose length is known at import (a run-time length needs a "
-                     "loop)")
+        return map_at_run_time(n, body)
     items = elements(n, 0)
     length = len(items)
     extra = [n.value(i) for i in range(1, len(n.inputs)) if n.has(i)]
@@ -253,3 +253,76 @@ def sequence_map(n: Node):
         out.append(Value(n.outputs[j], seq=r, dtype=dtype or (r[0].dtype if r else None)))
     return out
 
+
+
+# --- SequenceMap over lists: a recursive function -----------------------------------------------
+
+def map_at_run_time(n: Node, body) -> list:
+    """SequenceMap over sequences whose length is known only at run time, as a recursive global
+    function ``@sequence_map_k(%i, %n, lists..., tensors..., captured..., results...)``: while
+    ``%i < %n`` it runs the body on element ``%i`` of each list and calls itself with each
+    output appended to its result list; then it returns the result lists. Values of the outer
+    graph the body reads become parameters (known tensors stay constants)."""
+    imp = n.imp
+    name = f"sequence_map_{len(imp.functions)}"
+    kinds, outer = [], []  # per input: "list" or "tensor"; its expression in the caller
+    for i in range(len(n.inputs)):
+        v = n.value(i)
+        e = imp.expr(v, n)
+        kinds.append("list" if isinstance(e.checked_type, ListType) else "tensor")
+        outer.append(e)
+    if len(body.input) != len(outer):
+        raise n.fail(f"the body takes {len(body.input)} inputs, the node gives {len(outer)}")
+
+    def var(label: str, t) -> Var:
+        x = Var(imp.unique_var_name(f"{name}_{label}"), t)
+        x.with_type(t)
+        return x
+
+    i, count = var("i", TensorType((), "int64")), var("n", TensorType((), "int64"))
+    params = [var(f"in{k}", e.checked_type) for k, e in enumerate(outer)]
+    captured: dict[str, tuple[Var, object]] = {}
+
+    def capture(key: str) -> Value | None:
+        v = n.scope.lookup(key)
+        if v is None or v.const is not None:
+            return None if v is None else Value(key, const=v.const)
+        if key not in captured:
+            e = imp.expr(v, n)
+            captured[key] = (var(f"c{len(captured)}", e.checked_type), e)
+        return Value(key, expr=captured[key][0])
+
+    scope = Scope(None, capture)
+    feeds = {}
+    for k, (inp, p, kind) in enumerate(zip(body.input, params, kinds)):
+        x = n.call("list.get", p, i) if kind == "list" else p
+        feeds[inp.name] = Value(inp.name, expr=x)
+    imp.in_function += 1
+    try:
+        outs = [imp.expr(v, n) for v in imp.convert_subgraph(body, scope, feeds)]
+    finally:
+        imp.in_function -= 1
+    for k, o in enumerate(outs):
+        if not isinstance(o.checked_type, TensorType):
+            raise n.fail(f"the body's output {k} is {o.checked_type}, not a tensor")
+    results = [var(f"out{k}", ListType(o.checked_type)) for k, o in enumerate(outs)]
+    ret = TupleType(tuple(r.checked_type for r in results))
+    caps = [c for c, _ in captured.values()]
+    one = n.constant(np.asarray(1, np.int64))
+    grown = [n.call("list.insert", r, o, n.call("list.length", r)) for r, o in zip(results, outs)]
+    again = Call(GlobalVar(name), tuple([n.call("add", i, one), count] + params + caps + grown))
+    again.with_type(ret)
+    done = make_tuple(results)
+    branch = If(n.call("less", i, count), again, done)
+    branch.with_type(ret)
+    imp.functions[name] = Function(tuple([i, count] + params + caps + results), branch,
+                                   ret_type=ret)
+    first = next(e for e, kind in zip(outer, kinds) if kind == "list")
+    empties = [n.call("list.empty", dtype=t.elem.dtype,
+                      shape=[d if isinstance(d, int) else -1 for d in t.elem.shape])
+               for t in (r.checked_type for r in results)]
+    call = Call(GlobalVar(name), tuple([n.constant(np.asarray(0, np.int64)),
+                                        n.call("list.length", first)] + outer
+                                       + [e for _, e in captured.values()] + empties))
+    call.with_type(ret)
+    return [n.field(call, k) for k in range(len(results))]

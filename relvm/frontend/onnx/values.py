@@ -88,9 +88,13 @@ def sym_array(items: list, shape: tuple[int, ...] | None = None) -> np.ndarray:
 class Scope:
     """Names visible in one graph; a subgraph's scope chains to its parent's."""
 
-    def __init__(self, parent: "Scope | None" = None):
+    def __init__(self, parent: "Scope | None" = None,
+                 capture: "Callable[[str], Value | None] | None" = None):
         self.values: dict[str, Value] = {}
         self.parent = parent
+        #: for the scope of a function of its own (SequenceMap's body run over a list): the
+        #: names from outside, each made a parameter by ``capture(name)``
+        self.capture = capture
 
     def lookup(self, name: str) -> Value | None:
         scope: Scope | None = self
@@ -98,6 +102,8 @@ class Scope:
             v = scope.values.get(name)
             if v is not None:
                 return v
+            if scope.capture is not None:
+                return scope.capture(name)
             scope = scope.parent
         return None
 
