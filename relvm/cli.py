@@ -328,7 +328,7 @@ def _inputs_for(exe, func: str, given: dict[str, str], dims: dict[str, int],
     shapes: list[tuple[tuple, str]] = []
     for i in missing:
         p = fn.params[i]
-        if p.is_tuple or not p.tensors:
+        if p.is_tuple or p.is_list or not p.tensors:
             raise CliError(f"input %{p.name} ({p.type_text}) must be given with --input")
         t = p.tensors[0]
         shapes.append((tuple(d if isinstance(d, int) else eval_dim(d, dims) for d in t.shape),

@@ -142,11 +142,16 @@ class InferenceSession:
         self._inputs = [NodeArg(self._fn.input_name(i), _shape(p.tensors[0].shape),
                                 _type(p.tensors[0].dtype))
                         for i, p in enumerate(self._fn.params) if p.tensors]
-        self._outputs = [NodeArg(self._fn.output_name(i), _out_shape(o.type_text),
-                                 _type(o.dtype)) for i, o in enumerate(self._fn.outputs)]
-        if len(self._inputs) != len(self._fn.params) or any(p.is_tuple for p in self._fn.params):
+        # A list result is an ONNX sequence: typed ``seq(tensor(float))`` with no shape, as
+        # ONNX Runtime types one.
+        self._outputs = [NodeArg(self._fn.output_name(i),
+                                 [] if o.is_list else _out_shape(o.type_text),
+                                 f"seq({_type(o.dtype)})" if o.is_list else _type(o.dtype))
+                         for i, o in enumerate(self._fn.outputs)]
+        if len(self._inputs) != len(self._fn.params) or any(p.is_tuple or p.is_list
+                                                              for p in self._fn.params):
             raise RelvmInputError("InferenceSession runs an @main whose inputs are tensors; "
-                                  "use relvm.VirtualMachine for tuple inputs")
+                                  "use relvm.VirtualMachine for tuple or list inputs")
         self._input_index = {a.name: i for i, a in enumerate(self._inputs)}
         self._output_index = {a.name: i for i, a in enumerate(self._outputs)}
 

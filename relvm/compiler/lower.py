@@ -22,8 +22,9 @@ from ..errors import RelvmCompileError
 from ..ir import dims as D
 from ..ir.nodes import (Call, Constant, Expr, Function, GlobalVar, If, Let, Tuple, TupleGetItem,
                         Var, post_order)
-from ..ir.types import FuncType, TensorType, TupleType, Type, tensor_types
+from ..ir.types import FuncType, ListType, TensorType, TupleType, Type, tensor_types
 from ..ops.fused import FusedOp
+from ..ops.lists import LIST_OPS
 from ..ops.registry import OUT_FUSABLE, Op
 from ..runtime.bytecode import make, spec_of
 from ..runtime.executable import KernelEntry, ParamSig, TensorSig
@@ -222,6 +223,10 @@ class FunctionLowering:
 
     def param_sig(self, v: Var) -> ParamSig:
         t = v.checked_type
+        if isinstance(t, ListType):
+            elem = TensorSig(t.elem.dtype, None if not t.ranked else tuple(
+                d if isinstance(d, int) else "?" for d in t.elem.shape))
+            return ParamSig(v.name, str(t), (elem,), is_list=True)
         tensors = tuple(TensorSig(tt.dtype, tuple(d if isinstance(d, int) else D.dim_str(d)
                                                   for d in tt.shape))
                         for tt in tensor_types(t))
@@ -521,6 +526,8 @@ class FunctionLowering:
 
     def lower_op(self, call: Call, op: Op) -> int:
         out_type = call.checked_type
+        if op.name in LIST_OPS:
+            return self.lower_list_op(call, op.name)
         if op.name in RESHAPE_OPS:
             src = self.lower(call.args[0])
             if self.knows(out_type):
@@ -547,6 +554,33 @@ class FunctionLowering:
         if isinstance(out_type, TupleType):
             return self.pack(out_type, iter(out_regs))
         return out_regs[0]
+
+    def lower_list_op(self, call: Call, name: str) -> int:
+        """A list op: one list instruction (``relvm/ops/lists.py``); an element or a
+        concatenation brings fresh dims, bound from its shape."""
+        self.check_assumed(call, f"{name}{_at(call)}")
+        t, attrs = call.checked_type, call.attrs
+        dst = self.reg()
+        if name in ("list.construct", "list.empty"):
+            items = self.flat_args(call)[0]
+            self.emit("AllocList", dst, tuple(items), t.elem.dtype, t.rank_code)
+            return dst
+        args = [self.lower(a) for a in call.args]
+        if name == "list.length":
+            self.emit("ListLength", dst, args[0])
+        elif name == "list.get":
+            self.emit("ListGet", dst, args[0], args[1])
+        elif name == "list.insert":
+            self.emit("ListInsert", dst, args[0], (args[1],), args[2])
+        elif name == "list.erase":
+            self.emit("ListErase", dst, args[0], args[1])
+        elif name == "list.concat":
+            self.emit("ListConcat", dst, args[0], attrs["axis"], int(attrs["new_axis"]))
+        else:
+            self.emit("ListSplit", dst, args[0], args[1], attrs["axis"], int(attrs["keepdims"]))
+        if isinstance(t, TensorType):
+            self.bind_result_dims(dst, t, call)
+        return dst
 
     def knows(self, t: Type) -> bool:
         """True if every dim of ``t`` is over symbols the frame has computed."""

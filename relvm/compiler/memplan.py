@@ -25,12 +25,12 @@ from .. import dtypes
 from ..errors import RelvmCompileError
 from ..ir import dims as D
 from ..ir.limits import MAX_TENSOR_BYTES
-from ..ir.types import TensorType, TupleType, Type
+from ..ir.types import ListType, TensorType, TupleType, Type
 from ..runtime.bytecode import local_uses, make, operands, reads, shared, spec_of
 from ..runtime.executable import OutputSig, VMFunction
 from ..runtime.bytecode.dimprog import reads_values
 from ..runtime.vm import replay
-from .lower import ALIGN, Lowered, Program, _tuple_leaves
+from .lower import ALIGN, Lowered, Program
 
 @dataclass
 class _Tensor:
@@ -188,11 +188,11 @@ def _patch(ins: tuple, t: _Tensor | None, storage_regs: list[int], offsets: list
 
 def _result_shapes(lo: Lowered, entry_symbols: set, statements: list[tuple]):
     """Per result tensor, its dim operands if known from the inputs alone, else None."""
-    leaves = ([lo.ret_type] if isinstance(lo.ret_type, TensorType) else
-              [t for _, t in _tuple_leaves(lo.ret_type)] if isinstance(lo.ret_type, TupleType)
-              else [])
     shapes = []
-    for t in leaves:
+    for t in _result_leaves(lo.ret_type):
+        if isinstance(t, ListType):
+            shapes.append(None)
+            continue
         if not all(D.free_symbols(d) <= entry_symbols for d in t.shape if not isinstance(d, int)):
             shapes.append(None)
             continue
@@ -243,9 +243,7 @@ def _outputs(code: list[tuple], ret_pc: int, lo: Lowered, shapes: list,
 
     ret_reg = code[ret_pc].result
     leaf_pcs = list(_flat(producers(ret_reg)))
-    leaf_types = ([lo.ret_type] if isinstance(lo.ret_type, TensorType) else
-                  [t for _, t in _tuple_leaves(lo.ret_type)] if isinstance(lo.ret_type, TupleType)
-                  else [])
+    leaf_types = _result_leaves(lo.ret_type)
     if len(leaf_pcs) != len(leaf_types):
         leaf_pcs = [None] * len(leaf_types)
     readers: dict[int, list[int]] = {}
@@ -255,6 +253,9 @@ def _outputs(code: list[tuple], ret_pc: int, lo: Lowered, shapes: list,
     claimed: set[int] = set()
     out = []
     for t, pcs, shape in zip(leaf_types, leaf_pcs, shapes):
+        if isinstance(t, ListType):  # returned as the VM's list: nothing to bind
+            out.append(OutputSig(t.elem.dtype, None, (), str(t), True))
+            continue
         if pcs and (len(pcs) > 1 or spec_of(code[pcs[0]]).has("call")):
             # Producers on different branches share the caller's array. A tensor that is also
             # used elsewhere (say, made before the if and returned by one branch) must keep its
@@ -268,6 +269,15 @@ def _outputs(code: list[tuple], ret_pc: int, lo: Lowered, shapes: list,
         claimed.update(pcs)
         out.append(OutputSig(t.dtype, shape, pcs, str(t)))
     return tuple(out)
+
+
+def _result_leaves(t: Type) -> list:
+    """The tensors and lists of a result, tuples flattened in order."""
+    if isinstance(t, (TensorType, ListType)):
+        return [t]
+    if isinstance(t, TupleType):
+        return [leaf for f in t.fields for leaf in _result_leaves(f)]
+    return []
 
 
 def _only_flows_to_result(reg: int, code: list[tuple], readers: dict[int, list[int]],

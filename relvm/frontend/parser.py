@@ -37,7 +37,7 @@ from ..ir import dims as D
 from ..ir.limits import MAX_DEPTH, MAX_NESTING, MAX_SYNTAX_DEPTH, deepest_node
 from ..ir.nodes import (Call, Constant, Expr, Function, GlobalVar, If, IONames, Let, Module,
                         Span, Tuple, TupleGetItem, Var)
-from ..ir.types import FuncType, TensorType, TupleType, Type
+from ..ir.types import FuncType, ListType, TensorType, TupleType, Type
 from ..ops import OPS
 from ..ops.registry import AttrError, unknown_op_message
 from ..passes.type_infer import infer_module
@@ -579,6 +579,15 @@ class _Builder(Interpreter):
 
     def tuple_type(self, tree: Tree) -> TupleType:
         return TupleType(tuple(self.visit(field) for field in tree.children))
+
+    def list_type(self, tree: Tree) -> ListType:
+        elem = self.visit(tree.children[0])
+        if not isinstance(elem, TensorType):
+            raise self.error(f"a list holds tensors, not {elem}", tree)
+        return ListType(elem)
+
+    def any_rank_list_type(self, tree: Tree) -> ListType:
+        return ListType(TensorType((), self.dtype(tree.children[0])), ranked=False)
 
     def func_type(self, tree: Tree) -> FuncType:
         types: list[Type] = [self.visit(t) for t in tree.children]

@@ -1,4 +1,4 @@
-"""Types of the IR: tensors with symbolic shapes, tuples, functions."""
+"""Types of the IR: tensors with symbolic shapes, tuples, lists of tensors, functions."""
 
 from __future__ import annotations
 
@@ -48,6 +48,38 @@ class TupleType:
 
 
 @dataclass(frozen=True)
+class ListType:
+    """``List[Tensor[(?, 3), float32]]``: a list of tensors, its length known at run time.
+
+    Every element has the element type's dtype and rank; a dim that is a number is that number
+    in every element, any other dim is ``?`` (each element has its own). Lists carry ONNX
+    sequences; ``list.get`` gives an element a fresh ``?`` for each ``?`` dim.
+    """
+
+    elem: TensorType
+    #: False for a list whose tensors' rank is not known (an ONNX sequence input declared
+    #: without shapes): ``List[Tensor[..., float32]]``, ``elem`` then a scalar of the dtype.
+    #: Such a list can be passed on, measured, grown and shrunk, not read.
+    ranked: bool = True
+
+    def __post_init__(self) -> None:
+        assert isinstance(self.elem, TensorType), self.elem
+        shape = tuple(d if isinstance(d, int) else D.ANY for d in self.elem.shape)
+        object.__setattr__(self, "elem", TensorType(shape if self.ranked else (),
+                                                    self.elem.dtype))
+
+    @property
+    def rank_code(self) -> int:
+        """The element rank, -1 when not known (as list instructions encode it)."""
+        return self.elem.ndim if self.ranked else -1
+
+    def __str__(self) -> str:
+        if not self.ranked:
+            return f"List[Tensor[..., {self.elem.dtype}]]"
+        return f"List[{self.elem}]"
+
+
+@dataclass(frozen=True)
 class FuncType:
     """``fn (T1, T2) -> T3``."""
 
@@ -58,7 +90,7 @@ class FuncType:
         return "fn (" + ", ".join(str(p) for p in self.params) + f") -> {self.ret}"
 
 
-Type = Union[TensorType, TupleType, FuncType]
+Type = Union[TensorType, TupleType, ListType, FuncType]
 
 
 def normalize_dim(d: object) -> Dim:
@@ -83,6 +115,8 @@ def map_type_dims(t: Type, f) -> Type:
         return TensorType(tuple(f(d) for d in t.shape), t.dtype)
     if isinstance(t, TupleType):
         return TupleType(tuple(map_type_dims(x, f) for x in t.fields))
+    if isinstance(t, ListType):
+        return t  # its dims are numbers or ``?``: no symbol to map
     return FuncType(tuple(map_type_dims(p, f) for p in t.params), map_type_dims(t.ret, f))
 
 

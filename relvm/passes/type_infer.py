@@ -28,7 +28,8 @@ from ..ir import dims as D
 from ..ir.nodes import (Call, Constant, Expr, Function, GlobalVar, If, Let, Module, Tuple,
                         TupleGetItem, Var, post_order)
 from ..ir.limits import type_problem
-from ..ir.types import FuncType, TensorType, TupleType, Type, map_type_dims, type_symbols
+from ..ir.types import (FuncType, ListType, TensorType, TupleType, Type, map_type_dims,
+                        type_symbols)
 from .. import dtypes
 from ..ops import values as V
 from ..ops.registry import Op, OpTypeError
@@ -92,6 +93,10 @@ def match(expected: Type, actual: Type, bindings: dict[D.Sym, D.Dim],
             if not D.equal_or_assumed(D.substitute(e, bindings), a):
                 raise _Mismatch(f"expected {_subst_type(expected, bindings)}, got {actual}")
         return
+    if isinstance(expected, ListType):
+        if not isinstance(actual, ListType) or not _list_fits(actual, expected):
+            raise _Mismatch(f"expected {expected}, got {actual}")
+        return
     if isinstance(expected, TupleType):
         if not isinstance(actual, TupleType) or len(expected.fields) != len(actual.fields):
             raise _Mismatch(f"expected {expected}, got {actual}")
@@ -107,6 +112,28 @@ def match(expected: Type, actual: Type, bindings: dict[D.Sym, D.Dim],
 
 def _subst_type(t: Type, bindings: Mapping[D.Sym, D.Dim]) -> Type:
     return map_type_dims(t, lambda d: D.substitute(d, bindings))
+
+
+def _elem_fits(actual: TensorType, expected: TensorType) -> bool:
+    """A list of ``actual`` elements is one of ``expected`` ones (a ``?`` takes any dim)."""
+    return (actual.dtype == expected.dtype and actual.ndim == expected.ndim
+            and all(not isinstance(e, int) or a == e
+                    for a, e in zip(actual.shape, expected.shape)))
+
+
+def _list_fits(actual: ListType, expected: ListType) -> bool:
+    if not expected.ranked:
+        return actual.elem.dtype == expected.elem.dtype
+    return actual.ranked and _elem_fits(actual.elem, expected.elem)
+
+
+def join_lists(a: ListType, b: ListType) -> ListType:
+    """The list type holding the elements of both (same dtype and rank): unequal dims are ?;
+    a list of unknown rank with any other is one of unknown rank."""
+    if not (a.ranked and b.ranked):
+        return ListType(a.elem, ranked=False)
+    return ListType(TensorType(tuple(x if x == y else D.ANY
+                                     for x, y in zip(a.elem.shape, b.elem.shape)), a.elem.dtype))
 
 
 def refine(declared: Type, inferred: Type) -> Type:
@@ -131,6 +158,10 @@ def join(a: Type, b: Type) -> Type:
                                 for x, y in zip(a.shape, b.shape)), a.dtype)
     if isinstance(a, TupleType) and isinstance(b, TupleType) and len(a.fields) == len(b.fields):
         return TupleType(tuple(join(x, y) for x, y in zip(a.fields, b.fields)))
+    if isinstance(a, ListType) and isinstance(b, ListType):
+        if a.elem.dtype != b.elem.dtype or (a.ranked and b.ranked and a.elem.ndim != b.elem.ndim):
+            raise _Mismatch(f"then-branch is {a}, else-branch is {b}")
+        return join_lists(a, b)
     if isinstance(a, FuncType) and isinstance(b, FuncType):
         try:
             match(a, b, {}, lambda s: False)

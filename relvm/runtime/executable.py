@@ -20,24 +20,29 @@ from .bytecode.dimprog import format_expr
 
 @dataclass(frozen=True)
 class TensorSig:
-    """One tensor of a parameter or result: dtype and shape (ints, or dim text like ``n``)."""
+    """One tensor of a parameter or result: dtype and shape (ints, or dim text like ``n``;
+    None: any rank, for the elements of a list whose rank is not known)."""
 
     dtype: str
-    shape: tuple[int | str, ...]
+    shape: tuple[int | str, ...] | None
 
     def __str__(self) -> str:
+        if self.shape is None:
+            return f"Tensor[..., {self.dtype}]"
         dims = ", ".join(str(d) for d in self.shape)
         return f"Tensor[({dims}), {self.dtype}]" if self.shape else self.dtype
 
 
 @dataclass(frozen=True)
 class ParamSig:
-    """A function parameter: its name, its type's text, and its tensors flattened."""
+    """A function parameter: its name, its type's text, and its tensors flattened (a list's:
+    its element type, a ``?`` dim any)."""
 
     name: str
     type_text: str
     tensors: tuple[TensorSig, ...]
     is_tuple: bool = False
+    is_list: bool = False
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,9 @@ class OutputSig:
     shape: tuple[int, ...] | None
     alloc_pcs: tuple[int, ...]
     type_text: str
+    #: The result is a list of tensors of ``dtype`` (returned as a Python list; the only
+    #: result, ``shape`` None and no ``alloc_pcs``).
+    is_list: bool = False
 
 
 @dataclass

@@ -19,7 +19,7 @@ from ..errors import RelvmInputError, RelvmRuntimeError
 from ..ir import dims as D
 from ..ir.nodes import (Call, Constant, Expr, Function, GlobalVar, If, Let, Module, Tuple,
                         TupleGetItem, Var)
-from ..ir.types import TensorType, TupleType, Type
+from ..ir.types import ListType, TensorType, TupleType, Type
 from ..ops.registry import Op
 
 _MISSING = object()
@@ -107,6 +107,12 @@ def _check_input(value: Any, param: Var, fname: str, symbols: dict[D.Sym, int]) 
     if isinstance(t, TupleType):
         return tuple(_check_tensor(v, f, f"%{param.name}.{i}", fname, symbols)
                      for i, (v, f) in enumerate(zip(value, t.fields)))
+    if isinstance(t, ListType):  # each element on its own: a ? dim is any
+        if not isinstance(value, (list, tuple)):
+            raise RelvmInputError(f"@{fname} input %{param.name}: expected a list of arrays")
+        elem = t.elem if t.ranked else None
+        return [_check_tensor(v, elem, f"%{param.name}[{i}]", fname, {})
+                for i, v in enumerate(value)]
     return _check_tensor(value, t, f"%{param.name}", fname, symbols)
 
 
@@ -200,6 +206,11 @@ def _check_result(op: Op, out: Any, t: Type | None) -> None:
             raise AssertionError(f"{op.name} reference returned {got}, type says {t}")
         for d, s in zip(t.shape, out.shape):
             assert not isinstance(d, int) or d == s, f"{op.name}: {out.shape} vs {t}"
+    elif isinstance(t, ListType):
+        assert isinstance(out, list), f"{op.name}: {t}"
+        for o in out:
+            assert isinstance(o, np.ndarray) and dtypes.from_numpy(o.dtype) == t.elem.dtype \
+                and (not t.ranked or o.ndim == t.elem.ndim), f"{op.name}: {o.shape} vs {t}"
     elif isinstance(t, TupleType):
         assert isinstance(out, tuple) and len(out) == len(t.fields), f"{op.name}: {t}"
         for o, f in zip(out, t.fields):

@@ -50,7 +50,7 @@ def with_section(data: bytes, name: str, content: bytes) -> bytes:
 
 
 def flat(v):
-    if isinstance(v, tuple):
+    if isinstance(v, (tuple, list)):  # a list result: its tensors
         for x in v:
             yield from flat(x)
     else:
@@ -69,15 +69,16 @@ def assert_identical(got, want) -> None:
 
 def signature_inputs(fn, rng: np.random.Generator, dim: int,
                      max_elements: int | None = None) -> list | None:
-    """Inputs matching a VM function's signature, every symbolic dim ``dim``, small values;
-    None for a function value, or when they would pass ``max_elements`` in all."""
+    """Inputs matching a VM function's signature, every symbolic dim ``dim``, small values (a
+    list of two tensors for a list); None for a function value, or when they would pass ``max_elements`` in all."""
     values, size = [], 0
     for p in fn.params:
         if not p.tensors:
             return None  # a function value
         arrays = []
-        for t in p.tensors:
-            shape = tuple(d if isinstance(d, int) else dim for d in t.shape)
+        for t in p.tensors * (2 if p.is_list else 1):  # a list: two elements
+            shape = (dim,) if t.shape is None else tuple(d if isinstance(d, int) else dim
+                                                         for d in t.shape)
             size += int(np.prod(shape, dtype=np.float64))
             if max_elements is not None and size > max_elements:
                 return None
@@ -87,5 +88,5 @@ def signature_inputs(fn, rng: np.random.Generator, dim: int,
                 arrays.append(rng.integers(0, 2, shape).astype(bool))
             else:
                 arrays.append(rng.integers(0, 4, shape).astype(t.dtype))
-        values.append(tuple(arrays) if p.is_tuple else arrays[0])
+        values.append(tuple(arrays) if p.is_tuple else arrays if p.is_list else arrays[0])
     return values

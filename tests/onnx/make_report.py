@@ -326,9 +326,24 @@ for n in (4, 40, 400):                          # for every sequence length
   `(0,)`). Scan runs the same loop over its scan axis, taking slice `i` (from the end for a
   reverse direction), stacking reverse outputs last row first and moving the stacked axis to
   `scan_output_axes`; opset 8's Scan (a batch axis) is a loop over the batch around it, and
-  its `sequence_lens` must be absent or the whole length. Sequences (a Loop carrying one,
-  SequenceMap) are not supported. LinearAttention is imported through its function body,
+  its `sequence_lens` must be absent or the whole length. A loop may carry a sequence (a
+  list, below). LinearAttention is imported through its function body,
   whose recurrence is a Scan.
+- **Sequences.** A sequence whose length is known at import (SequenceConstruct, SequenceEmpty,
+  SequenceInsert/Erase at known positions, SplitToSequence by a count known at import:
+  torch's `unbind`, a Python list of tensors) is a list of values in the importer: SequenceAt
+  is the element, ConcatFromSequence a `concatenate` (`new_axis`: a stack), SequenceMap its body
+  converted once per element, an If's sequences of one length chosen element by element; no
+  list exists at run time and everything fuses as tensor code. Other sequences -- graph
+  inputs and outputs (Python lists of arrays in and out), a split counted at run time, an If's
+  sequences of different lengths -- are IR lists, `List[Tensor[(?, 3), float32]]`, run by the
+  VM's list instructions (`list.get`, `list.insert`, `list.erase`, `list.length`,
+  `list.concat`, `list.split`; a position out of range is a `RelvmRuntimeError` naming the op
+  and the position). A list's tensors share dtype and rank (`List[Tensor[..., float32]]` for a
+  sequence input declared without shapes: passed on, measured, grown, not read). SequenceMap
+  over a list becomes a recursive function `@sequence_map_k` (element `%i` of each list through
+  the body, each output appended to a result list, then a call for `%i + 1`); values of the
+  outer graph its body reads are passed to it.
 - **Errors.** `RelvmImportError` (a `relvm.RelvmError`). A model with op types relvm has no
   converter for fails with one error listing every such type (subgraphs included), with a node of
   each; a node that cannot be converted fails with a message naming it and its op type.
@@ -344,7 +359,9 @@ PROSE_OPS = """## IR ops added for the import
 
 Each is registered like every other op (attributes, type relation over symbolic dims, NumPy
 reference, pattern; `docs/ops.md`). None is data-dependent, so the compiler needs no new
-run-time shape rule for them.
+run-time shape rule for them. The list ops (`relvm/ops/lists.py`: `list.construct`,
+`list.empty`, `list.length`, `list.get`, `list.insert`, `list.erase`, `list.concat`,
+`list.split`) are VM instructions rather than kernels (ARCHITECTURE.md, "Lists").
 
 | op | semantics |
 |---|---|

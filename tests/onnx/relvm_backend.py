@@ -91,8 +91,7 @@ class RelvmRep(BackendRep):
         return self.builds[key]
 
     def run(self, inputs, **kwargs):
-        # Tensors as arrays; a sequence input (a list of tensors) as it is, for the import to
-        # refuse by its op types (relvm has tensors only), not for NumPy to fail on.
+        # Tensors as arrays; a sequence (a list of tensors) as a list, in and out.
         def value(v):
             return v if isinstance(v, list) else np.asarray(v)
 
@@ -104,7 +103,7 @@ class RelvmRep(BackendRep):
         vm.set_input("main", *[feeds[k] for k in names])  # also for a graph without inputs
         result = vm.invoke("main")
         outs = list(result) if isinstance(result, tuple) else [result]
-        return [np.asarray(o) for o in outs]
+        return [o if isinstance(o, list) else np.asarray(o) for o in outs]
 
 
 class RelvmBackend(Backend):

@@ -23,10 +23,12 @@ def test_numbers_are_fixed() -> None:
     expected = ["Move", "Ret", "Invoke", "InvokeClosure", "InvokePacked", "AllocTensor",
                 "AllocTensorReg", "AllocADT", "AllocClosure", "GetField", "If", "LoadConst",
                 "Goto", "GetTag", "LoadConsti", "Fatal", "AllocStorage", "ShapeOf",
-                "ReshapeTensor", "DeviceCopy", "KillRegister", "ComputeDims"]
+                "ReshapeTensor", "DeviceCopy", "KillRegister", "ComputeDims",
+                "AllocList", "ListLength", "ListGet", "ListInsert", "ListErase", "ListConcat",
+                "ListSplit"]
     assert [s.name for s in TABLE] == expected
     assert [s.number for s in TABLE] == list(range(len(expected)))
-    assert Opcode.InvokePacked == 4 and Opcode.ComputeDims == 21
+    assert Opcode.InvokePacked == 4 and Opcode.ComputeDims == 21 and Opcode.ListSplit == 28
 
 
 @pytest.mark.parametrize("spec", TABLE, ids=[s.name for s in TABLE])

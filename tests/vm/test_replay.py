@@ -286,7 +286,8 @@ def test_a_function_with_ifs_computes_what_the_shapes_decide_once_per_path(backe
 
 
 def _fake(instructions, n_params=1, outputs=()):
-    params = tuple(SimpleNamespace(is_tuple=False, tensors=(1,)) for _ in range(n_params))
+    params = tuple(SimpleNamespace(is_tuple=False, is_list=False, tensors=(1,))
+                   for _ in range(n_params))
     return SimpleNamespace(params=params, outputs=outputs, instructions=instructions,
                            num_regs=8)
 

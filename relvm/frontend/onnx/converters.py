@@ -110,5 +110,5 @@ def flatten2d(n: Node, x: Expr, axis: int) -> Expr:
 
 
 from . import (ops_array, ops_attention, ops_control, ops_einsum, ops_index,  # noqa: E402,F401
-               ops_layout, ops_math, ops_ml, ops_nn, ops_norm, ops_quant, ops_shape,
-               ops_signal, ops_text, ops_vision)  # (registration)
+               ops_layout, ops_math, ops_ml, ops_nn, ops_norm, ops_quant, ops_sequence,
+               ops_shape, ops_signal, ops_text, ops_vision)  # (registration)

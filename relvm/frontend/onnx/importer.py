@@ -19,8 +19,9 @@ from ...errors import RelvmError
 from ...ir import dims as D
 from ...ir.nodes import (Call, Constant, Expr, Function, GlobalVar, If, IONames, Module, Tuple,
                          TupleGetItem, Var, post_order)
-from ...ir.types import TensorType, TupleType
+from ...ir.types import ListType, TensorType, TupleType
 from ...ops import values as V
+from ...ops.lists import LIST_OPS
 from ...ops.registry import OPS, AttrError, OpTypeError
 from ...passes.type_infer import _Mismatch, freshen, infer_module, join
 from .values import Scope, Value, as_sym
@@ -296,11 +297,15 @@ class Importer:
         self.dim_symbols: dict[str, D.Sym] = {}
         self.dim_names: set[str] = set()
         self.splits = 0
-        #: the global functions Loop and Scan nodes became (``loops.py``), by name
+        #: the global functions besides @main, by name: those Loop and Scan nodes became
+        #: (``loops.py``) and SequenceMap over lists (``ops_sequence.py``), all recursive
         self.functions: dict[str, Function] = {}
         #: the loop bodies being converted, outermost first (``loops.LoopFrame``)
         self.frames: list = []
         self.loop_count = 0
+        #: > 0 while converting the body of a SequenceMap function: known tensors are inline
+        #: constants there (a parameter of @main would be out of its reach)
+        self.in_function = 0
 
     # --- the whole model ---------------------------------------------------------------------------
     def run(self) -> tuple[Module, dict[str, np.ndarray]]:
@@ -337,7 +342,8 @@ class Importer:
                 if isinstance(node, GlobalVar) and node.name not in out:
                     out[node.name] = self.functions[node.name]
                     todo.append(out[node.name])
-        return {name: out[name] for name in sorted(out, key=lambda k: int(k.split("_")[1]))}
+        return {name: out[name] for name in sorted(
+            out, key=lambda k: (k.rsplit("_", 1)[0], int(k.rsplit("_", 1)[1])))}
 
     def check_supported(self, graph) -> None:
         """One error listing every op type without a converter (in subgraphs too)."""
@@ -381,11 +387,15 @@ class Importer:
             raise RelvmImportError(f"graph output {name!r} is not produced by any node")
         return v
 
-    def convert_subgraph(self, graph, parent: Scope) -> list[Value]:
-        """The output values of a subgraph (an If branch), converted in a child scope."""
+    def convert_subgraph(self, graph, parent: Scope,
+                         inputs: dict[str, Value] | None = None) -> list[Value]:
+        """The output values of a subgraph (an If branch; a SequenceMap body, given its
+        ``inputs``), converted in a child scope."""
         from onnx import numpy_helper
 
         scope = Scope(parent)
+        for name, v in (inputs or {}).items():
+            scope.bind(name, v)
         for t in graph.initializer:
             scope.bind(t.name, Value(t.name, const=numpy_helper.to_array(t), initializer=True))
         return self.convert_nodes(list(graph.node), 0, scope, [o.name for o in graph.output])
@@ -495,9 +505,11 @@ class Importer:
 
     def input_var(self, vi) -> Var:
         t = vi.type
+        if t.HasField("sequence_type"):
+            return self.list_var(vi)
         if not t.HasField("tensor_type"):
-            raise RelvmImportError(f"graph input {vi.name!r} is not a tensor; relvm imports "
-                                   "tensor inputs only")
+            raise RelvmImportError(f"graph input {vi.name!r} is neither a tensor nor a sequence "
+                                   "of tensors; relvm imports those")
         tt = t.tensor_type
         dtype = ONNX_DTYPES.get(tt.elem_type)
         if dtype is None:
@@ -517,6 +529,26 @@ class Importer:
         annotation = TensorType(tuple(shape), dtype)
         var = Var(self.unique_var_name(vi.name), annotation)
         var.with_type(freshen(annotation))
+        return var
+
+    def list_var(self, vi) -> Var:
+        """A sequence input: a list of its element type, each dim a number or ``?`` (of any
+        rank when the model gives no shape)."""
+        elem = vi.type.sequence_type.elem_type
+        if not elem.HasField("tensor_type"):
+            raise RelvmImportError(f"graph input {vi.name!r} is a sequence of non-tensors; "
+                                   "relvm's lists hold tensors")
+        tt = elem.tensor_type
+        dtype = ONNX_DTYPES.get(tt.elem_type)
+        if dtype is None:
+            raise RelvmImportError(f"graph input {vi.name!r} is a sequence of "
+                                   f"{onnx_type_name(tt.elem_type)}, which relvm does not "
+                                   "support")
+        shape = tuple(int(d.dim_value) if d.HasField("dim_value") and d.dim_value >= 0
+                      else D.ANY for d in tt.shape.dim)
+        t = ListType(TensorType(shape, dtype), ranked=tt.HasField("shape"))
+        var = Var(self.unique_var_name(vi.name), t)
+        var.with_type(t)
         return var
 
     def param(self, node: Node | None, v: Value) -> Var:
@@ -541,9 +573,11 @@ class Importer:
     def expr(self, v: Value, node: Node | None) -> Expr:
         """The IR expression of a value, made on first use (a param, a constant, a lazy node)."""
         if v.expr is None:
-            if v.const is not None and self.frames and v.thunk is None:
-                # A loop body's own constant: inline (a param of @main is not in scope there;
-                # the body's captured outer constants come through their thunks instead).
+            if v.seq is not None:
+                v.expr = self.list_expr(v, node)
+            elif v.const is not None and (self.frames or self.in_function) and v.thunk is None:
+                # A function body's own constant: inline (a param of @main is not in scope
+                # there; a loop body's captured outer constants come through their thunks).
                 v.expr = self.constant(node, v.const)
             elif v.const is not None and v.thunk is None:
                 if v.initializer or v.const.size > INLINE_LIMIT:
@@ -554,6 +588,26 @@ class Importer:
                 assert v.thunk is not None, v
                 v.expr = v.thunk()
         return v.expr
+
+    def list_expr(self, v: Value, node: Node | None) -> Expr:
+        """A sequence of known length as one IR list (``list.construct``; an empty one
+        ``list.empty``, of its element type's dtype and any rank)."""
+        if v.seq:
+            items = [self.expr(e, node) for e in v.seq]
+            tup = Tuple(tuple(items))
+            tup.with_type(TupleType(tuple(e.checked_type for e in items)))
+            op, args, attrs = OPS["list.construct"], (tup,), {}
+        else:
+            op, args, attrs = OPS["list.empty"], (), {"dtype": v.dtype or "float32"}
+        checked = op.make_attrs(attrs)
+        try:
+            t = op.infer(checked, *[a.checked_type for a in args])
+        except OpTypeError as e:
+            where = f"{node.describe()}: " if node else ""
+            raise RelvmImportError(f"{where}sequence {v.name!r}: {e}") from None
+        c = Call(op, args, checked)
+        c.with_type(t)
+        return c
 
     def constant(self, node: Node | None, arr: np.ndarray) -> Constant:
         arr = np.asarray(arr)
@@ -568,7 +622,8 @@ class Importer:
         except AttrError as e:
             raise node.fail(f"{op_name}: {e}") from None
         datas = [_constant_data(a) for a in args]
-        if all(d is not None for d in datas) and _small_enough_to_fold(op, checked, args, datas):
+        if all(d is not None for d in datas) and op_name not in LIST_OPS and \
+                _small_enough_to_fold(op, checked, args, datas):
             try:
                 with np.errstate(all="ignore"):
                     value = op.reference(checked, *datas)

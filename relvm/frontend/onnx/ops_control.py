@@ -62,9 +62,10 @@ def if_(n: Node):
         # 512 samples: its LSTM would read a rank-5 value): the other runs, guarded.
         good = 1 if failures[0] else 0
         return n.imp.guard_branch(n, c, good, values[good], failures[1 - good])
+    lengths = _sequence_lengths(n, values)
     branches = []
     for vals in values:
-        exprs = [n.imp.expr(v, n) for v in vals]
+        exprs = [n.imp.expr(e, n) for v in vals for e in (v.seq if v.seq is not None else [v])]
         branches.append(exprs[0] if len(exprs) == 1 else make_tuple(exprs))
     try:
         t = join(branches[0].checked_type, branches[1].checked_type)
@@ -72,10 +73,32 @@ def if_(n: Node):
         raise BranchesDiffer(n, c, values[0], values[1], str(e)) from None
     node = If(c, branches[0], branches[1])
     node.with_type(t)
-    count = len(then_graph.output)
-    if count == 1:
-        return [node]
-    return [n.field(node, i) for i in range(count)]
+    count = sum(1 if k is None else k for k in lengths)
+    fields = [node] if count == 1 else [n.field(node, i) for i in range(count)]
+    outs: list = []
+    for k, v in zip(lengths, values[0]):
+        if k is None:
+            outs.append(fields.pop(0))
+        else:  # a sequence: its elements, each chosen by the condition
+            outs.append(Value(v.name, seq=[Value(v.name, expr=fields.pop(0)) for _ in range(k)],
+                              dtype=v.dtype))
+    return outs
+
+
+def _sequence_lengths(n: Node, values: list) -> list:
+    """Per output: the length of a sequence both branches make as long (each element is then
+    chosen on its own), else None; a sequence whose length differs between the branches, or
+    is known in one only, becomes an IR list in both (``values`` updated)."""
+    out = []
+    for i, (a, b) in enumerate(zip(*values)):
+        if a.seq is not None and b.seq is not None and len(a.seq) == len(b.seq):
+            out.append(len(a.seq))
+            continue
+        for branch, v in enumerate((a, b)):
+            if v.seq is not None:
+                values[branch][i] = Value(v.name, expr=n.imp.expr(v, n))
+        out.append(None)
+    return out
 
 
 

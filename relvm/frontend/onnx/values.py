@@ -9,6 +9,9 @@ A :class:`Value` is one or more of:
   use it where an attribute must be static (a reshape target becomes codes ``[0, 3, -1]``).
 - an expression (``Expr``): the IR computing it at run time. For a ``sym`` value it is made only
   when something needs the tensor itself (``thunk`` converts the ONNX node then).
+- ``seq``: an ONNX sequence whose length is known at import, as the list of its elements'
+  values (``dtype`` gives the element type, for an empty one). SequenceAt, ConcatFromSequence...
+  of such a sequence are plain tensor ops on its elements.
 
 ``Scope`` maps names to values; a subgraph's scope sees its parent's names (a loop body's
 through its loop's function parameters).
@@ -27,12 +30,13 @@ from ...ir.nodes import Expr
 class Value:
     """One ONNX tensor: its known value, symbolic value and/or IR expression."""
 
-    __slots__ = ("name", "const", "sym", "dtype", "expr", "thunk", "initializer", "graph_input")
+    __slots__ = ("name", "const", "sym", "dtype", "expr", "thunk", "initializer", "graph_input",
+                 "seq")
 
     def __init__(self, name: str, *, const: np.ndarray | None = None, sym: np.ndarray | None = None,
                  dtype: str | None = None, expr: Expr | None = None,
                  thunk: Callable[[], Expr] | None = None, initializer: bool = False,
-                 graph_input: str | None = None):
+                 graph_input: str | None = None, seq: "list[Value] | None" = None):
         self.name = name
         self.const = const
         self.sym = sym
@@ -42,6 +46,8 @@ class Value:
         self.initializer = initializer
         #: the graph input this value is, unchanged (for "must be a constant" errors)
         self.graph_input = graph_input
+        #: the elements of a sequence of known length
+        self.seq = seq
 
     @classmethod
     def of_sym(cls, name: str, sym: np.ndarray, dtype: str, thunk: Callable[[], Expr]) -> "Value":
@@ -55,7 +61,8 @@ class Value:
         return cls(name, sym=sym, dtype=dtype, thunk=thunk)
 
     def __repr__(self) -> str:
-        kind = "const" if self.const is not None else "sym" if self.sym is not None else "expr"
+        kind = ("const" if self.const is not None else "sym" if self.sym is not None
+                else f"seq[{len(self.seq)}]" if self.seq is not None else "expr")
         return f"Value({self.name!r}, {kind})"
 
 
@@ -86,8 +93,9 @@ class Scope:
                  outer: "Callable[[str], Value | None] | None" = None):
         self.values: dict[str, Value] = {}
         self.parent = parent
-        #: for a loop body's outermost scope: how a name from outside the body is reached
-        #: (``loops.LoopFrame.capture_name``: it becomes a parameter of the loop's function)
+        #: for the outermost scope of a function of its own (a loop body: ``loops.LoopFrame.
+        #: capture_name``; SequenceMap's body over a list): how a name from outside the
+        #: function is reached -- it becomes one of the function's parameters
         self.outer = outer
 
     def lookup(self, name: str) -> Value | None:

@@ -153,6 +153,7 @@ def opcode(name: str, number: int, fields: str, flags: str, doc: str) -> OpcodeS
 
 
 _I31 = f"[0..{2**31 - 1}]"
+_MAX_RANK = 64  # relvm.ir.limits.MAX_RANK, as the file format's meta.MAX_RANK repeats it
 
 TABLE: tuple[OpcodeSpec, ...] = (
     opcode("Move", 0, "dst:dst src:view", "pure",
@@ -201,6 +202,30 @@ TABLE: tuple[OpcodeSpec, ...] = (
            "drop the reference in dst so its memory can be freed"),
     opcode("ComputeDims", 21, "prog:prog args:srcs", "dims",
            "run dim program prog over the shapes (or values) of args into the frame's dims"),
+    # Lists of tensors (ONNX sequences), of a length known when the program runs. A list is
+    # never changed: insert and erase make new ones. Elements are read-only to kernels (they
+    # may be the caller's arrays); positions count from the end when negative.
+    opcode("AllocList", 22, f"dst:dst items:holds dtype:dtype rank:imm[-1..{_MAX_RANK}]", "pure",
+           "dst = a list of the items, tensors of dtype and rank (-1: any; no items: an empty "
+           "list)"),
+    opcode("ListLength", 23, "dst:dst list:src", "pure",
+           "dst = the number of tensors in list, as an int64 scalar"),
+    opcode("ListGet", 24, "dst:dst list:part index:src", "pure",
+           "dst = the tensor at position index (an integer scalar) of list"),
+    opcode("ListInsert", 25, "dst:dst list:part item:holds index:src", "pure",
+           "dst = list with the item (one register) inserted before position index "
+           "(the length: at the end)"),
+    opcode("ListErase", 26, "dst:dst list:part index:src", "pure",
+           "dst = list without the tensor at position index"),
+    opcode("ListConcat", 27, f"dst:dst list:src axis:imm[{-_MAX_RANK - 1}..{_MAX_RANK}] "
+           "new_axis:imm[0..1]", "",
+           "dst = a new tensor: list's tensors joined along axis (new_axis 1: stacked along a "
+           "new axis there)"),
+    opcode("ListSplit", 28, f"dst:dst tensor:src split:src axis:imm[{-_MAX_RANK}..{_MAX_RANK}] "
+           "keepdims:imm[0..1]", "",
+           "dst = a list of new tensors: tensor cut along axis into parts of the sizes in "
+           "split (1-d), or of split each (a scalar; the last shorter); keepdims 0 drops the "
+           "axis (parts of 1)"),
 )
 
 BY_NAME: dict[str, OpcodeSpec] = {s.name: s for s in TABLE}

@@ -28,7 +28,10 @@ META_KEYS: dict[str, str] = {
                  "`instructions` locating its bytecode in `code`, and optionally `io_names`: "
                  "`inputs` (one name per parameter) and `outputs` (one per flattened output), "
                  "the names the model gave them (ONNX's `input.1` for the parameter `input_1`; "
-                 "files written before it existed lack it and load, their names the IR's)",
+                 "files written before it existed lack it and load, their names the IR's); a "
+                 "parameter or an output that is a list of tensors (`List[...]`) has `list`: true "
+                 "(optional: absent means false); a list parameter's one tensor is its element "
+                 "type (dims a number or `?`; shape null: any rank)",
     "kernels": "the kernel table: `name`, `op`, `attrs` (float attributes may be `NaN` or "
                "`Infinity`, as Python's json writes them), `inputs` and `outputs` dtypes, "
                "`groups`, and `ranks`: `[input ranks, output ranks]` of the flattened "
@@ -105,12 +108,16 @@ def _function_meta(fn: VMFunction, code: CodeRange) -> dict:
     return {
         "name": fn.name,
         "params": [{"name": p.name, "type": p.type_text, "tuple": p.is_tuple,
-                    "tensors": [{"dtype": t.dtype, "shape": list(t.shape)} for t in p.tensors]}
+                    **({"list": True} if p.is_list else {}),
+                    "tensors": [{"dtype": t.dtype,
+                                 "shape": None if t.shape is None else list(t.shape)}
+                                for t in p.tensors]}
                    for p in fn.params],
         "num_regs": fn.num_regs, "num_dims": fn.num_dims, "dim_names": list(fn.dim_names),
         "prologue": fn.prologue, "ret_type": fn.ret_type,
         "outputs": [{"dtype": o.dtype, "shape": None if o.shape is None else list(o.shape),
-                     "alloc_pcs": list(o.alloc_pcs), "type": o.type_text} for o in fn.outputs],
+                     "alloc_pcs": list(o.alloc_pcs), "type": o.type_text,
+                     **({"list": True} if o.is_list else {})} for o in fn.outputs],
         "code": {"word_offset": code.word_offset, "word_count": code.word_count,
                  "instructions": code.instructions},
         **({"io_names": {"inputs": list(fn.input_names), "outputs": list(fn.output_names)}}
@@ -273,23 +280,46 @@ def _io_names(v: Any, path: str, params: int, outputs: int) -> tuple[tuple, tupl
 
 def _param(p: Any, path: str) -> ParamSig:
     p = obj(p, path, ("name", "type", "tuple", "tensors"))
-    return ParamSig(text(p["name"], f"{path}.name"), text(p["type"], f"{path}.type"),
-                    each(p["tensors"], f"{path}.tensors", _tensor),
-                    boolean(p["tuple"], f"{path}.tuple"))
+    sig = ParamSig(text(p["name"], f"{path}.name"), text(p["type"], f"{path}.type"),
+                   each(p["tensors"], f"{path}.tensors", _tensor),
+                   boolean(p["tuple"], f"{path}.tuple"),
+                   boolean(p.get("list", False), f"{path}.list"))  # optional: older files
+    if sig.is_list:
+        _check_list(sig.type_text, path)
+        if sig.is_tuple or len(sig.tensors) != 1:
+            raise _fail(path, f"a list parameter ({sig.type_text}) has one element type and is "
+                              f"no tuple; found {len(sig.tensors)} tensors"
+                              + (" and a tuple" if sig.is_tuple else ""))
+    elif any(t.shape is None for t in sig.tensors):
+        raise _fail(f"{path}.tensors", "only a list's element may have no shape (any rank)")
+    return sig
+
+
+def _check_list(type_text: str, path: str) -> None:
+    """A list's type text is ``List[<its element type>]``."""
+    if not (type_text.startswith("List[") and type_text.endswith("]")):
+        raise _fail(f"{path}.type", f"a list's type must be List[...], got {type_text!r}")
 
 
 def _tensor(t: Any, path: str) -> TensorSig:
     t = obj(t, path, ("dtype", "shape"))
     return TensorSig(dtype(t["dtype"], f"{path}.dtype"),
-                     each(t["shape"], f"{path}.shape", _static_dim))
+                     None if t["shape"] is None else each(t["shape"], f"{path}.shape",
+                                                          _static_dim))
 
 
 def _output(o: Any, path: str) -> OutputSig:
     o = obj(o, path, ("dtype", "shape", "alloc_pcs", "type"))
     shape = None if o["shape"] is None else each(o["shape"], f"{path}.shape", integer)
-    return OutputSig(dtype(o["dtype"], f"{path}.dtype"), shape,
-                     each(o["alloc_pcs"], f"{path}.alloc_pcs", integer),
-                     text(o["type"], f"{path}.type"))
+    sig = OutputSig(dtype(o["dtype"], f"{path}.dtype"), shape,
+                    each(o["alloc_pcs"], f"{path}.alloc_pcs", integer),
+                    text(o["type"], f"{path}.type"),
+                    boolean(o.get("list", False), f"{path}.list"))  # optional: older files
+    if sig.is_list:
+        _check_list(sig.type_text, path)
+        if sig.shape is not None or sig.alloc_pcs:
+            raise _fail(path, "a list result has no shape and no allocations")
+    return sig
 
 
 def _kernel(k: Any, path: str) -> KernelEntry:

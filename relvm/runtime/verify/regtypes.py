@@ -61,6 +61,11 @@ def adt(tag: int | None, fields: tuple) -> tuple:
     return ("tuple", tag, fields, depth) if depth <= MAX_DEPTH else UNKNOWN
 
 
+def tensor_list(dtype: str, rank: int | None) -> tuple:
+    """A list of tensors of ``dtype`` and ``rank`` (None: not proven)."""
+    return ("list", dtype, rank)
+
+
 def join(a: tuple, b: tuple) -> tuple:
     """The least fact describing both: equal facts survive, a rank or a closure's function
     that differs is forgotten, anything else is UNKNOWN."""
@@ -77,6 +82,8 @@ def join(a: tuple, b: tuple) -> tuple:
         return tensor(a[1], a[2] if a[2] == b[2] else None, a[3] and b[3])
     if kind == "closure":
         return ANY_CLOSURE
+    if kind == "list":
+        return UNKNOWN if a[1] != b[1] else tensor_list(a[1], a[2] if a[2] == b[2] else None)
     if len(a[2]) != len(b[2]):
         return UNKNOWN
     return adt(a[1] if a[1] == b[1] else None, tuple(map(join, a[2], b[2])))
@@ -91,6 +98,8 @@ def describe(f: tuple) -> str:
         return "(" + ", ".join(map(describe, f[2])) + ("," if len(f[2]) == 1 else "") + ")"
     if kind == "closure":
         return "a closure" + ("" if f[1] is None else f" of function {f[1]}")
+    if kind == "list":
+        return f"a list of {f[1]} tensors of {'unknown rank' if f[2] is None else f'rank {f[2]}'}"
     return {"storage": "a storage buffer", "unknown": "a value of unproven type",
             "nothing": "nothing (never written)"}[kind]
 
@@ -98,6 +107,11 @@ def describe(f: tuple) -> str:
 def param_fact(p: ParamSig) -> tuple | None:
     """What a VM entry lets parameter ``p`` hold (a tuple arrives flat), or None if ``p``
     describes nothing an entry accepts."""
+    if p.is_list:
+        if len(p.tensors) != 1:
+            return None
+        elem = p.tensors[0]
+        return tensor_list(elem.dtype, None if elem.shape is None else len(elem.shape))
     tensors = tuple(tensor(t.dtype, len(t.shape)) for t in p.tensors)
     if p.is_tuple:
         return adt(0, tensors)
@@ -110,7 +124,7 @@ def mismatch(found: tuple, declared: tuple) -> str | None:
     """Why a value described by ``found`` may not be passed where ``declared`` is expected."""
     if declared[0] != found[0]:
         return f"expected {describe(declared)}, found {describe(found)}"
-    if declared[0] == "tensor":
+    if declared[0] in ("tensor", "list"):
         if found[1] != declared[1] or found[2] != declared[2]:
             return f"expected {describe(declared)}, found {describe(found)}"
     elif declared[0] == "tuple":
@@ -146,7 +160,7 @@ def reshaped(src: tuple, rank: int) -> tuple:
 def tensor_leaves(f: tuple) -> list[tuple] | None:
     """The tensors of a result, flattened as ``outputs`` lists them; None if not provable."""
     kind = f[0]
-    if kind == "tensor":
+    if kind in ("tensor", "list"):
         return [f]
     if kind == "closure":
         return []
@@ -329,6 +343,9 @@ def _check_result(p: Pass, ins: tuple, fact: tuple) -> None:
         raise p.error(ins, f"returns {len(leaves)} tensors, but the function's outputs list "
                            f"{len(outputs)}")
     for i, (t, out) in enumerate(zip(leaves, outputs)):
+        if (t[0] == "list") != out.is_list or (out.is_list and t[1] != out.dtype):
+            raise p.error(ins, f"result {i}: the outputs declare {out.type_text}, found "
+                               f"{describe(t)}")
         rank = None if out.shape is None else len(out.shape)
         if t[1] != out.dtype or (rank is not None and t[2] is not None and t[2] != rank):
             raise p.error(ins, f"result {i}: the outputs declare {out.dtype}"
@@ -500,6 +517,79 @@ def _device_copy(p: Pass, ins: tuple) -> None:
         p.write(ins.dst, tensor(src[1], src[2], True))
     else:
         p.write(ins.dst, reshaped(src, 1) if src is STORAGE else UNKNOWN)
+
+
+@step("AllocList")
+def _alloc_list(p: Pass, ins: tuple) -> None:
+    declared = tensor(ins.dtype, None if ins.rank < 0 else ins.rank)
+    for r in ins.items:
+        _list_item(p, ins, r, declared)
+    p.write(ins.dst, tensor_list(declared[1], declared[2]))
+
+
+def _list_item(p: Pass, ins: tuple, r: int, declared: tuple) -> None:
+    found = p.read(ins, r)
+    if p.checking and (found[0] != "tensor" or found[1] != declared[1]
+                       or found[2] not in (None, declared[2])):
+        raise p.error(ins, f"${r} is {describe(found)}; the list holds {describe(declared)}")
+
+
+def _list_of(p: Pass, ins: tuple, r: int) -> tuple:
+    found = p.read(ins, r)
+    if p.checking and found[0] not in ("list", "unknown"):
+        raise p.error(ins, f"${r} is {describe(found)}, not a list")
+    return found
+
+
+@step("ListLength")
+def _list_length(p: Pass, ins: tuple) -> None:
+    _list_of(p, ins, ins.list)
+    p.write(ins.dst, tensor("int64", 0))
+
+
+@step("ListGet")
+def _list_get(p: Pass, ins: tuple) -> None:
+    lst = _list_of(p, ins, ins.list)
+    p.write(ins.dst, tensor(lst[1], lst[2]) if lst[0] == "list" else UNKNOWN)
+
+
+@step("ListInsert")
+def _list_insert(p: Pass, ins: tuple) -> None:
+    lst = _list_of(p, ins, ins.list)
+    if len(ins.item) != 1:
+        raise p.error(ins, f"inserts {len(ins.item)} registers, not one")
+    if lst[0] == "list":
+        _list_item(p, ins, ins.item[0], tensor(lst[1], lst[2]))
+    p.write(ins.dst, lst)
+
+
+@step("ListErase")
+def _list_erase(p: Pass, ins: tuple) -> None:
+    p.write(ins.dst, _list_of(p, ins, ins.list))
+
+
+@step("ListConcat")
+def _list_concat(p: Pass, ins: tuple) -> None:
+    lst = _list_of(p, ins, ins.list)
+    if lst[0] != "list":
+        p.write(ins.dst, UNKNOWN)
+        return
+    rank = None if lst[2] is None else lst[2] + ins.new_axis
+    p.write(ins.dst, tensor(lst[1], rank))
+
+
+@step("ListSplit")
+def _list_split(p: Pass, ins: tuple) -> None:
+    src = p.read(ins, ins.tensor)
+    if src[0] != "tensor":
+        if p.checking:
+            raise p.error(ins, f"${ins.tensor} is {describe(src)}, not a tensor")
+        p.write(ins.dst, UNKNOWN)
+        return
+    rank = None if src[2] is None else src[2] - (0 if ins.keepdims else 1)
+    if p.checking and rank is not None and (rank < 0 or src[2] == 0):
+        raise p.error(ins, f"splits {describe(src)}, which has no axis")
+    p.write(ins.dst, tensor_list(src[1], rank))
 
 
 @step("KillRegister")

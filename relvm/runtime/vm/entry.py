@@ -53,6 +53,7 @@ class EntryPoint:
         # for other signatures.
         self._only_input = self.converters[0] if len(self.converters) == 1 else None
         self._only_dtype = self.out_dtypes[0] if len(fn.outputs) == 1 else None
+        self.returns_list = any(o.is_list for o in fn.outputs)
         self._only_static = self.static_out_shapes[0] if len(fn.outputs) == 1 else None
         self.copies = 0  # inputs copied because they were not C-contiguous
         #: The VM's steps for this function (set by the VM).
@@ -104,6 +105,23 @@ class EntryPoint:
 
     def _converter(self, p: ParamSig) -> Callable[[Any], Any]:
         what = f"%{p.name}"
+        if p.is_list:
+            check = self._tensor_check(f"{what} element", p.tensors[0])
+            fname = self.fn.name
+
+            def convert_list(value: Any) -> list:
+                if not isinstance(value, (list, tuple)):
+                    raise RelvmInputError(f"@{fname} input {what}: expected a list of arrays "
+                                          f"({p.type_text}), got {type(value).__name__}")
+                out = []
+                for i, v in enumerate(value):
+                    try:
+                        out.append(check(v))
+                    except RelvmInputError as e:
+                        raise RelvmInputError(str(e).replace(f"{what} element",
+                                                             f"{what}[{i}]", 1)) from None
+                return out
+            return convert_list
         if p.is_tuple:
             checks = [self._tensor_check(f"{what}.{i}", s) for i, s in enumerate(p.tensors)]
 
@@ -123,8 +141,12 @@ class EntryPoint:
         return self._tensor_check(what, p.tensors[0])
 
     def _tensor_check(self, what: str, sig: TensorSig) -> Callable[[Any], np.ndarray]:
+        if sig.shape is None:  # a list's element of any rank: its shape is not checked
+            sig = TensorSig(sig.dtype, ())
+            ndim = None
+        else:
+            ndim = len(sig.shape)
         dt = dtypes.to_numpy(sig.dtype)
-        ndim = len(sig.shape)
         static = tuple((i, d) for i, d in enumerate(sig.shape) if isinstance(d, int))
         # A fully static shape is checked by one tuple comparison; the rank and per-dim checks
         # below then only run to name what is wrong.
@@ -140,7 +162,7 @@ class EntryPoint:
                 raise RelvmInputError(f"@{fname} input {what}: expected dtype {sig.dtype}, got "
                                       f"{arr.dtype}")
             shape = arr.shape
-            if shape != whole:
+            if shape != whole and ndim is not None:
                 if len(shape) != ndim:
                     raise RelvmInputError(f"@{fname} input {what}: expected rank {ndim} ({sig}), "
                                           f"got shape {shape}")
@@ -158,6 +180,9 @@ class EntryPoint:
     def check_outputs(self, outs: Sequence[Any], label: str = "output_args") -> tuple:
         """The caller's output arrays, checked (count, dtype, layout, no two sharing memory)
         before anything runs; errors call the arrays ``label[i]``."""
+        if self.returns_list:
+            raise RelvmInputError(f"@{self.fn.name} returns a list ({self.fn.ret_type}): its "
+                                  "tensors cannot be written into output arrays")
         dt = self._only_dtype
         if dt is not None and len(outs) == 1:  # the usual case, every check passing
             out = outs[0]

@@ -442,6 +442,98 @@ def reshape_tensor(vm, fn, pc, dst, tensor, shape) -> Step:
     return step
 
 
+# --- lists (relvm/ops/lists.py defines what each computes) ---------------------------------------
+
+@handler("AllocList")
+def alloc_list(vm, fn, pc, dst, items, dtype, rank) -> Step:
+    nxt = pc + 1
+
+    def step(f):
+        r = f.regs
+        r[dst] = [r[i] for i in items]
+        return nxt
+    return step
+
+
+@handler("ListLength")
+def list_length(vm, fn, pc, dst, list) -> Step:
+    src = list
+    nxt = pc + 1
+
+    def step(f):
+        r = f.regs
+        r[dst] = np.array(len(r[src]), np.int64)
+        return nxt
+    return step
+
+
+@handler("ListGet")
+def list_get(vm, fn, pc, dst, list, index) -> Step:
+    from ...ops.lists import get
+    src = list
+    nxt = pc + 1
+
+    def step(f):
+        r = f.regs
+        r[dst] = get(r[src], r[index])
+        return nxt
+    return step
+
+
+@handler("ListInsert")
+def list_insert(vm, fn, pc, dst, list, item, index) -> Step:
+    from ...ops.lists import insert
+    src = list
+    if len(item) != 1:
+        raise RelvmRuntimeError(f"list_insert at pc {pc} inserts {len(item)} registers, not one")
+    it = item[0]
+    nxt = pc + 1
+
+    def step(f):
+        r = f.regs
+        r[dst] = insert(r[src], r[it], r[index])
+        return nxt
+    return step
+
+
+@handler("ListErase")
+def list_erase(vm, fn, pc, dst, list, index) -> Step:
+    from ...ops.lists import erase
+    src = list
+    nxt = pc + 1
+
+    def step(f):
+        r = f.regs
+        r[dst] = erase(r[src], r[index])
+        return nxt
+    return step
+
+
+@handler("ListConcat")
+def list_concat(vm, fn, pc, dst, list, axis, new_axis) -> Step:
+    from ...ops.lists import concat
+    src = list
+    nxt = pc + 1
+
+    def step(f):
+        r = f.regs
+        r[dst] = concat(r[src], axis, bool(new_axis))
+        return nxt
+    return step
+
+
+@handler("ListSplit")
+def list_split(vm, fn, pc, dst, tensor, split, axis, keepdims) -> Step:
+    from ...ops.lists import split as cut
+    nxt = pc + 1
+
+    def step(f):
+        r = f.regs
+        r[dst] = cut(r[tensor], r[split], axis, bool(keepdims))
+        return nxt
+    return step
+
+
 # --- memory ---------------------------------------------------------------------------------------
 
 @handler("AllocStorage")

@@ -81,7 +81,7 @@ def _dims_of_shapes(ins: tuple, programs: Sequence[tuple], known: set[int] | Non
 
 def replayable(fn: VMFunction, programs: Sequence[tuple]) -> bool:
     """Whether ``fn`` may be replayed at all (see the module docstring)."""
-    if any(p.is_tuple or not p.tensors for p in fn.params):
+    if any(p.is_tuple or p.is_list or not p.tensors for p in fn.params):
         return False  # replays are keyed by input shapes: tensors only
     return replayable_code(fn.instructions, programs)
 
