@@ -159,12 +159,6 @@ XFAIL.update({
     "test_training_dropout_mask": "training-mode Dropout is random",
     "test_identity_opt": "optional values are not supported (tensors only)",
     "test_if_opt": "optional values are not supported (tensors only)",
-    "test_loop13_seq": "a Loop carrying a sequence: loops carry tensors (lists are not yet "
-                       "loop-carried values)",
-    **{f"test_sequence_map_{c}_expanded": "the expansion is a Loop carrying a sequence: loops "
-       "carry tensors (lists are not yet loop-carried values; SequenceMap itself imports)"
-       for c in ("identity_1_sequence", "identity_2_sequences", "identity_1_sequence_1_tensor",
-                 "add_2_sequences", "add_1_sequence_1_tensor", "extract_shapes")},
     "test_affine_grid_2d_expanded": "the expansion squeezes a data-dependent (?, 1, 3) "
                                     "without axes, which needs a static shape",
     "test_affine_grid_2d_align_corners_expanded": "the expansion squeezes a data-dependent "

@@ -336,3 +336,51 @@ def test_trip_count_from_a_symbolic_dim():
     for t in (0, 1, 9):
         check(m, {"x": rng.standard_normal((t, 3), np.float32),
                   "y0": rng.standard_normal(3, np.float32)})
+
+
+def _seq(name, t, shape):
+    return helper.make_tensor_sequence_value_info(name, t, shape)
+
+
+def _growing_sequence_loop(declared, outputs):
+    """Each iteration appends x[:i+1] (a vector one longer each time) to the carried
+    sequence, which enters empty (SequenceEmpty has no element shape)."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c_in"], ["c_out"]),
+         helper.make_node("Add", ["i", "one"], ["end"]),
+         helper.make_node("Unsqueeze", ["end", "zero"], ["end1"]),
+         helper.make_node("Slice", ["x", "zero", "end1"], ["part"]),
+         helper.make_node("SequenceInsert", ["s_in", "part"], ["s_out"])],
+        "body", [vi("i", I64, []), vi("c_in", B, []), _seq("s_in", F, declared)],
+        [vi("c_out", B, []), _seq("s_out", F, declared)],
+        initializer=[onnx.numpy_helper.from_array(np.array([0], np.int64), "zero"),
+                     onnx.numpy_helper.from_array(np.array(1, np.int64), "one")])
+    nodes = [helper.make_node("SequenceEmpty", [], ["s0"], dtype=F),
+             helper.make_node("Loop", ["M", "", "s0"], ["s"], body=body),
+             helper.make_node("SequenceLength", ["s"], ["length"])]
+    if declared is not None:
+        nodes.append(helper.make_node("ConcatFromSequence", ["s"], ["flat"], axis=0))
+    return model(nodes, [vi("M", I64, []), vi("x", F, ["n"])], outputs)
+
+
+def test_loop_carries_a_sequence():
+    # the body declares its sequence of vectors: after the loop, its length and concatenation
+    m = _growing_sequence_loop(["k"], [vi("length", I64, []), vi("flat", F, None)])
+    x = np.arange(6, dtype=np.float32)
+    for trips in (1, 3, 6):  # (ONNX Runtime refuses to concatenate an empty sequence)
+        check(m, {"M": np.array(trips, np.int64), "x": x})
+    mod, _ = from_onnx(m)
+    assert "List[Tensor[(?), float32]]" in str(mod["loop_0"].ret_type)
+
+
+def test_loop_carries_a_sequence_of_any_rank():
+    # declared without a shape: the loop's list is of any rank, returned as a list of arrays
+    m = _growing_sequence_loop(None, [_seq("s", F, None), vi("length", I64, [])])
+    feeds = {"M": np.array(4, np.int64), "x": np.arange(6, dtype=np.float32)}
+    want = ort.InferenceSession(m.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = run_relvm(m, feeds)
+    assert int(got[1]) == int(want[1]) == 4
+    assert len(got[0]) == len(want[0])
+    for g, w in zip(got[0], want[0]):
+        np.testing.assert_array_equal(g, w)

@@ -42,8 +42,8 @@ import numpy as np
 
 from ...ir import dims as D
 from ...ir.nodes import Call, Expr, Function, GlobalVar, If, Var
-from ...ir.types import FuncType, TensorType, TupleType
-from ...passes.type_infer import _Mismatch, instantiate, join
+from ...ir.types import FuncType, ListType, TensorType, TupleType
+from ...passes.type_infer import _list_fits, _Mismatch, instantiate, join, join_lists
 from .importer import INLINE_LIMIT, Node, sanitize
 from .values import Scope, Value
 
@@ -130,6 +130,16 @@ def tensor_type(n: Node, e: Expr, what: str) -> TensorType:
     return t
 
 
+def _is_empty_list(e: Expr) -> bool:
+    return isinstance(e, Call) and getattr(e.op, "name", None) == "list.empty"
+
+
+def _carried_type(n: Node, e: Expr, what: str) -> TensorType | ListType:
+    """A loop-carried value's type: a tensor's, or a list's (an ONNX sequence)."""
+    t = e.checked_type
+    return t if isinstance(t, ListType) else tensor_type(n, e, what)
+
+
 def scalar_of(n: Node, e: Expr, dtype: str, what: str) -> Expr:
     """``e`` as a scalar of ``dtype`` (ONNX allows a 1-element tensor too)."""
     t = tensor_type(n, e, what)
@@ -144,7 +154,7 @@ def scalar_of(n: Node, e: Expr, dtype: str, what: str) -> Expr:
 
 def build_loop(n: Node, *, count: Expr | None, cond: Expr | None, carried: Sequence[Expr],
                invariants: Sequence[Expr], scan_reverse: Sequence[bool],
-               body: Body) -> list[Expr]:
+               body: Body, declared: Sequence[ListType | None] = ()) -> list[Expr]:
     """The results of a loop -- final carried values, then scan outputs stacked on a new
     leading axis -- as expressions where ``n`` is; the loop itself a new global function.
 
@@ -152,18 +162,40 @@ def build_loop(n: Node, *, count: Expr | None, cond: Expr | None, carried: Seque
     feeds the next test; always true if None). ``body`` converts one iteration given the
     parameters, and returns ``(cond out or None, carried out, scan outputs)``; it may read
     names from outside through the frame's scope. ``scan_reverse[k]`` stacks output ``k`` last
-    iteration first.
+    iteration first. ``declared[k]``, for a carried sequence, is the list type the body
+    declares for it: the loop's list is of that type (joined with the entering list's), and an
+    empty list entering takes it (an ONNX SequenceEmpty has no element shape of its own).
     """
     imp = n.imp
+    carried = list(carried)
+    for k, want in enumerate(declared):
+        if want is not None and _is_empty_list(carried[k]) and want.ranked:
+            carried[k] = n.call("list.empty", dtype=want.elem.dtype,
+                                shape=[d if isinstance(d, int) else -1 for d in want.elem.shape])
     name = f"loop_{imp.loop_count}"
     imp.loop_count += 1
-    inits = [tensor_type(n, e, f"loop-carried value {k}") for k, e in enumerate(carried)]
-    shapes = [list(general_type(t).shape) for t in inits]
+    inits = [_carried_type(n, e, f"loop-carried value {k}") for k, e in enumerate(carried)]
+    # A tensor's shape, each dim loosened to a fresh ? once the body changes it; a list's type
+    # (ONNX sequences: the body grows it), joined with what the body makes of it.
+    shapes = [t if isinstance(t, ListType) else list(general_type(t).shape) for t in inits]
+    for k, want in enumerate(declared):
+        if want is not None and isinstance(shapes[k], ListType):
+            shapes[k] = join_lists(shapes[k], want)
     loose: set[tuple[int, int]] = set()  # (value, axis): dims the body changes
-    for _ in range(1 + sum(t.ndim for t in inits)):  # each round but the last loosens a dim
+    rounds = 1 + sum(2 if isinstance(t, ListType) else t.ndim for t in inits)
+    for _ in range(rounds):  # each round but the last loosens a dim or widens a list's type
         frame, params, outs = _convert_body(n, shapes, inits, count, cond, invariants, body)
         changed = False
         for k, (e, t0) in enumerate(zip(outs[1], inits)):
+            if isinstance(t0, ListType):
+                t = e.checked_type
+                if not isinstance(t, ListType) or t.elem.dtype != t0.elem.dtype:
+                    raise n.fail(f"loop-carried value {k} enters the body as {t0} and leaves "
+                                 f"it as {t}: a sequence of the same element type must stay")
+                if not _list_fits(t, shapes[k]):
+                    shapes[k] = join_lists(shapes[k], t)
+                    changed = True
+                continue
             t = tensor_type(n, e, f"the body's loop-carried output {k}")
             if t.dtype != t0.dtype or t.ndim != t0.ndim:
                 raise n.fail(f"loop-carried value {k} enters the body as {t0} and leaves it as "
@@ -186,7 +218,7 @@ def _convert_body(n: Node, shapes: list, inits: list[TensorType], count: Expr | 
     i = param_var("i", TensorType((), "int64"))
     c = param_var("cond", TensorType((), "bool")) if cond is not None else None
     m = param_var("count", TensorType((), "int64")) if count is not None else None
-    carried = [param_var(f"v{k}", TensorType(tuple(s), t.dtype))
+    carried = [param_var(f"v{k}", s if isinstance(s, ListType) else TensorType(tuple(s), t.dtype))
                for k, (s, t) in enumerate(zip(shapes, inits))]
     inv = [param_var(f"w{k}", general_type(e.checked_type)) for k, e in enumerate(invariants)]
     imp.frames.append(frame)
@@ -206,12 +238,14 @@ def _assemble(n: Node, name: str, frame: LoopFrame, params: dict, outs: tuple,
     m, carried, inv = params["count"], params["carried"], params["inv"]
     # The return type: a carried dim the body keeps is the parameter's; one it changes, or a
     # scan output's number of iterations, is unknown at the call.
-    carried_ret = [TensorType(tuple(d if D.prove_equal(d, o) is True else fresh()
+    carried_ret = [v.checked_type if isinstance(v.checked_type, ListType) else
+                   TensorType(tuple(d if D.prove_equal(d, o) is True else fresh()
                                     for d, o in zip(v.checked_type.shape,
                                                     tensor_type(n, e, "").shape)),
                               v.checked_type.dtype)
                    for v, e in zip(carried, carried_out)]
     loose = {(k, a) for k, (v, e) in enumerate(zip(carried, carried_out))
+             if isinstance(v.checked_type, TensorType)
              for a, (d, o) in enumerate(zip(v.checked_type.shape, e.checked_type.shape))
              if D.prove_equal(d, o) is not True}
     where = _dims_of_params(carried + inv + frame.params, loose)
@@ -412,6 +446,8 @@ def _dims_of_params(params: Sequence[Var], skip: set) -> dict:
     """Bare dims of ``params`` (not the ``skip`` positions): dim -> (parameter, axis)."""
     where: dict = {}
     for k, var in enumerate(params):
+        if not isinstance(var.checked_type, TensorType):
+            continue  # a list: its elements' dims are not the loop's
         for a, d in enumerate(var.checked_type.shape):
             if not isinstance(d, int) and _bare(d) and (k, a) not in skip:
                 where.setdefault(d, (var, a))

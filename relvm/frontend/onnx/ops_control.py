@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir.nodes import If
+from ...ir.types import TensorType
 from ...passes.type_infer import _Mismatch, join
 from .converters import converter, make_tuple, norm_axis
 from .importer import BranchesDiffer, Node, both_branches
@@ -117,7 +118,8 @@ def _body_scope(n: Node, graph, values: list[Expr], outer: Scope) -> Scope:
     for vi, e in zip(graph.input, values):
         tt = vi.type.tensor_type
         if vi.type.HasField("tensor_type") and tt.HasField("shape") \
-                and e.checked_type.ndim == 0 and len(tt.shape.dim) > 0:
+                and isinstance(e.checked_type, TensorType) and e.checked_type.ndim == 0 \
+                and len(tt.shape.dim) > 0:
             e = n.call("reshape", e, newshape=[1] * len(tt.shape.dim))
         scope.bind(vi.name, Value(vi.name, expr=e))
     for t in graph.initializer:
@@ -130,17 +132,22 @@ def _body_outputs(n: Node, graph, scope: Scope) -> list[Expr]:
     return [n.imp.expr(v, n) for v in values]
 
 
-def _check_tensor_io(n: Node, graph) -> None:
+def _check_tensor_io(n: Node, graph, sequences: bool = False) -> None:
+    """Optional values are refused; sequences too unless ``sequences`` (a Loop carries them
+    as lists)."""
     for vi in list(graph.input) + list(graph.output):
-        if vi.type.HasField("sequence_type") or vi.type.HasField("optional_type"):
-            raise n.fail(f"the body's {vi.name!r} is a sequence or optional; sequences are not "
-                         "supported (tensors only)")
+        if vi.type.HasField("optional_type"):
+            raise n.fail(f"the body's {vi.name!r} is an optional value; relvm's values are "
+                         "tensors, tuples and lists")
+        if vi.type.HasField("sequence_type") and not sequences:
+            raise n.fail(f"the body's {vi.name!r} is a sequence; a {n.op_type}'s body takes "
+                         "and makes tensors")
 
 
 @converter("Loop")
 def loop(n: Node):
     graph = n.required("body")
-    _check_tensor_io(n, graph)
+    _check_tensor_io(n, graph, sequences=True)
     carried = [n.x(k) for k in range(2, len(n.inputs))]
     if len(graph.input) != 2 + len(carried):
         raise n.fail(f"the body takes {len(graph.input)} inputs: the iteration number, the "
@@ -158,8 +165,13 @@ def loop(n: Node):
         outs = _body_outputs(n, graph, scope)
         return outs[0], outs[1:1 + len(vs)], outs[1 + len(vs):]
 
+    # The list types the body declares for its carried sequences (one declared without a
+    # shape holds tensors of any rank: ONNX's test_loop13_seq feeds a sequence declared of
+    # scalars, and the body inserts vectors).
+    declared = [n.imp.list_var(vi).checked_type if vi.type.HasField("sequence_type") else None
+                for vi in graph.input[2:]]
     return build_loop(n, count=count, cond=cond, carried=carried, invariants=[],
-                      scan_reverse=[False] * scans, body=body)
+                      scan_reverse=[False] * scans, body=body, declared=declared)
 
 
 @converter("Scan")
