@@ -174,10 +174,6 @@ XFAIL_SYMBOLIC.update({
     "test_affine_grid_3d_expanded": "the expansion expands to a shape computed from a "
                                     "data-dependent value, whose length (the rank) is then "
                                     "unknown: issue 19, item 4",
-    "test_convtranspose_autopad_same": "auto_pad=SAME needs a static kernel (the weight is an "
-                                       "input with symbolic dims here)",
-    "test_convtranspose_kernel_shape": "output_shape needs static spatial dims",
-    "test_convtranspose_output_shape": "output_shape needs static spatial dims",
     "test_reduce_max_empty_set": "relvm's max of an empty axis is a run-time error; only a "
                                  "statically empty axis gives ONNX's -inf",
     "test_reduce_max_empty_set_bool": "relvm's max of an empty axis is a run-time error; only a "

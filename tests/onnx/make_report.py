@@ -301,7 +301,10 @@ for n in (4, 40, 400):                          # for every sequence length
   a stride above 1 over a symbolic dim pads odd and even sizes differently: the input is
   padded by widths computed at run time (zeros for Conv, the lowest value for MaxPool, and
   AveragePool without `count_include_pad` divides a sum by a count of real elements).
-  ConvTranspose's `output_shape` and Resize's `keep_aspect_ratio_policy` need static spatial
+  ConvTranspose's `output_shape` or `auto_pad` over symbolic dims (or a symbolic kernel):
+  the full transposed convolution, cut to the target when it runs (the padding total split
+  as ONNX says: the smaller half first for SAME_UPPER, the larger for NOTSET and SAME_LOWER;
+  a shortfall zeros at the end). Resize's `keep_aspect_ratio_policy` needs static spatial
   dims; Squeeze without axes needs a static shape; the last dim of GatherND's
   and ScatterND's indices (the length of an index tuple) must be static, as it decides a rank.
 - **If.** A condition known at import keeps only the taken branch. Otherwise both branches

@@ -12,7 +12,7 @@ import numpy as np
 from ...ir import dims as D
 from .converters import converter, norm_axis, scalar
 from .importer import Node
-from .ops_shape import dim_scalar, pad_by
+from .ops_shape import dim_scalar, dynamic_slice, pad_by
 
 # --- sliding windows ---------------------------------------------------------------------------
 
@@ -117,6 +117,10 @@ def conv_transpose(n: Node):
     out_pad = [int(p) for p in n.attr("output_padding", [0] * spatial)]
     pads = [int(p) for p in n.attr("pads", [0] * 2 * spatial)]
     auto = n.attr("auto_pad", "NOTSET")
+    crops = []  # (spatial axis, target size): cropped at run time (a symbolic input dim)
+    # The padding total splits as ONNX says: SAME_UPPER puts the smaller half first, NOTSET
+    # (output_shape) and SAME_LOWER the larger.
+    upper = auto == "SAME_UPPER"
     if "output_shape" in n.attrs or auto in ("SAME_UPPER", "SAME_LOWER"):
         sizes = n.shape(0)[2:]
         targets = list(n.attr("output_shape", []))[-spatial:] if "output_shape" in n.attrs \
@@ -125,13 +129,16 @@ def conv_transpose(n: Node):
         for i, (size, k, s, d, target) in enumerate(zip(sizes, kernel, strides, dilations,
                                                           targets)):
             total = s * (size - 1) + out_pad[i] + (k - 1) * d + 1 - target
-            if not isinstance(total, int):
-                raise n.fail(f"output_shape and auto_pad need a static kernel and spatial dims, "
-                             f"got kernel {kernel} and input {D.shape_str(n.shape(0))}")
+            if not isinstance(total, int):  # the full scatter, cropped when it runs
+                crops.append((i, int(target) if isinstance(target, int) else
+                              n.call("multiply", dim_scalar(n, n.x(0), 2 + i),
+                                     scalar(n, s, "int64"))))
+                begins.append(0)
+                ends.append(0)
+                continue
             if total < 0:  # the output is larger than the full scatter: zeros at the end
                 out_pad[i] -= total
                 total = 0
-            upper = auto != "SAME_LOWER"
             begins.append(total // 2 if upper else total - total // 2)
             ends.append(total - begins[-1])
         pads = begins + ends
@@ -141,7 +148,10 @@ def conv_transpose(n: Node):
     if spatial == 3:
         y = n.call("nn.conv3d_transpose", x, w, strides=strides, padding=pads,
                    dilation=dilations, output_padding=out_pad, groups=int(n.attr("group", 1)))
-        return n.call("nn.bias_add", y, n.x(2), axis=1) if n.has(2) else y
+        y = n.call("nn.bias_add", y, n.x(2), axis=1) if n.has(2) else y
+        for i, target in crops:
+            y = _crop_to(n, y, 2 + i, target, upper)
+        return y
     if spatial == 1:
         x, w = n.call("expand_dims", x, axis=2), n.call("expand_dims", w, axis=2)
         strides, dilations, pads = _to_2d(strides, dilations, pads)
@@ -150,7 +160,30 @@ def conv_transpose(n: Node):
                output_padding=out_pad, groups=int(n.attr("group", 1)))
     if n.has(2):
         y = n.call("nn.bias_add", y, n.x(2), axis=1)
-    return n.call("squeeze", y, axis=[2]) if spatial == 1 else y
+    y = n.call("squeeze", y, axis=[2]) if spatial == 1 else y
+    for i, target in crops:
+        y = _crop_to(n, y, 2 + i, target, upper)
+    return y
+
+
+def _crop_to(n: Node, y, axis: int, target, upper: bool):
+    """Axis ``axis`` of a full transposed convolution cut to ``target`` (an int: the result's
+    dim; or a run-time int64 scalar) as ONNX pads it for ``output_shape`` and ``auto_pad``:
+    the excess split (the larger half first unless ``upper``), a shortfall zeros at the end."""
+    i64 = lambda v: scalar(n, v, "int64")  # noqa: E731
+    full = dim_scalar(n, y, axis)
+    size = i64(target) if isinstance(target, int) else target
+    excess = n.call("subtract", full, size)
+    crop = n.call("maximum", excess, i64(0))
+    half = n.call("divide", crop, i64(2))
+    begin = half if upper else n.call("subtract", crop, half)
+    y = dynamic_slice(n, y, axis, begin, n.call("add", begin, n.call("minimum", full, size)), 1)
+    y = pad_by(n, y, axis, False, n.call("maximum", n.call("negative", excess), i64(0)),
+               scalar(n, 0, y.checked_type.dtype))
+    if not isinstance(target, int):
+        return y
+    return n.call("reshape", y, newshape=[target if a == axis else 0
+                                          for a in range(y.checked_type.ndim)])
 
 
 @converter("DeformConv")
