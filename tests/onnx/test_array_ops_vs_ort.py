@@ -464,6 +464,16 @@ def test_compress_matches_ort(axis):
     compare("Compress", [x, cond], {} if axis is None else {"axis": axis})
 
 
+def test_compress_condition_true_past_the_axis_is_a_run_time_error():
+    # symbolic dims: the lengths meet only at run time (the take once clamped the row)
+    x, cond = randn(3, 4), np.array([True, False, False, True, True])
+    mod, params = from_onnx(model("Compress", [x, cond], {"axis": 0}, symbolic=True))
+    vm = relvm.VirtualMachine(relvm.build(mod, params=params))
+    with pytest.raises(relvm.RelvmRuntimeError, match="index 3 is out of range for an axis of "
+                                                      "size 3"):
+        vm.invoke("main", x, cond)
+
+
 @pytest.mark.parametrize("attrs", [
     {"kernel_shape": [2, 2]}, {"kernel_shape": [3, 3], "p": 3, "strides": [2, 2]},
     {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, {"kernel_shape": [2, 2], "p": 1},

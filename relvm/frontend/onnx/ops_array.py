@@ -222,7 +222,7 @@ def compress(n: Node):
     if isinstance(length, int) and isinstance(dim, int) and length > dim:
         raise n.fail(f"condition has {length} entries, more than axis {axis}'s {dim}")
     rows = n.call("reshape", n.call("argwhere", n.x(1)), newshape=[-1])
-    return n.call("take", x, rows, axis=axis)
+    return n.call("take", x, rows, axis=axis, mode="fast")  # a true entry past the axis: error
 
 
 @converter("ReverseSequence")
