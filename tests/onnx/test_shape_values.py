@@ -157,6 +157,10 @@ def test_split_sizes_fed_at_run_time():
     x = np.arange(12, dtype=np.float32).reshape(2, 6)
     for sizes in ([1, 5], [6, 0], [0, 6], [3, 3]):
         _check(m, vm, {"x": x, "s": np.array(sizes, np.int64)})
+    for bad in ([1, 4], [4, 4], [7, -1]):  # ONNX Runtime refuses these too
+        with pytest.raises(RelvmRuntimeError, match="the split sizes must be at least 0 and "
+                                                    "add up to the axis length"):
+            vm.invoke("main", x, np.array(bad, np.int64))
 
 
 @pytest.mark.parametrize("op, attrs", [

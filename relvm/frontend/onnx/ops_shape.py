@@ -345,6 +345,24 @@ def _split_at_run_time(n: Node, axis: int, count: int):
                      f"({count})")
     ends = None if sizes is None else [sum(list(sizes)[:k + 1], 0) for k in range(count)]
     run_ends = None
+
+    def running_sums():
+        sizes_t = n.x(1)
+        if n.dtype(1) != "int64":
+            sizes_t = n.call("cast", sizes_t, dtype="int64")
+        return sizes_t, n.call("cumsum", sizes_t, axis=0)
+
+    if ends is None or D.prove_equal(ends[-1], dim) is not True or \
+            not all(D.prove_nonnegative(d) if not isinstance(d, int) else d >= 0
+                    for d in sizes):
+        # ONNX's rule, checked when it runs: sizes of at least 0 that fill the axis
+        sizes_t, run_ends = running_sums()
+        total = n.call("take", run_ends, scalar(n, count - 1, "int64"), axis=0)
+        ok = n.call("logical_and",
+                    n.call("equal", total, dim_scalar(n, x, axis)),
+                    n.call("greater_equal", n.call("min", sizes_t), scalar(n, 0, "int64")))
+        x = n.call("guard", x, ok, message=f"{n.describe()}: the split sizes must be at "
+                                           "least 0 and add up to the axis length")
     parts = []
     for k in range(count):
         lo = 0 if k == 0 else (None if ends is None else _static_bound(ends[k - 1], dim, 1, False))
@@ -353,10 +371,7 @@ def _split_at_run_time(n: Node, axis: int, count: int):
             parts.append(n.call("strided_slice", x, begin=[lo], end=[hi], axes=[axis]))
             continue
         if run_ends is None:  # the running sums of the sizes, at run time
-            sizes_t = n.x(1)
-            if n.dtype(1) != "int64":
-                sizes_t = n.call("cast", sizes_t, dtype="int64")
-            run_ends = n.call("cumsum", sizes_t, axis=0)
+            _, run_ends = running_sums()
         start = scalar(n, 0, "int64") if k == 0 else n.call(
             "take", run_ends, scalar(n, k - 1, "int64"), axis=0)
         end = n.call("take", run_ends, scalar(n, k, "int64"), axis=0)
