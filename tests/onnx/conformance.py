@@ -159,11 +159,6 @@ XFAIL.update({
     "test_training_dropout_mask": "training-mode Dropout is random",
     "test_identity_opt": "optional values are not supported (tensors only)",
     "test_if_opt": "optional values are not supported (tensors only)",
-    "test_affine_grid_2d_expanded": "the expansion squeezes a data-dependent (?, 1, 3) "
-                                    "without axes, which needs a static shape",
-    "test_affine_grid_2d_align_corners_expanded": "the expansion squeezes a data-dependent "
-                                                  "(?, 1, 3) without axes, which needs a "
-                                                  "static shape",
     "test_affine_grid_3d_align_corners_expanded": "the expansion's If branches differ in rank "
                                                   "(a scalar and a 1-element tensor): issue 19, "
                                                   "item 3",
@@ -171,6 +166,9 @@ XFAIL.update({
 
 _KEEP_ASPECT = "keep_aspect_ratio_policy computes the output size from the input's: static only"
 XFAIL_SYMBOLIC.update({
+    **{f"test_affine_grid_2d{c}_expanded": "the expansion fills a tensor of a shape computed "
+       "from a data-dependent value, whose length (the rank) is then unknown: issue 19, item 4"
+       for c in ("", "_align_corners")},
     "test_affine_grid_3d_expanded": "the expansion expands to a shape computed from a "
                                     "data-dependent value, whose length (the rank) is then "
                                     "unknown: issue 19, item 4",

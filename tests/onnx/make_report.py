@@ -305,7 +305,8 @@ for n in (4, 40, 400):                          # for every sequence length
   the full transposed convolution, cut to the target when it runs (the padding total split
   as ONNX says: the smaller half first for SAME_UPPER, the larger for NOTSET and SAME_LOWER;
   a shortfall zeros at the end). Resize's `keep_aspect_ratio_policy` needs static spatial
-  dims; Squeeze without axes needs a static shape; the last dim of GatherND's
+  dims; Squeeze without axes over symbolic dims drops the dims known to be 1 and checks when
+  it runs that no other is 1 (that would change the rank); the last dim of GatherND's
   and ScatterND's indices (the length of an index tuple) must be static, as it decides a rank.
 - **If.** A condition known at import keeps only the taken branch. Otherwise both branches
   are converted and the result has their joined type (dims that differ become `?`). When the

@@ -222,3 +222,16 @@ def test_conv_transpose_output_shape_and_same_over_symbolic_dims(attrs):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
         compared += 1
     assert compared >= 2
+
+
+def test_squeeze_without_axes_over_symbolic_dims():
+    # the dim known to be 1 goes; the symbolic ones are taken to stay, checked when it runs
+    m = _model([helper.make_node("Squeeze", ["x"], ["y"], name="sq")],
+               [_float("x", ["n", 1, "c"])], ["y"])
+    vm = _build(m)
+    for shape in ((2, 1, 3), (4, 1, 5)):
+        _check(m, vm, {"x": np.ones(shape, np.float32)})
+    with pytest.raises(RelvmRuntimeError, match="Squeeze node 'sq': Squeeze without axes: a "
+                                                "dim of the input \\(n, 1, c\\) taken to stay "
+                                                "is 1 when it runs"):
+        vm.invoke("main", np.ones((1, 1, 3), np.float32))

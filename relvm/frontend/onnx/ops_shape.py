@@ -161,10 +161,23 @@ def squeeze_symbolic(n: Node):
 @converter("Squeeze")
 def squeeze(n: Node):
     axes = _squeeze_axes(n)
-    if axes is None and not all(isinstance(d, int) for d in n.shape(0)):
-        raise n.fail(f"Squeeze without axes needs a static shape (which dims are 1 decides the "
-                     f"rank), but the input is {D.shape_str(n.shape(0))}")
-    return n.call("squeeze", n.x(0), axis=axes)
+    shape = n.shape(0)
+    if axes is not None or all(isinstance(d, int) for d in shape):
+        return n.call("squeeze", n.x(0), axis=axes)
+    # Without axes over symbolic dims: the dims that are 1 go, and a dim not known to be 1 is
+    # taken to stay -- checked when it runs, since a 1 there would change the result's rank.
+    axes = [i for i, d in enumerate(shape) if D.prove_equal(d, 1) is True]
+    x = n.x(0)
+    unsure = [i for i, d in enumerate(shape) if D.prove_equal(d, 1) is None]
+    if unsure:
+        ok = None
+        for i in unsure:
+            kept = n.call("not_equal", dim_scalar(n, x, i), scalar(n, 1, "int64"))
+            ok = kept if ok is None else n.call("logical_and", ok, kept)
+        x = n.call("guard", x, ok, message=f"{n.describe()}: Squeeze without axes: a dim of "
+                   f"the input {D.shape_str(shape)} taken to stay is 1 when it runs, which "
+                   "would change the result's rank (give the axes)")
+    return n.call("squeeze", x, axis=axes) if axes else x
 
 
 @symbolic("Identity")
