@@ -32,6 +32,31 @@ def _out_len(size, k, s, d, o, pad):
     return (size - 1) * s + d * (k - 1) + 1 + o - pad[0] - pad[1]
 
 
+def _check_channels(data, weight, g: int, layout: str):
+    """The weight's input channels (its first dim) are data's, a multiple of ``g``."""
+    if g < 1:
+        raise OpTypeError(f"groups must be >= 1, got {g}")
+    in_c = weight.shape[0]
+    if differ(data.shape[1], in_c):
+        raise OpTypeError(f"input channels differ: data {fmt_shape(data.shape)} vs weight "
+                          f"{fmt_shape(weight.shape)} ({layout})")
+    if differ(D.mod(in_c, g), 0):
+        raise OpTypeError(f"input channels of weight {fmt_shape(weight.shape)} are not a "
+                          f"multiple of groups={g}")
+
+
+def _out_dims(attrs, data, kernel, strides, dilation, out_pad, pads) -> list:
+    """The spatial dims of the result, one per kernel dim; an error where padding crops all."""
+    out = []
+    for size, k, s, dl, o, p in zip(data.shape[2:], kernel, strides, dilation, out_pad, pads):
+        n = _out_len(size, k, s, dl, o, p)
+        if isinstance(n, int) and n < 0:
+            raise OpTypeError(f"padding {attrs.padding} crops more than the output of data "
+                              f"{fmt_shape(data.shape)} holds")
+        out.append(n)
+    return out
+
+
 def _conv2d_transpose_type(attrs, d, w):
     data, weight = tensor_arg(d, "data"), tensor_arg(w, "weight")
     dtype = same_dtype(("data", data), ("weight", weight))
@@ -39,28 +64,14 @@ def _conv2d_transpose_type(attrs, d, w):
     check_rank(data, "data", 4)
     check_rank(weight, "weight", 4)
     g = attrs.groups
-    if g < 1:
-        raise OpTypeError(f"groups must be >= 1, got {g}")
-    in_c, out_per_group, kh, kw = weight.shape
-    if differ(data.shape[1], in_c):
-        raise OpTypeError(f"input channels differ: data {fmt_shape(data.shape)} vs weight "
-                          f"{fmt_shape(weight.shape)} (IOHW)")
-    if differ(D.mod(in_c, g), 0):
-        raise OpTypeError(f"input channels of weight {fmt_shape(weight.shape)} are not a "
-                          f"multiple of groups={g}")
+    _check_channels(data, weight, g, "IOHW")
+    _, out_per_group, kh, kw = weight.shape
     out_c = out_per_group * g
     if attrs.channels is not None and differ(attrs.channels, out_c):
         raise OpTypeError(f"channels={attrs.channels} but weight {fmt_shape(weight.shape)} with "
                           f"groups={g} gives {D.dim_str(out_c)}")
     check_kernel_size(attrs, weight, kh, kw)
-    strides, dilation, out_pad, pads = _geometry(attrs)
-    out = []
-    for size, k, s, dl, o, p in zip(data.shape[2:], (kh, kw), strides, dilation, out_pad, pads):
-        n = _out_len(size, k, s, dl, o, p)
-        if isinstance(n, int) and n < 0:
-            raise OpTypeError(f"padding {attrs.padding} crops more than the output of data "
-                              f"{fmt_shape(data.shape)} holds")
-        out.append(n)
+    out = _out_dims(attrs, data, (kh, kw), *_geometry(attrs))
     return TensorType((data.shape[0], out_c, out[0], out[1]), out_dtype(attrs, dtype))
 
 
@@ -138,24 +149,11 @@ def _conv3d_transpose_type(attrs, d, w):
     check_dtype(data, "data", FLOATS, "a float dtype")
     check_rank(data, "data", 5)
     check_rank(weight, "weight", 5)
-    strides, dilation, out_pad, pads = geometry3d(attrs)
+    geometry = geometry3d(attrs)
     g = attrs.groups
-    in_c, out_per_group = weight.shape[:2]
-    if differ(data.shape[1], in_c):
-        raise OpTypeError(f"input channels differ: data {fmt_shape(data.shape)} vs weight "
-                          f"{fmt_shape(weight.shape)} (IODHW)")
-    if differ(D.mod(in_c, g), 0):
-        raise OpTypeError(f"input channels of weight {fmt_shape(weight.shape)} are not a "
-                          f"multiple of groups={g}")
-    out = []
-    for size, k, s, dl, o, p in zip(data.shape[2:], weight.shape[2:], strides, dilation,
-                                    out_pad, pads):
-        length = _out_len(size, k, s, dl, o, p)
-        if isinstance(length, int) and length < 0:
-            raise OpTypeError(f"padding {attrs.padding} crops more than the output of data "
-                              f"{fmt_shape(data.shape)} holds")
-        out.append(length)
-    return TensorType((data.shape[0], out_per_group * g, *out), dtype)
+    _check_channels(data, weight, g, "IODHW")
+    out = _out_dims(attrs, data, weight.shape[2:], *geometry)
+    return TensorType((data.shape[0], weight.shape[1] * g, *out), dtype)
 
 
 def _conv3d_transpose_ref(attrs, x, w):
