@@ -146,20 +146,17 @@ REDUCER(f32, f32, double, double, FLOAT_ISNAN, -INFINITY, INFINITY, FLOAT_MEAN,
         FLOAT_SUM_RUN, FLOAT_EXTREME_RUN)
 REDUCER(f64, f64, double, double, FLOAT_ISNAN, -INFINITY, INFINITY, FLOAT_MEAN,
         FLOAT_SUM_RUN, FLOAT_EXTREME_RUN)
-REDUCER(i64, i64, uint64_t, int64_t, INT_ISNAN, INT64_MIN, INT64_MAX, INT_MEAN,
-        INT_SUM_RUN, INT_EXTREME_RUN)
-REDUCER(i32, i32, uint64_t, int64_t, INT_ISNAN, INT64_MIN, INT64_MAX, INT_MEAN,
-        INT_SUM_RUN, INT_EXTREME_RUN)
-REDUCER(i8, i8, uint64_t, int64_t, INT_ISNAN, INT64_MIN, INT64_MAX, INT_MEAN,
-        INT_SUM_RUN, INT_EXTREME_RUN)
-REDUCER(u8, u8, uint64_t, int64_t, INT_ISNAN, INT64_MIN, INT64_MAX, INT_MEAN,
-        INT_SUM_RUN, INT_EXTREME_RUN)
-REDUCER(i16, i16, uint64_t, int64_t, INT_ISNAN, INT64_MIN, INT64_MAX, INT_MEAN,
-        INT_SUM_RUN, INT_EXTREME_RUN)
-REDUCER(u16, u16, uint64_t, int64_t, INT_ISNAN, INT64_MIN, INT64_MAX, INT_MEAN,
-        INT_SUM_RUN, INT_EXTREME_RUN)
-REDUCER(u32, u32, uint64_t, int64_t, INT_ISNAN, INT64_MIN, INT64_MAX, INT_MEAN,
-        INT_SUM_RUN, INT_EXTREME_RUN)
+/* The integer types up to 32 bits and int64: sums modulo 2^64, extremes and means in int64. */
+#define INT_REDUCER(S)                                                                        \
+    REDUCER(S, S, uint64_t, int64_t, INT_ISNAN, INT64_MIN, INT64_MAX, INT_MEAN, INT_SUM_RUN,    \
+            INT_EXTREME_RUN)
+INT_REDUCER(i64)
+INT_REDUCER(i32)
+INT_REDUCER(i8)
+INT_REDUCER(u8)
+INT_REDUCER(i16)
+INT_REDUCER(u16)
+INT_REDUCER(u32)
 /* uint64 values past int64's range: its best is uint64_t, its mean unsigned. */
 REDUCER(u64, u64, uint64_t, uint64_t, INT_ISNAN, 0, UINT64_MAX, UNSIGNED_MEAN,
         INT_SUM_RUN, INT_EXTREME_RUN)
