@@ -118,11 +118,11 @@ def every_case() -> dict[str, str]:
 def _node_ops(graph) -> set[str]:
     """The op types of a graph's nodes and of its subgraphs' (another domain's as domain::op)."""
     import onnx
+    from relvm.frontend.onnx.importer import op_key
 
     found = set()
     for node in graph.node:
-        found.add(node.op_type if node.domain in ("", "ai.onnx")
-                  else f"{node.domain}::{node.op_type}")
+        found.add(op_key(node.domain, node.op_type))
         for a in node.attribute:
             if a.type == onnx.AttributeProto.GRAPH:
                 found |= _node_ops(a.g)

@@ -532,8 +532,16 @@ class Importer:
         return var
 
     def list_var(self, vi) -> Var:
-        """A sequence input: a list of its element type, each dim a number or ``?`` (of any
-        rank when the model gives no shape)."""
+        """A sequence input: a list of its element type (``list_type``)."""
+        t = self.list_type(vi)
+        var = Var(self.unique_var_name(vi.name), t)
+        var.with_type(t)
+        return var
+
+    @staticmethod
+    def list_type(vi) -> ListType:
+        """A sequence's declared type as a list: its element type, each dim a number or ``?``
+        (of any rank when the model gives no shape)."""
         elem = vi.type.sequence_type.elem_type
         if not elem.HasField("tensor_type"):
             raise RelvmImportError(f"graph input {vi.name!r} is a sequence of non-tensors; "
@@ -546,10 +554,7 @@ class Importer:
                                    "support")
         shape = tuple(int(d.dim_value) if d.HasField("dim_value") and d.dim_value >= 0
                       else D.ANY for d in tt.shape.dim)
-        t = ListType(TensorType(shape, dtype), ranked=tt.HasField("shape"))
-        var = Var(self.unique_var_name(vi.name), t)
-        var.with_type(t)
-        return var
+        return ListType(TensorType(shape, dtype), ranked=tt.HasField("shape"))
 
     def param(self, node: Node | None, v: Value) -> Var:
         arr = np.asarray(v.const, order="C")  # (ascontiguousarray would make a scalar 1-d)

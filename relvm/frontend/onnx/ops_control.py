@@ -168,7 +168,7 @@ def loop(n: Node):
     # The list types the body declares for its carried sequences (one declared without a
     # shape holds tensors of any rank: ONNX's test_loop13_seq feeds a sequence declared of
     # scalars, and the body inserts vectors).
-    declared = [n.imp.list_var(vi).checked_type if vi.type.HasField("sequence_type") else None
+    declared = [n.imp.list_type(vi) if vi.type.HasField("sequence_type") else None
                 for vi in graph.input[2:]]
     return build_loop(n, count=count, cond=cond, carried=carried, invariants=[],
                       scan_reverse=[False] * scans, body=body, declared=declared)

@@ -12,7 +12,7 @@ import numpy as np
 from ...ir import dims as D
 from .converters import check_made_size, converter, norm_axes, scalar
 from .importer import Node
-from .ops_shape import dim_scalar, dynamic_slice, pad_by
+from .ops_shape import fit_at_run_time
 
 
 def _blocksize(n: Node) -> int:
@@ -74,7 +74,8 @@ def center_crop_pad(n: Node):
         if t < 0:
             raise n.fail(f"shape {target} holds a negative size")
         if not isinstance(d, int):
-            x = _crop_or_pad_at_run_time(n, x, a, t)
+            # the middle min(d, t), then the shortfall split, the smaller half before
+            x = fit_at_run_time(n, x, a, t, smaller_first=True, split_pad=True)
             continue
         if t < d:
             begin = (d - t) // 2
@@ -89,24 +90,6 @@ def center_crop_pad(n: Node):
         fill = False if n.dtype(0) == "bool" else 0
         x = n.call("nn.pad", x, scalar(n, fill, n.dtype(0)), pad_width=widths)
     return x
-
-
-def _crop_or_pad_at_run_time(n: Node, x, axis: int, target: int):
-    """Axis ``axis`` of symbolic size d made ``target`` long: the middle ``min(d, target)``
-    (from ``max(d - target, 0) // 2``), then padded by ``max(target - d, 0)`` split as ONNX
-    splits it (the smaller half before). The result's dim is ``target``."""
-    i64 = lambda v: scalar(n, v, "int64")  # noqa: E731
-    d = dim_scalar(n, x, axis)
-    start = n.call("divide", n.call("maximum", n.call("subtract", d, i64(target)), i64(0)),
-                   i64(2))
-    x = dynamic_slice(n, x, axis, start, n.call("add", start, n.call("minimum", d, i64(target))),
-                      1)
-    total = n.call("maximum", n.call("subtract", i64(target), d), i64(0))
-    before = n.call("divide", total, i64(2))
-    fill = scalar(n, False if n.dtype(0) == "bool" else 0, n.dtype(0))
-    x = pad_by(n, x, axis, True, before, fill)
-    x = pad_by(n, x, axis, False, n.call("subtract", total, before), fill)
-    return n.call("reshape", x, newshape=[target if a == axis else 0 for a in range(n.rank(0))])
 
 
 @converter("AffineGrid")

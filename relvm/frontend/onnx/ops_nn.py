@@ -12,7 +12,7 @@ import numpy as np
 from ...ir import dims as D
 from .converters import converter, norm_axis, scalar
 from .importer import Node
-from .ops_shape import dim_scalar, dynamic_slice, pad_by
+from .ops_shape import dim_scalar, fit_at_run_time, pad_by
 
 # --- sliding windows ---------------------------------------------------------------------------
 
@@ -145,45 +145,19 @@ def conv_transpose(n: Node):
     elif auto == "VALID":
         pads = [0] * 2 * spatial
     x, w = n.x(0), n.x(1)
-    if spatial == 3:
-        y = n.call("nn.conv3d_transpose", x, w, strides=strides, padding=pads,
-                   dilation=dilations, output_padding=out_pad, groups=int(n.attr("group", 1)))
-        y = n.call("nn.bias_add", y, n.x(2), axis=1) if n.has(2) else y
-        for i, target in crops:
-            y = _crop_to(n, y, 2 + i, target, upper)
-        return y
+    op = "nn.conv3d_transpose" if spatial == 3 else "nn.conv2d_transpose"
     if spatial == 1:
         x, w = n.call("expand_dims", x, axis=2), n.call("expand_dims", w, axis=2)
         strides, dilations, pads = _to_2d(strides, dilations, pads)
         out_pad = [0] + out_pad
-    y = n.call("nn.conv2d_transpose", x, w, strides=strides, padding=pads, dilation=dilations,
+    y = n.call(op, x, w, strides=strides, padding=pads, dilation=dilations,
                output_padding=out_pad, groups=int(n.attr("group", 1)))
     if n.has(2):
         y = n.call("nn.bias_add", y, n.x(2), axis=1)
     y = n.call("squeeze", y, axis=[2]) if spatial == 1 else y
     for i, target in crops:
-        y = _crop_to(n, y, 2 + i, target, upper)
+        y = fit_at_run_time(n, y, 2 + i, target, smaller_first=upper, split_pad=False)
     return y
-
-
-def _crop_to(n: Node, y, axis: int, target, upper: bool):
-    """Axis ``axis`` of a full transposed convolution cut to ``target`` (an int: the result's
-    dim; or a run-time int64 scalar) as ONNX pads it for ``output_shape`` and ``auto_pad``:
-    the excess split (the larger half first unless ``upper``), a shortfall zeros at the end."""
-    i64 = lambda v: scalar(n, v, "int64")  # noqa: E731
-    full = dim_scalar(n, y, axis)
-    size = i64(target) if isinstance(target, int) else target
-    excess = n.call("subtract", full, size)
-    crop = n.call("maximum", excess, i64(0))
-    half = n.call("divide", crop, i64(2))
-    begin = half if upper else n.call("subtract", crop, half)
-    y = dynamic_slice(n, y, axis, begin, n.call("add", begin, n.call("minimum", full, size)), 1)
-    y = pad_by(n, y, axis, False, n.call("maximum", n.call("negative", excess), i64(0)),
-               scalar(n, 0, y.checked_type.dtype))
-    if not isinstance(target, int):
-        return y
-    return n.call("reshape", y, newshape=[target if a == axis else 0
-                                          for a in range(y.checked_type.ndim)])
 
 
 @converter("DeformConv")

@@ -529,12 +529,17 @@ def filled(n: Node, shape_input: int, fill, dtype: str):
     value = scalar(n, fill, dtype)
     if dims is not None and all(isinstance(d, int) for d in dims):
         return n.call("full", value, shape=[int(d) for d in dims], dtype=dtype)
-    # Run-time shape: a 1-d arange of the right length, filled, then reshaped.
     shape = n.x(shape_input)
     if n.dtype(shape_input) != "int64":
         shape = n.call("cast", shape, dtype="int64")
-    total = n.call("prod", shape)
-    flat = n.call("arange", scalar(n, 0, "int64"), total, scalar(n, 1, "int64"))
+    return filled_at_run_time(n, shape, value, dtype)
+
+
+def filled_at_run_time(n: Node, shape, value, dtype: str):
+    """A tensor of the shape a run-time 1-d int64 tensor holds, every element ``value`` (a
+    scalar): a 1-d arange of the right length, filled, then reshaped -- its dims exact where
+    type inference knows the shape's value."""
+    flat = n.call("arange", scalar(n, 0, "int64"), n.call("prod", shape), scalar(n, 1, "int64"))
     flat = n.call("full_like", n.call("cast", flat, dtype=dtype), value)
     return n.call("dyn.reshape", flat, shape, allowzero=1)
 
@@ -648,7 +653,8 @@ def _pad_at_run_time(n: Node, axes: list[int], mode: str, value):
                 continue
             width = n.call("take", pads_t, scalar(n, at, "int64"), axis=0)
             if w is None or not D.prove_nonnegative(w):
-                width = n.call("guard", width, n.call("greater_equal", width, scalar(n, 0, "int64")),
+                at_least_0 = n.call("greater_equal", width, scalar(n, 0, "int64"))
+                width = n.call("guard", width, at_least_0,
                                message=f"{n.describe()}: a pad width computed at run time "
                                        "is negative (cropping by a computed width is not "
                                        "supported)")
@@ -667,11 +673,35 @@ def pad_by(n: Node, x, axis: int, before: bool, width, value):
         n.call("strided_slice", dims, begin=[0], end=[axis], axes=[0]),
         n.call("reshape", width, newshape=[1]),
         n.call("strided_slice", dims, begin=[axis + 1], end=[HUGE], axes=[0])]), axis=0)
-    flat = n.call("arange", scalar(n, 0, "int64"), n.call("prod", block_shape),
-                  scalar(n, 1, "int64"))
-    filled = n.call("full_like", n.call("cast", flat, dtype=x.checked_type.dtype), value)
-    block = n.call("dyn.reshape", filled, block_shape, allowzero=1)
+    block = filled_at_run_time(n, block_shape, value, x.checked_type.dtype)
     return n.call("concatenate", make_tuple([block, x] if before else [x, block]), axis=axis)
+
+
+def fit_at_run_time(n: Node, x, axis: int, target, *, smaller_first: bool, split_pad: bool):
+    """Axis ``axis`` of ``x`` (a size known when it runs) made ``target`` long -- an int, the
+    result's dim, or a run-time int64 scalar: an excess is cropped, split with the smaller half
+    first (or the larger), then a shortfall padded with zeros, split with the smaller half
+    first (``split_pad``) or all at the end."""
+    i64 = lambda v: scalar(n, v, "int64")  # noqa: E731
+    full = dim_scalar(n, x, axis)
+    size = i64(target) if isinstance(target, int) else target
+    excess = n.call("subtract", full, size)
+    crop = n.call("maximum", excess, i64(0))
+    half = n.call("divide", crop, i64(2))
+    begin = half if smaller_first else n.call("subtract", crop, half)
+    x = dynamic_slice(n, x, axis, begin, n.call("add", begin, n.call("minimum", full, size)), 1)
+    dtype = x.checked_type.dtype
+    zero = scalar(n, False if dtype == "bool" else 0, dtype)
+    short = n.call("maximum", n.call("negative", excess), i64(0))
+    if split_pad:
+        before = n.call("divide", short, i64(2))
+        x = pad_by(n, x, axis, True, before, zero)
+        short = n.call("subtract", short, before)
+    x = pad_by(n, x, axis, False, short, zero)
+    if not isinstance(target, int):
+        return x
+    return n.call("reshape", x, newshape=[target if a == axis else 0
+                                          for a in range(x.checked_type.ndim)])
 
 
 def _wrap_pad(n: Node, x, widths):
