@@ -12,7 +12,7 @@ do (``relvm.backends.native`` calls :func:`_bind`).
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Callable
 
 _MAX = 256  # the pool's limit (kernels/threads.c)
 
@@ -29,6 +29,8 @@ def _initial_count() -> int:
 
 _count = _initial_count()
 _lib: Any = None  # relvm._kernels' lib, once loaded
+#: Called with the new count whenever it changes (external backends' own thread pools).
+_listeners: list[Callable[[int], None]] = []
 
 
 def set_num_threads(k: int) -> None:
@@ -51,11 +53,20 @@ def set_num_threads(k: int) -> None:
     _count = k
     if _lib is not None:
         _apply(_lib)
+    for listener in list(_listeners):
+        listener(k)
 
 
 def get_num_threads() -> int:
     """The number of threads kernels and BLAS use (see :func:`set_num_threads`)."""
     return _count
+
+
+def on_change(listener: Callable[[int], None]) -> None:
+    """Call ``listener(k)`` now and whenever the count changes: how a library with threads of
+    its own (an external backend's) follows :func:`set_num_threads`."""
+    _listeners.append(listener)
+    listener(_count)
 
 
 def _apply(lib: Any) -> None:
