@@ -9,7 +9,7 @@ from setuptools import find_packages, setup
 
 setup(
     name="relvm",
-    version="0.3.0",
+    version="0.4.0",
     description="A bytecode virtual machine for dynamic-shape neural network inference",
     python_requires=">=3.10",
     packages=find_packages(include=["relvm", "relvm.*"]) + ["relvm.grammar"],

@@ -25,7 +25,7 @@ from .runtime.file.loader import load, load_bytes
 from .runtime.threads import get_num_threads, set_num_threads
 from .session import InferenceSession, IOBinding, NodeArg, RunOptions, SessionOptions
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 
 def parse(text: str, constants: Any = None, *, source_name: str | None = None):
@@ -64,12 +64,20 @@ def parse(text: str, constants: Any = None, *, source_name: str | None = None):
 
 
 def build(module, params=None, *, upper_bounds=None, backend: str = "c", fuse: bool = True,
-          channels_last: bool = True):
+          channels_last: bool = True, targets=(), external_fallback: bool = False):
     """Compile a module into an Executable; see :func:`relvm.compiler.build`."""
     from .compiler import build as _build
 
     return _build(module, params, upper_bounds=upper_bounds, backend=backend, fuse=fuse,
-                  channels_last=channels_last)
+                  channels_last=channels_last, targets=targets,
+                  external_fallback=external_fallback)
+
+
+def partition(module, targets, *, params=None):
+    """Regions of ``module`` for external backends; see :func:`relvm.passes.partition.partition`."""
+    from .passes.partition import partition as _partition
+
+    return _partition(module, targets, params=params)
 
 
 def print_module(module) -> str:
@@ -79,7 +87,7 @@ def print_module(module) -> str:
     return _print(module)
 
 
-__all__ = ["parse", "print_module", "build", "load", "load_bytes", "Executable", "VirtualMachine",
+__all__ = ["parse", "print_module", "build", "partition", "load", "load_bytes", "Executable", "VirtualMachine",
            "InferenceSession", "SessionOptions", "RunOptions", "NodeArg", "IOBinding",
            "set_num_threads", "get_num_threads",
            "RelvmError", "RelvmSyntaxError", "RelvmTypeError", "RelvmCompileError",

@@ -7,7 +7,7 @@ import dataclasses
 import logging
 import time
 import warnings
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -18,7 +18,7 @@ from ..ir import dims as D
 from ..ir.limits import MAX_DEPTH, MAX_TENSOR_BYTES, deepest_node
 from ..ir.nodes import Module
 from ..ir.types import TensorType, TupleType
-from ..runtime.executable import Executable
+from ..runtime.executable import Executable, ExternalArtifact
 from .lower import FunctionLowering, Program
 from .memplan import plan_and_assemble
 
@@ -35,7 +35,8 @@ CODEGEN_BACKENDS = ("c",)
 
 def build(module: Module, params: Mapping[str, Any] | None = None, *,
           upper_bounds: Mapping[str, int] | None = None, backend: str = "c",
-          fuse: bool = True, channels_last: bool = True) -> Executable:
+          fuse: bool = True, channels_last: bool = True,
+          targets: Sequence[Any] = (), external_fallback: bool = False) -> Executable:
     """Compile a module into an :class:`Executable` that runs for every value of its dims.
 
     Parameters
@@ -59,6 +60,15 @@ def build(module: Module, params: Mapping[str, Any] | None = None, *,
         Run the float32 convs of regions with depthwise convs (mobile CNNs) on NHWC data, with
         transposes at the regions' edges (default; ``passes/layout.py``). ``False`` keeps every
         conv NCHW, as the model has it: results are the same up to the order of float sums.
+    targets : sequence of str or Backend, optional
+        External backends (``"dnnl"``, or ones registered with
+        ``relvm.backends.external.register``), highest priority first: ``relvm.partition``
+        runs after constants are folded and each region it keeps is compiled by its backend.
+        A module partitioned beforehand needs no ``targets``: its ``Compiler`` functions are
+        compiled either way.
+    external_fallback : bool
+        When a backend cannot run here (its library is missing): False (default) refuses
+        with an error naming it; True runs its regions on relvm's own kernels instead.
 
     Returns
     -------
@@ -80,7 +90,8 @@ def build(module: Module, params: Mapping[str, Any] | None = None, *,
     _check_bound_names(module, bounds)
     bound = _bind_params(module, dict(params or {}))
     return run_with_deep_stack(lambda: _compile(module, bound, bounds, backend, fuse,
-                                                channels_last))
+                                                channels_last, tuple(targets),
+                                                external_fallback))
 
 
 def _check_backend_has_kernels(backend: str, program: Program) -> None:
@@ -90,7 +101,7 @@ def _check_backend_has_kernels(backend: str, program: Program) -> None:
     from ..backends import c
 
     missing = sorted({f"{k.op if k.op != 'fused' else k.name}({', '.join(k.inputs)})"
-                      for k in program.kernels if not c.supports(k)})
+                      for k in program.kernels if k.op != "external" and not c.supports(k)})
     if missing:
         raise RelvmCompileError("the c backend has no kernel for " + "; ".join(missing)
                                 + ' (build with backend="numpy" to run them on NumPy)')
@@ -184,9 +195,12 @@ def stage(name: str):
 
 
 def optimize(module: Module, bound: dict[int, np.ndarray], fuse: bool,
-             channels_last: bool = False, backend: str = "c") -> Module:
-    """The build-time passes, in order: bind params, fold, (channels last,) float16 in
-    float32 where the C backend has no float16 kernel, fuse. Returns a typed module."""
+             channels_last: bool = False, backend: str = "c", targets: tuple = (),
+             external_fallback: bool = False, artifacts: dict | None = None) -> Module:
+    """The build-time passes, in order: bind params, fold, (partition for ``targets`` and
+    compile the regions with their external backends, into ``artifacts``,) (channels last,)
+    float16 in float32 where the C backend has no float16 kernel, fuse. Returns a typed
+    module."""
     from ..passes import fold
     from ..passes.bind_params import bind_params
     from ..passes.fuse import fuse as fuse_ops
@@ -198,6 +212,19 @@ def optimize(module: Module, bound: dict[int, np.ndarray], fuse: bool,
         module = infer_module(fold.fold_constants(fold.fold_batch_norm(module)))
         # After folding, so that weights made by folding (a transposed constant) count too.
         module = infer_module(fold.simplify(module))
+    if targets:
+        from ..passes.partition import partition
+
+        with stage(f"partition for {', '.join(map(str, targets))}"):
+            module = partition(module, _usable(targets, external_fallback))
+    if any(f.attrs.get("Compiler") for f in module.functions.values()):
+        from ..passes.external import externalize
+
+        with stage("compile external regions"):
+            module, made = externalize(module, external_fallback)
+            module = infer_module(module)
+        if artifacts is not None:
+            artifacts.update(made)
     if channels_last:
         from ..passes.layout import channels_last as to_channels_last
 
@@ -214,9 +241,30 @@ def optimize(module: Module, bound: dict[int, np.ndarray], fuse: bool,
     return module
 
 
+def _usable(targets: tuple, fallback: bool) -> list:
+    """The targets to partition for: all, or (with ``fallback``) those that can run here."""
+    from ..backends import external
+
+    out = []
+    for t in targets:
+        name = t.name if isinstance(t, external.Backend) else t
+        if isinstance(t, external.Backend) and external.lookup(name) is not t:
+            external.register(t)  # so that its regions find it when they are compiled
+        why = external.unavailable(name) if isinstance(name, str) else None
+        if why is None or not fallback:
+            out.append(t)  # an unavailable one is refused by externalize, naming it
+        else:
+            warnings.warn(why + "; its ops run on relvm's own kernels", RuntimeWarning,
+                          stacklevel=5)
+    return out
+
+
 def _compile(module: Module, bound: dict[int, np.ndarray], bounds: dict[str, int],
-             backend: str, fuse: bool, channels_last: bool) -> Executable:
-    module = optimize(module, bound, fuse, channels_last, backend)
+             backend: str, fuse: bool, channels_last: bool, targets: tuple = (),
+             external_fallback: bool = False) -> Executable:
+    artifacts: dict = {}
+    module = optimize(module, bound, fuse, channels_last, backend, targets, external_fallback,
+                      artifacts)
     program = Program(codegen=backend in CODEGEN_BACKENDS)
     for i, name in enumerate(module.functions):
         program.function_index[name] = i
@@ -254,7 +302,9 @@ def _compile(module: Module, bound: dict[int, np.ndarray], bounds: dict[str, int
             warnings.warn(NO_COMPILER_WARNING, RuntimeWarning, stacklevel=3)
     return Executable(functions, program.constants, program.kernels, program.dim_programs,
                       upper_bounds=bounds, backend=backend, kernel_library=library,
-                      kernel_arch=arch)
+                      kernel_arch=arch,
+                      externals={s: ExternalArtifact(a.compiler, a.data)
+                                 for s, a in artifacts.items()})
 
 
 def _keep_io_names(module: Module, functions: list) -> None:

@@ -23,6 +23,7 @@ from ..ir import dims as D
 from ..ir.nodes import (Call, Constant, Expr, Function, GlobalVar, If, Let, Tuple, TupleGetItem,
                         Var, post_order)
 from ..ir.types import FuncType, ListType, TensorType, TupleType, Type, tensor_types
+from ..ops.external import ExternalOp
 from ..ops.fused import FusedOp
 from ..ops.lists import LIST_OPS
 from ..ops.registry import OUT_FUSABLE, Op
@@ -72,7 +73,10 @@ class Program:
         two kernels). Library kernels adapt to the shapes they get at run time.
         """
         plan: dict = {}
-        if isinstance(op, FusedOp):
+        if isinstance(op, ExternalOp):
+            kind, attrs = "external", {"compiler": op.compiler, "symbol": op.symbol,
+                                       "region": op.region}
+        elif isinstance(op, FusedOp):
             kind, attrs = "fused", {"steps": op.steps_json()}
             if self.codegen and call is not None:
                 plan = self.fused_plan(op, call)

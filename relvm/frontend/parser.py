@@ -35,7 +35,7 @@ from .._stack import run_with_deep_stack
 from ..errors import RelvmError, RelvmSyntaxError, RelvmTypeError
 from ..ir import dims as D
 from ..ir.limits import MAX_DEPTH, MAX_NESTING, MAX_SYNTAX_DEPTH, deepest_node
-from ..ir.nodes import (Call, Constant, Expr, Function, GlobalVar, If, IONames, Let, Module,
+from ..ir.nodes import (Attrs, Call, Constant, Expr, Function, GlobalVar, If, IONames, Let, Module,
                         Span, Tuple, TupleGetItem, Var)
 from ..ir.types import FuncType, ListType, TensorType, TupleType, Type
 from ..ops import OPS
@@ -299,8 +299,11 @@ def _dim_arithmetic(method):
 
 
 #: The function attributes a def may carry after its parameters (TVM prints others; relvm
-#: reads only these): the model's own names of its inputs and outputs (``IONames``).
-FUNCTION_ATTRS = ("input_names", "output_names")
+#: reads only these): the model's own names of its inputs and outputs (``IONames``), and which
+#: external backend compiles a region and under what symbol (``passes/partition.py``).
+IO_ATTRS = ("input_names", "output_names")
+REGION_ATTRS = ("Compiler", "global_symbol")
+FUNCTION_ATTRS = IO_ATTRS + REGION_ATTRS
 
 
 class _Builder(Interpreter):
@@ -359,19 +362,36 @@ class _Builder(Interpreter):
         if names is not None:
             self.io_names[str(name_token)[1:]] = names
         ret_type = self.visit(ret) if ret is not None else None
-        func = Function(params, self.visit(body), ret_type, span=_span(tree))
+        func = Function(params, self.visit(body), ret_type, span=_span(tree),
+                        attrs=self.region_attrs(param_list, name_token))
         return name_token, func
+
+    def region_attrs(self, tree: Tree, name_token: Token) -> Attrs:
+        """A def's ``Compiler="dnnl"`` and ``global_symbol="dnnl_0"``: both or neither."""
+        given = {str(c.children[0]): (c.children[0], self.attribute(c.children[1]))
+                 for c in tree.children if c.data == "func_attr"
+                 and str(c.children[0]) in REGION_ATTRS}
+        for name, (token, value) in given.items():
+            if not isinstance(value, str) or not value:
+                raise self.error(f"{name} must be a non-empty string", token)
+        if given and len(given) != len(REGION_ATTRS):
+            missing = next(a for a in REGION_ATTRS if a not in given)
+            raise self.error(f"a region function needs {missing} too (Compiler and "
+                             "global_symbol go together)", name_token)
+        return Attrs({name: value for name, (_, value) in given.items()})
 
     def io_names_of(self, tree: Tree, params: tuple[Var, ...]) -> IONames | None:
         """A def's ``input_names=[...]`` (one per parameter) and ``output_names=[...]``."""
         attrs = {str(c.children[0]): (c.children[0], self.attribute(c.children[1]))
                  for c in tree.children if c.data == "func_attr"}
-        if not attrs:
-            return None
-        for name, (token, value) in attrs.items():
+        for name, (token, _) in attrs.items():
             if name not in FUNCTION_ATTRS:
                 raise self.error(f"unknown function attribute {name}; relvm reads "
                                  + ", ".join(FUNCTION_ATTRS), token)
+        attrs = {k: v for k, v in attrs.items() if k in IO_ATTRS}
+        if not attrs:
+            return None
+        for name, (token, value) in attrs.items():
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise self.error(f"{name} must be a list of strings", token)
         inputs: dict[str, str] = {}

@@ -205,6 +205,9 @@ class Function(Expr):
     ret_type: Optional[Type] = None
     span: Optional[Span] = _meta()
     checked_type: Optional[Type] = _meta()
+    #: Function attributes, as TVM prints them after the parameters: a region for an external
+    #: backend has ``Compiler="dnnl"`` and ``global_symbol="dnnl_0"`` (``passes/partition.py``).
+    attrs: Attrs = field(default_factory=lambda: Attrs(), kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -369,7 +372,8 @@ def structural_equal(a: Expr, b: Expr) -> bool:
             if x.var.type_annotation != y.var.type_annotation:
                 return False
         elif isinstance(x, Function):
-            if len(x.params) != len(y.params) or x.ret_type != y.ret_type:
+            if len(x.params) != len(y.params) or x.ret_type != y.ret_type \
+                    or x.attrs != y.attrs:
                 return False
             for p, q in zip(x.params, y.params):
                 if p.type_annotation != q.type_annotation:

@@ -58,7 +58,9 @@ def print_module(module: Module) -> str:
     lines = [VERSION_HEADER]
     for name, func in module.functions.items():
         lines += _Printer(func, meta).function_lines(func, f"def @{name}",
-                                                     _io_attrs(func, module.io_names.get(name)))
+                                                     _io_attrs(func, module.io_names.get(name))
+                                                     + [f"{k}={attr_text(v)}"
+                                                        for k, v in func.attrs.items()])
     return "\n".join(lines) + "\n"
 
 

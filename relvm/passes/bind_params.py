@@ -27,5 +27,6 @@ def bind_params(module: Module, values: dict[int, np.ndarray]) -> Module:
     body = _Bind(values)(main.body)
     params = tuple(p for p in main.params if id(p) not in values)
     functions = dict(module.functions)
-    functions["main"] = Function(params, body, main.ret_type, span=main.span)
+    functions["main"] = Function(params, body, main.ret_type, span=main.span,
+                                 attrs=main.attrs)
     return Module(functions, module.source, module.io_names)

@@ -91,7 +91,7 @@ class Rewriter:
         body = self(fn.body)
         if body is fn.body:
             return fn
-        return Function(fn.params, body, fn.ret_type, span=fn.span)
+        return Function(fn.params, body, fn.ret_type, span=fn.span, attrs=fn.attrs)
 
 
 def rewrite_module(module: Module, make: "type[Rewriter]", **kw) -> Module:
@@ -100,5 +100,5 @@ def rewrite_module(module: Module, make: "type[Rewriter]", **kw) -> Module:
     for name, fn in module.functions.items():
         body = make(**kw)(fn.body)
         functions[name] = fn if body is fn.body else Function(fn.params, body, fn.ret_type,
-                                                               span=fn.span)
+                                                               span=fn.span, attrs=fn.attrs)
     return Module(functions, module.source, module.io_names)

@@ -136,6 +136,16 @@ class NativeCode:
 BUILT_HERE = NativeCode(True, "built in this process")
 
 
+@dataclass(frozen=True)
+class ExternalArtifact:
+    """A region compiled by an external backend: the backend's name and the bytes its
+    ``compile`` made (data its runtime reads; never native code). Kept in the ``extern``
+    section by the region's symbol."""
+
+    compiler: str
+    data: bytes
+
+
 @dataclass
 class Executable:
     """A compiled module: run it with :class:`relvm.VirtualMachine`, save it with :meth:`save`.
@@ -154,6 +164,11 @@ class Executable:
     backend: str = "numpy"
     kernel_library: bytes | None = None
     kernel_arch: str = ""
+    #: Regions compiled by external backends, by symbol (kernel entries of op ``external``).
+    externals: dict[str, ExternalArtifact] = field(default_factory=dict)
+    #: Run regions whose backend cannot run here on relvm's own kernels (``relvm.load``'s
+    #: ``external_fallback``) instead of refusing.
+    external_fallback: bool = field(default=False, repr=False, compare=False)
     #: Lazy per-constant checksums of a loaded file (loader.ConstantChecks), else None.
     constant_checks: Any = field(default=None, init=False, repr=False, compare=False)
     #: Whether the kernel library may run (the loader decides it for a file).

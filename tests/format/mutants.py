@@ -188,6 +188,7 @@ class Template:
                                  f["code"]["instructions"]) for f in meta["functions"]]
         self.kernels = sections["kernels"]
         self.sign = sections["sign"]
+        self.extern = sections["extern"]
         self.consts = sections["consts"]
         self.crcs = {"consts": zlib.crc32(self.consts), "kernels": zlib.crc32(self.kernels)}
         self.index_text = self.data = None
@@ -257,7 +258,7 @@ class File:
             known["consts"] = t.crcs["consts"]
         main = _assemble(MAGIC, [("meta", self.dumps(self.meta)), ("code", code),
                                  ("kernels", t.kernels), ("sign", t.sign),
-                                 ("consts", self.consts)], known)
+                                 ("extern", t.extern), ("consts", self.consts)], known)
         return main, weights
 
     def dumps(self, value: Any) -> bytes:

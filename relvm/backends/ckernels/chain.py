@@ -49,35 +49,49 @@ def make_chain(entry: KernelEntry, make_step: Callable[[KernelEntry], Callable])
         raise RelvmFormatError(f"fused kernel {entry.name!r} is malformed: {e}",
                                section="kernels") from None
     n_in = len(entry.inputs)
+    # The steps whose results are the entry's outputs: the last one, or (an external region
+    # run on relvm's kernels) those its "outputs" name.
+    try:
+        result_steps = [int(j) for kind, j in entry.attrs.get("outputs", [["step", -1]])
+                        if kind == "step"]
+        result_steps = [j % len(steps) for j in result_steps]
+        if len(result_steps) != len(entry.outputs) or len(set(result_steps)) != len(
+                result_steps):
+            raise ValueError("its outputs do not match its result dtypes")
+    except (ValueError, TypeError, ZeroDivisionError) as e:
+        raise RelvmFormatError(f"fused kernel {entry.name!r} is malformed: {e}",
+                               section="kernels") from None
+    out_of = {j: k for k, j in enumerate(result_steps)}
     dtypes: list[str] = []
     kernels = []
     for i, s in enumerate(steps):
         ins = [entry.inputs[j] if kind == "in" else dtypes[j] for kind, j in s.args]
-        out = entry.outputs[0] if i == len(steps) - 1 else step_dtype(s.op.name, s.attrs, ins)
+        out = entry.outputs[out_of[i]] if i in out_of else step_dtype(s.op.name, s.attrs, ins)
         dtypes.append(out)
         attrs = {k: list(v) if isinstance(v, tuple) else v for k, v in s.attrs.items()}
         kernels.append(make_step(KernelEntry(f"{entry.name}.{i}", s.op.name, attrs, tuple(ins),
                                              (out,))))
     buffers: dict[tuple, list[np.ndarray]] = {}
 
-    def intermediates(arrays) -> list[np.ndarray]:
-        """One array per step but the last, shaped by the steps' type relations."""
+    def intermediates(arrays) -> list[np.ndarray | None]:
+        """An array per step but the results, shaped by the steps' type relations."""
         types: list[Any] = []
         for s, dt in zip(steps, dtypes):
             args = [TensorType(arrays[j].shape, arrays[j].dtype.name) if kind == "in"
                     else types[j] for kind, j in s.args]
             t = s.op.infer(s.attrs, *args)
             types.append(TensorType(t.shape, dt))
-        return [np.empty(t.shape, np_dtype(t.dtype)) for t in types[:-1]]
+        return [None if i in out_of else np.empty(t.shape, np_dtype(t.dtype))
+                for i, t in enumerate(types)]
 
     def run(*args: np.ndarray) -> None:
-        arrays, out = args[:n_in], args[n_in]
+        arrays, outs = args[:n_in], args[n_in:]
         key = tuple(a.shape for a in arrays)
         values = buffers.get(key)
         if values is None:
             values = remember(buffers, key, intermediates(arrays))
-        last = len(steps) - 1
+        values = [outs[out_of[i]] if i in out_of else v for i, v in enumerate(values)]
         for i, (s, kernel) in enumerate(zip(steps, kernels)):
             kernel(*[arrays[j] if kind == "in" else values[j] for kind, j in s.args],
-                   out if i == last else values[i])
+                   values[i])
     return run

@@ -26,9 +26,9 @@ from ...errors import RelvmFormatError
 
 MAGIC = b"RELVMEXE"
 WEIGHTS_MAGIC = b"RELVMWTS"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 #: Format version -> the first relvm release that reads it. Never remove an entry.
-RELEASES = {1: "0.1.0", 2: "0.2.0", 3: "0.3.0"}
+RELEASES = {1: "0.1.0", 2: "0.2.0", 3: "0.3.0", 4: "0.4.0"}
 ALIGNMENT = 64
 
 
@@ -58,6 +58,11 @@ SECTIONS: tuple[Section, ...] = (
             "digits>, \"signature\": <128 hex digits>}`: the signer's public key and its "
             "signature of `relvm executable signature v1\\0` followed by the SHA-256 of "
             "`meta`, of `code` and of `kernels`. Since version 2"),
+    Section("extern", "at load",
+            "the artifacts of regions compiled by external backends (`relvm.partition`), one "
+            "after another; `meta.externals` gives each one's symbol, backend, offset, size "
+            "and CRC-32. Data that the backend's runtime reads (the oneDNN backend's is JSON), "
+            "never native code. Since version 4"),
     Section("consts", "per constant, on first use",
             "raw little-endian constant bytes; the section starts 64-byte-aligned and each "
             "constant at a multiple of 64 from its start (its `offset` in meta); "
@@ -161,13 +166,19 @@ def open_container(buf: memoryview, magic: bytes, table: tuple[Section, ...],
 
 
 #: Sections an executable gained in a format version (older files lack them).
-ADDED = {"sign": 2}
+ADDED = {"sign": 2, "extern": 4}
 
 
 def _open_v1(buf: memoryview, table: tuple[Section, ...],
              fail: Callable[[str | None, str], RelvmFormatError]) -> Container:
     """Format version 1: as version 2, without the sections added since."""
     return _open_v2(buf, tuple(s for s in table if ADDED.get(s.name, 1) <= 1), fail)
+
+
+def _open_v3(buf: memoryview, table: tuple[Section, ...],
+             fail: Callable[[str | None, str], RelvmFormatError]) -> Container:
+    """Format versions 2 and 3: the current container without the sections added since."""
+    return _open_v2(buf, tuple(s for s in table if ADDED.get(s.name, 1) <= 3), fail)
 
 
 def _open_v2(buf: memoryview, table: tuple[Section, ...],
@@ -269,8 +280,9 @@ def relvm_version() -> str:
 
 #: Format version -> the reader of its header and section table. Never remove an entry.
 #: Version 3 changed only the layout of four instructions in ``code`` (``dst`` first; see
-#: ``opcodes.LEGACY_LAYOUTS``): its container is version 2's.
-READERS: dict[int, Callable[..., "Container"]] = {1: _open_v1, 2: _open_v2, 3: _open_v2}
+#: ``opcodes.LEGACY_LAYOUTS``); version 4 added the ``extern`` section.
+READERS: dict[int, Callable[..., "Container"]] = {1: _open_v1, 2: _open_v3, 3: _open_v3,
+                                                  4: _open_v2}
 
 
 # --- docs/format.md ------------------------------------------------------------------------

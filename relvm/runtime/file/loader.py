@@ -38,17 +38,18 @@ from typing import Any, Callable
 import numpy as np
 
 from ... import dtypes
-from ...errors import RelvmFormatError
+from ...errors import RelvmFormatError, RelvmKernelError
 from .. import verify
 from ..bytecode import DecodeError, decode
 from . import trust
-from ..executable import Executable, NativeCode
+from ..executable import Executable, ExternalArtifact, NativeCode
 from .meta import CodeRange, ConstantEntry, Meta, constant_entry, from_meta, tuples
 from .format import (ALIGNMENT, MAGIC, SECTIONS, WEIGHTS_MAGIC, WEIGHTS_SECTIONS,
                          machine_tag, open_container)
 
 
-def load(path, *, weights=None, trust_native_code: bool = False) -> Executable:
+def load(path, *, weights=None, trust_native_code: bool = False,
+         external_fallback: bool = False) -> Executable:
     """Load an executable file, its constants memory-mapped (read-only, paged in on use).
 
     Parameters
@@ -62,6 +63,10 @@ def load(path, *, weights=None, trust_native_code: bool = False) -> Executable:
         Run the native code the file carries (its generated kernels) even though it is not
         signed by a key you trust. By default such a file runs without it: each fused kernel
         is generated again here from its description, or run with relvm's own kernels.
+    external_fallback : bool
+        When an external backend the file's regions need cannot run here (``relvm.partition``;
+        its library is missing): False (default) raises RelvmKernelError naming it; True runs
+        those regions on relvm's own kernels.
 
     Raises
     ------
@@ -82,7 +87,7 @@ def load(path, *, weights=None, trust_native_code: bool = False) -> Executable:
         if weights is not None:
             return _map(os.fspath(weights), "weights")
         return _map(os.path.join(base, _beside(ref)), "weights")
-    return _load(buf, path, weights_buf, trust_native_code)
+    return _load(buf, path, weights_buf, trust_native_code, external_fallback)
 
 
 def _beside(ref: str) -> str:
@@ -96,7 +101,7 @@ def _beside(ref: str) -> str:
 
 
 def load_bytes(data: bytes | bytearray | memoryview, *, weights=None,
-               trust_native_code: bool = False) -> Executable:
+               trust_native_code: bool = False, external_fallback: bool = False) -> Executable:
     """Load an executable from bytes (``Executable.save_bytes``).
 
     The constants are read-only views of ``data`` (no copy): do not change ``data`` while the
@@ -113,7 +118,7 @@ def load_bytes(data: bytes | bytearray | memoryview, *, weights=None,
             raise RelvmFormatError(f"the executable keeps its weights in {ref!r}; pass "
                                    f"weights=<path> to load_bytes", section="weights")
         return _map(os.fspath(weights), "weights")
-    return _load(buf, "<bytes>", weights_buf, trust_native_code)
+    return _load(buf, "<bytes>", weights_buf, trust_native_code, external_fallback)
 
 
 def _map(path: str, section: str) -> memoryview:
@@ -134,10 +139,10 @@ def _map(path: str, section: str) -> memoryview:
 
 
 def _load(buf: memoryview, source: str, weights_buf: Callable[[str], memoryview],
-          trust_native_code: bool) -> Executable:
+          trust_native_code: bool, external_fallback: bool = False) -> Executable:
     stage = ["header"]  # the section being read, for errors nothing more specific caught
     try:
-        return _read_executable(buf, weights_buf, stage, trust_native_code)
+        return _read_executable(buf, weights_buf, stage, trust_native_code, external_fallback)
     except RelvmFormatError:
         raise
     except (ValueError, TypeError, KeyError, IndexError, struct.error, OverflowError,
@@ -151,7 +156,8 @@ def _fail(section: str | None, message: str) -> RelvmFormatError:
 
 
 def _read_executable(buf: memoryview, weights_buf: Callable[[str], memoryview],
-                     stage: list[str], trust_native_code: bool) -> Executable:
+                     stage: list[str], trust_native_code: bool,
+                     external_fallback: bool = False) -> Executable:
     box = open_container(buf, MAGIC, SECTIONS, _fail)
     stage[0] = "meta"
     meta_bytes = box.checked("meta")
@@ -164,6 +170,8 @@ def _read_executable(buf: memoryview, weights_buf: Callable[[str], memoryview],
     stage[0] = "sign"
     native = _native_code(box, [meta_bytes, code_bytes, library], trust_native_code)
     _check_backend(meta.backend)
+    stage[0] = "extern"
+    externals = _externals(box, meta.externals)
     stage[0] = "consts"
     offset, size = box.span("consts")
     constants = _constants(buf[offset:offset + size], meta, weights_buf)
@@ -171,13 +179,49 @@ def _read_executable(buf: memoryview, weights_buf: Callable[[str], memoryview],
     uses = [verify.check_program(k, p) for k, p in enumerate(meta.dim_programs)]
     exe = Executable(meta.functions, [a for a, _ in constants], meta.kernels,
                      [tuples(p) for p in meta.dim_programs], meta.upper_bounds, meta.backend,
-                     library, meta.kernel_arch or "")
+                     library, meta.kernel_arch or "", externals)
     exe.native = native
+    exe.external_fallback = external_fallback
     stage[0] = "code"
     _attach_code(exe, meta.code, words, box.version)
     verify.check_executable(exe, uses)
+    _check_external_backends(exe)
     exe.constant_checks = ConstantChecks([a for a, _ in constants], [w for _, w in constants])
     return exe
+
+
+def _externals(box, entries: list[tuple[str, str, int, int]]) -> dict[str, ExternalArtifact]:
+    """The artifacts in ``extern``, each where ``meta.externals`` says, tiling the section."""
+    data = box.checked("extern") if "extern" in box.sections else memoryview(b"")
+    out: dict[str, ExternalArtifact] = {}
+    at = 0
+    for symbol, compiler, offset, size in entries:
+        if symbol in out:
+            raise RelvmFormatError(f"two artifacts are called {symbol!r}", section="meta")
+        if offset != at or offset + size > len(data):
+            raise RelvmFormatError(f"artifact {symbol!r}: bytes {offset}..{offset + size} do "
+                                   f"not follow on at {at} within {len(data)}",
+                                   section="extern")
+        out[symbol] = ExternalArtifact(compiler, bytes(data[offset:offset + size]))
+        at += size
+    if at != len(data):
+        raise RelvmFormatError(f"{len(data) - at} bytes belong to no artifact",
+                               section="extern")
+    return out
+
+
+def _check_external_backends(exe: Executable) -> None:
+    """Every external backend the executable needs can run here, or the caller accepted
+    relvm's own kernels in its place: else an error naming the backend, now, not at the
+    first call."""
+    from ...backends import external
+
+    for compiler in sorted({a.compiler for a in exe.externals.values()}):
+        why = external.unavailable(compiler)
+        if why is not None and not exe.external_fallback:
+            raise RelvmKernelError(f"{why} (or load the executable with "
+                                   "external_fallback=True to run them on relvm's own "
+                                   "kernels)")
 
 
 def _parse_json(data: memoryview, section: str, kind: type) -> Any:

@@ -51,7 +51,16 @@ META_KEYS: dict[str, str] = {
     "weights": "null, or `{\"path\", \"content_id\"}`: the weights file's name (a plain file "
                "name, in this file's directory) and the first 16 bytes of the SHA-256 of its "
                "index, in hex",
+    "externals": "the regions compiled by external backends: per artifact `symbol` (the "
+                 "`external` kernel entries' `attrs.symbol`), `compiler` (the backend's name), "
+                 "`offset` and `size` of its bytes in `extern` (optional: absent means none; "
+                 "files before format version 4 lack it). An `external` kernel entry's attrs "
+                 "are `compiler`, `symbol` and `region`: `name`, `inputs` (dtype, shape), "
+                 "`constant`, `steps` (as a fused entry's, each with its `type`) and `outputs` "
+                 "(references)",
 }
+#: Keys a file may lack (older relvm did not write them).
+OPTIONAL_META_KEYS = ("externals",)
 
 #: Registers or dims slots per frame: far above any real program, low enough that a bad file
 #: cannot make a frame allocate gigabytes.
@@ -88,6 +97,11 @@ class ConstantEntry:
 def to_meta(exe: Executable, code: list[CodeRange], constants: list[dict], writer: str,
             kernel_arch: str | None, weights: dict | None) -> dict:
     """The meta JSON object of ``exe`` (instructions and constant bytes go elsewhere)."""
+    externals, at = [], 0
+    for symbol, artifact in exe.externals.items():
+        externals.append({"symbol": symbol, "compiler": artifact.compiler, "offset": at,
+                          "size": len(artifact.data)})
+        at += len(artifact.data)
     return {
         "writer": writer,
         "backend": exe.backend,
@@ -101,6 +115,7 @@ def to_meta(exe: Executable, code: list[CodeRange], constants: list[dict], write
         "constants": constants,
         "kernel_library": None if kernel_arch is None else {"arch": kernel_arch},
         "weights": weights,
+        "externals": externals,
     }
 
 
@@ -211,11 +226,12 @@ class Meta:
     constants: list[ConstantEntry]
     kernel_arch: str | None
     weights: dict | None  # {"path": str, "content_id": str}
+    externals: list[tuple[str, str, int, int]]  # symbol, compiler, offset, size
 
 
 def from_meta(m: Any) -> Meta:
     """Check the meta JSON object and build the Executable's pieces from it."""
-    m = obj(m, "meta", tuple(META_KEYS))
+    m = obj(m, "meta", tuple(k for k in META_KEYS if k not in OPTIONAL_META_KEYS))
     text(m["writer"], "writer")
     functions, code = [], []
     for i, f in enumerate(lst(m["functions"], "functions")):
@@ -242,7 +258,14 @@ def from_meta(m: Any) -> Meta:
                 kernels=list(each(m["kernels"], "kernels", _kernel)),
                 dim_programs=lst(m["dim_programs"], "dim_programs"), upper_bounds=dict(bounds),
                 constants=list(each(m["constants"], "constants", constant_entry)),
-                kernel_arch=arch, weights=weights)
+                kernel_arch=arch, weights=weights,
+                externals=list(each(m.get("externals", []), "externals", _external)))
+
+
+def _external(e: Any, path: str) -> tuple[str, str, int, int]:
+    e = obj(e, path, ("symbol", "compiler", "offset", "size"))
+    return (text(e["symbol"], f"{path}.symbol"), text(e["compiler"], f"{path}.compiler"),
+            integer(e["offset"], f"{path}.offset", 0), integer(e["size"], f"{path}.size", 0))
 
 
 def _function(f: Any, path: str) -> tuple[VMFunction, CodeRange]:

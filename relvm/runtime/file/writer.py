@@ -56,11 +56,13 @@ def _write_executable(exe: Executable, out, weights_out=None, weights_ref: str =
     arch = (exe.kernel_arch or machine_tag()) if library else None
     meta = _json(to_meta(exe, code, index, relvm_version(), arch, weights))
     sign = _signature(exe, meta, code_bytes, library)
+    extern = b"".join(a.data for a in exe.externals.values())  # in meta's order
     write_container(out, MAGIC, [
         ("meta", [(0, meta)], len(meta)),
         ("code", [(0, code_bytes)], len(code_bytes)),
         ("kernels", [(0, library)], len(library)),
         ("sign", [(0, sign)], len(sign)),
+        ("extern", [(0, extern)], len(extern)),
         ("consts", [(e["offset"], a) for e, a in main], _end(main))])
 
 

@@ -52,6 +52,9 @@ def check_kernels(exe: Executable) -> None:
     """Check every kernel entry's attributes, steps and plan, and its types where the file
     records ranks."""
     for k, entry in enumerate(exe.kernels):
+        if entry.op == "external":
+            with _naming(k, entry):
+                _check_artifact(exe, entry)
         ranks = ([(entry.input_ranks, entry.output_ranks)]
                  if entry.input_ranks or entry.output_ranks or _no_args(entry) else [])
         key = _content_key(entry, ranks)
@@ -117,6 +120,11 @@ class _naming:
 def check_entry(entry: KernelEntry, ranks: list[tuple[tuple[int, ...], tuple[int, ...]]]
                 ) -> None:
     """Check one entry; ``ranks`` lists (input ranks, output ranks) to check its types with."""
+    if entry.op == "external":
+        steps, outputs = _region(entry)
+        for in_ranks, out_ranks in ranks:
+            _check_fused_types(entry, steps, in_ranks, out_ranks, outputs)
+        return
     if entry.op == "fused":
         steps = _steps(entry)
         plan = _plan(entry)
@@ -190,17 +198,21 @@ def _steps(entry: KernelEntry) -> list[tuple[Op, Any, tuple[tuple[str, int], ...
     extra = set(entry.attrs) - FUSED_ATTRS
     if extra:
         raise Bad(f"a fused entry's attrs are steps and plan, not {sorted(extra)[0]!r}")
-    data = entry.attrs.get("steps")
-    if type(data) is not list or not 0 < len(data) <= MAX_STEPS:
-        raise Bad(f"attrs.steps: expected a list of 1 to {MAX_STEPS} steps")
     if len(entry.outputs) != 1:
         raise Bad(f"a fused entry has one output, not {len(entry.outputs)}")
+    return _step_list(entry, entry.attrs.get("steps"), {"op", "attrs", "args"})
+
+
+def _step_list(entry: KernelEntry, data: Any, keys: set[str]
+               ) -> list[tuple[Op, Any, tuple[tuple[str, int], ...]]]:
+    if type(data) is not list or not 0 < len(data) <= MAX_STEPS:
+        raise Bad(f"attrs.steps: expected a list of 1 to {MAX_STEPS} steps")
     if any(g >= 0 for g in entry.groups):
-        raise Bad("a fused entry's inputs are tensors, not tuples (its groups are -1)")
+        raise Bad(f"a {entry.op} entry's inputs are tensors, not tuples (its groups are -1)")
     steps = []
     for j, s in enumerate(data):
-        if type(s) is not dict or set(s) != {"op", "attrs", "args"}:
-            raise Bad(f"step {j}: expected an object with op, attrs and args")
+        if type(s) is not dict or set(s) != keys:
+            raise Bad(f"step {j}: expected an object with {', '.join(sorted(keys))}")
         op = OPS.get(s["op"]) if type(s["op"]) is str else None
         if op is None:
             raise Bad(f"step {j}: unknown op {s['op']!r}")
@@ -233,9 +245,10 @@ def _refs(args: Any, j: int, n_inputs: int) -> tuple[tuple[str, int], ...]:
 
 
 def _check_fused_types(entry: KernelEntry, steps: list, in_ranks: tuple[int, ...],
-                       out_ranks: tuple[int, ...]) -> TensorType:
-    """Run the steps' type relations; the last must give the entry's output. Returns the first
-    step's type (a plan's anchor)."""
+                       out_ranks: tuple[int, ...], outputs: list[int] | None = None
+                       ) -> TensorType:
+    """Run the steps' type relations; the last (or the ``outputs`` steps) must give the
+    entry's outputs. Returns the first step's type (a plan's anchor)."""
     inputs = _types(entry.inputs, in_ranks)
     results: list[TensorType] = []
     for j, (op, attrs, refs) in enumerate(steps):
@@ -244,8 +257,45 @@ def _check_fused_types(entry: KernelEntry, steps: list, in_ranks: tuple[int, ...
         if not isinstance(t, TensorType):
             raise Bad(f"step {j}: {op.name} gives {t}, not a tensor")
         results.append(t)
-    _same_outputs(entry, results[-1:], out_ranks)
+    _same_outputs(entry, results[-1:] if outputs is None else [results[j] for j in outputs],
+                  out_ranks)
     return results[0]
+
+
+# --- external entries --------------------------------------------------------------------------
+
+EXTERNAL_ATTRS = {"compiler", "symbol", "region"}
+REGION_KEYS = {"name", "inputs", "constant", "steps", "outputs"}
+
+
+def _region(entry: KernelEntry) -> tuple[list, list[int]]:
+    """An external entry's region: its steps (checked as a fused entry's, each with a
+    ``type``) and the steps it returns, one per output."""
+    if set(entry.attrs) != EXTERNAL_ATTRS:
+        raise Bad("an external entry's attrs are compiler, symbol and region")
+    for key in ("compiler", "symbol"):
+        if type(entry.attrs[key]) is not str or not entry.attrs[key]:
+            raise Bad(f"attrs.{key} must be a non-empty string")
+    region = entry.attrs["region"]
+    if type(region) is not dict or set(region) != REGION_KEYS:
+        raise Bad("attrs.region: expected an object with " + ", ".join(sorted(REGION_KEYS)))
+    steps = _step_list(entry, region["steps"], {"op", "attrs", "args", "type"})
+    refs = region["outputs"]
+    if type(refs) is not list or len(refs) != len(entry.outputs):
+        raise Bad(f"attrs.region.outputs: expected {len(entry.outputs)} references")
+    outputs = [j for kind, j in _refs(refs, len(steps), 0)]
+    if len(set(outputs)) != len(outputs):
+        raise Bad("attrs.region.outputs: a step is returned twice")
+    return steps, outputs
+
+
+def _check_artifact(exe: Executable, entry: KernelEntry) -> None:
+    artifact = exe.externals.get(entry.attrs.get("symbol"))
+    if artifact is None:
+        raise Bad(f"no artifact {entry.attrs.get('symbol')!r:.60} in the extern section")
+    if artifact.compiler != entry.attrs.get("compiler"):
+        raise Bad(f"artifact {entry.attrs['symbol']!r} is for {artifact.compiler!r}, not "
+                  f"{entry.attrs.get('compiler')!r:.60}")
 
 
 # --- fused entries: the plan of a generated kernel ---------------------------------------------------

@@ -86,6 +86,9 @@ def resolve_kernels(exe: Executable, constants: Constants | None = None
                 return _generated_kernel(entry, library, backend, constants)
             return backend.make_kernel(entry, constants)
         try:
+            if entry.op == "external":
+                kernels.append(_external_kernel(exe, entry, backend, constants))
+                continue
             kernel = direct(entry, constants, generic) if direct and entry.op == "fused" \
                 else None
             kernels.append(kernel or generic())
@@ -95,6 +98,39 @@ def resolve_kernels(exe: Executable, constants: Constants | None = None
             raise RelvmKernelError(f"kernel {entry.name!r}#{k} ({entry.op}) cannot be made: "
                                    f"{type(e).__name__}: {e}") from None
     return kernels
+
+
+def _external_kernel(exe: Executable, entry: KernelEntry, backend, constants) -> Callable:
+    """A region compiled by an external backend: its runtime's kernel over the artifact, or
+    (the backend cannot run here, and the executable was loaded with ``external_fallback``)
+    the region's steps on ``backend``'s own kernels."""
+    from ...backends import external
+
+    compiler, symbol = entry.attrs["compiler"], entry.attrs["symbol"]
+    why = external.unavailable(compiler)
+    if why is None:
+        kernel = external.require(compiler).runtime(exe.externals[symbol].data, constants)
+        return _named(kernel, entry.name)
+    if not exe.external_fallback:
+        raise RelvmKernelError(f"region {symbol!r}: {why} (or load the executable with "
+                               "external_fallback=True to run it on relvm's own kernels)")
+    from ...backends.ckernels.chain import make_chain
+
+    region = entry.attrs["region"]
+    steps = KernelEntry(entry.name, "fused",
+                        {"steps": [{k: s[k] for k in ("op", "attrs", "args")}
+                                   for s in region["steps"]],
+                         "outputs": region["outputs"]}, entry.inputs, entry.outputs)
+    return _named(make_chain(steps, lambda step: backend.make_kernel(step, constants)),
+                  entry.name)
+
+
+def _named(kernel: Callable, name: str) -> Callable:
+    try:
+        kernel.__name__ = name
+    except (AttributeError, TypeError):  # a callable object that keeps its own
+        pass
+    return kernel
 
 
 def _plan(entry: KernelEntry) -> dict | None:

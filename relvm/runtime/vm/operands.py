@@ -105,7 +105,16 @@ def _relation(entry: KernelEntry) -> Callable[[list[tuple]], list[tuple] | str]:
     from ...ops.registry import OPS, OpTypeError
 
     anchor = None  # a generated loop's anchor step: its result must be the output's shape
-    if entry.op == "fused":
+    if entry.op == "external":
+        from ...ops.external import make_external
+
+        region = entry.attrs["region"]
+        steps = steps_from_json([{k: s[k] for k in ("op", "attrs", "args")}
+                                 for s in region["steps"]])
+        op, attrs = make_external(entry.attrs["compiler"], entry.attrs["symbol"], steps,
+                                  [tuple(r) for r in region["outputs"]], len(entry.inputs),
+                                  region), Attrs()
+    elif entry.op == "fused":
         steps = steps_from_json(entry.attrs["steps"])
         n_args = len(entry.groups) if entry.groups else len(entry.inputs)
         op, attrs = make_fused(steps, n_args), Attrs()
