@@ -25,11 +25,11 @@ def _need(ok: bool, what: str) -> None:
 class _Dst:
     """Where prim ``j`` writes: the caller's output, a kept (chosen) layout, or a buffer."""
 
-    def __init__(self, plan: _Plan, j: int, shape, view, choose: bool):
+    def __init__(self, plan: _Plan, j: int, shape, view, choose: bool, edge: bool = False):
         self.plan, self.j, self.shape, self.view = plan, j, list(shape), view
         self.out = plan.k.output_of.get(j)
         self.keep = choose and plan.k.blocked_ok[j]
-        self.choose = choose and (self.keep or (self.out is not None and BOUNDARY_BLOCKED))
+        self.choose = choose and (self.keep or (self.out is not None and edge))
         dims, strides = _view(shape, view)
         self.plain = plan.md(dims, strides)
         self.md = plan.md(dims) if self.choose else self.plain
@@ -84,15 +84,18 @@ def conv(plan: _Plan, j: int, p: dict) -> None:
         out.append(span // s + 1)
     dst_shape = [n, out[0], out[1], o] if p["nhwc"] else [n, o, out[0], out[1]]
     w_view_shape = [g, o // g, i, kh, kw] if g > 1 else w_shape
+    # Measured (runtime.py's docstring): a 1x1 stride-1 conv is faster on plain NCHW,
+    # every other conv in the layout it chooses even counting the reorders.
+    edge = BOUNDARY_BLOCKED and not (kh == kw == 1 and p["strides"] == [1, 1])
     attr, po_args = plan.attr(p["post_ops"], dst_shape, view)
     sv = plan.k_values[p["src"]]
     src_md = sv["md"] if "md" in sv else (
-        plan.md(_view(src_shape, view)[0]) if BOUNDARY_BLOCKED
+        plan.md(_view(src_shape, view)[0]) if edge
         else plan.md(*_view(src_shape, view)))
     w_const = plan.k.is_constant(p["weights"])
     w_md = plan.md(w_view_shape) if w_const else plan.md(*_view(w_view_shape, None))
     bias_md = plan.md([o], [1]) if p["bias"] is not None else plan.ffi.NULL
-    dst = _Dst(plan, j, dst_shape, view, choose=True)
+    dst = _Dst(plan, j, dst_shape, view, choose=True, edge=edge)
     ffi = plan.ffi
     dims = [ffi.new("dnnl_dims_t", p[k]) for k in ("strides", "dilates", "pad_l", "pad_r")]
     pd = _pd(plan, "dnnl_convolution_forward_primitive_desc_create",

@@ -6,10 +6,11 @@ the plan's memories at the callers' arrays and execute. Inside a region a conv's
 only feeds convs and pools keeps the layout the conv chose (``format_tag_any``); everywhere else
 values are plain, so region inputs and outputs are read and written in place (zero-copy).
 
-Layout at a region's edge (``BOUNDARY_BLOCKED``): measured on this machine's AVX-512 (oneDNN
-3.2, AMD EPYC), an isolated 3x3 conv on plain NCHW runs oneDNN's slower gemm path; letting it
-choose its blocked layout and reordering input and output costs less than that. See
-``benchmarks/bench_dnnl_ops.py``.
+Layout at a region's edge (``BOUNDARY_BLOCKED``), measured for isolated convs at 1 thread
+(oneDNN 3.2, AVX-512, AMD EPYC; ms, layout oneDNN chooses + reorders in and out vs plain NCHW):
+3x3 64ch@56 4.3 vs 5.5, 3x3 256ch@14 3.7 vs 5.3, depthwise 3x3 128ch@56 0.53 vs 3.6, 3x3 s2
+128->256@28 2.0 vs 3.2, but 1x1 64->256@56 3.5 vs 1.6. So convs at the edge choose their
+layout (it picks NHWC, "acdb", for brgconv) except 1x1 stride-1 ones, which stay plain.
 """
 
 from __future__ import annotations
