@@ -24,6 +24,10 @@ setup(
         "test": ["pytest>=7", "hypothesis>=6.80", "onnx>=1.15", "onnxruntime>=1.17"],
         "bench": ["onnx>=1.15", "onnxruntime>=1.17", "matplotlib>=3.5"],
         "onnx": ["onnx>=1.15"],
+        # relvm.backends.dnnl: oneDNN's CPU (TBB) build; the "onednn" wheel is a SYCL build
+        # whose CPU engine needs a SYCL CPU device. Its libdnnl also needs libimf/libintlc,
+        # which its own metadata does not pull in.
+        "dnnl": ["onednn-cpu-tbb>=2023.2", "intel-cmplr-lib-rt"],
         # tests/onnx/test_hf_exports.py: Hugging Face transformers exported by torch.onnx
         # (legacy and dynamo); the test skips without them, .ci/run installs them
         "hf": ["torch>=2.5", "transformers>=4.45", "onnxscript>=0.1"],

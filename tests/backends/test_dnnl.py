@@ -1,0 +1,265 @@
+"""The oneDNN backend (relvm.backends.dnnl): each pattern compiled, run at several shapes
+through one kernel and compared with the ops' NumPy references step by step.
+
+Skips when libdnnl.so.3 cannot be loaded, unless RELVM_REQUIRE_DNNL=1 (then fails).
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from relvm.backends.external import Region, TensorInfo
+from relvm.errors import RelvmFormatError
+from relvm.ops.registry import OPS
+
+dnnl = pytest.importorskip("relvm.backends.dnnl")
+_why = dnnl.available()
+if _why is not None:
+    if os.environ.get("RELVM_REQUIRE_DNNL") == "1":
+        pytest.fail(f"RELVM_REQUIRE_DNNL=1 but oneDNN is unavailable: {_why}",
+                    pytrace=False)
+    pytest.skip(f"oneDNN unavailable: {_why}", allow_module_level=True)
+
+
+class Constants:
+    """relvm's VM Constants, counting what it is asked to prepare."""
+
+    def __init__(self, arrays):
+        self.arrays = {id(a): a for a in arrays}
+        self.made, self.calls = {}, 0
+
+    def holds(self, a):
+        return self.arrays.get(id(a)) is a
+
+    def prepared(self, a, key, make):
+        self.calls += 1
+        k = (id(a),) + key
+        if k not in self.made:
+            self.made[k] = make()
+        return self.made[k]
+
+
+def _ref(step_args, values):
+    return [values[tuple(a)] for a in step_args]
+
+
+def reference(steps, inputs, outputs):
+    values = {("in", i): x for i, x in enumerate(inputs)}
+    for j, s in enumerate(steps):
+        op = OPS[s["op"]]
+        got = op.reference(op.make_attrs(s["attrs"]), *_ref(s["args"], values))
+        values[("step", j)] = np.asarray(got)
+    return [values[tuple(r)] for r in outputs]
+
+
+def region(inputs, steps, outputs=None, constant=()):
+    """A Region from (shape per input) and steps given as (op, attrs, args, out_shape)."""
+    infos = tuple(TensorInfo("float32", tuple(s)) for s in inputs)
+    st = tuple({"op": op, "attrs": attrs, "args": [list(a) for a in args],
+                "type": {"dtype": "float32", "shape": list(shape)}}
+               for op, attrs, args, shape in steps)
+    outputs = outputs or [("step", len(st) - 1)]
+    const = tuple(i in constant for i in range(len(inputs)))
+    return Region("r", infos, st, tuple(outputs), const, tuple(None for _ in inputs))
+
+
+def run(reg, shapes_list, constant=(), seed=0, positive=False):
+    """Compile ``reg``, then run it at each tuple of input shapes through one kernel."""
+    art = dnnl.compile_region(reg)
+    rng = np.random.default_rng(seed)
+    consts = None
+    kernel = None
+    for shapes in shapes_list:
+        xs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+        if positive:
+            xs = [np.abs(x) + 0.1 for x in xs]
+        if kernel is None:
+            consts = Constants([xs[i] for i in constant])
+            kernel = dnnl.make_kernel(art, consts)
+        else:  # constants keep their arrays across calls, as a VM's do
+            for i in constant:
+                xs[i] = first[i]
+        first = xs if shapes is shapes_list[0] else first
+        want = reference(reg.steps, xs, reg.outputs)
+        outs = [np.full(w.shape, np.nan, np.float32) for w in want]
+        kernel(*xs, *outs)
+        for o, w in zip(outs, want):
+            scale = max(1.0, float(np.abs(w).max(initial=0)))
+            np.testing.assert_allclose(o, w, rtol=1e-4, atol=1e-4 * scale)
+    return kernel, consts
+
+
+def conv_steps(attrs, x, w, out, extra=()):
+    return [("nn.conv2d", attrs, [("in", 0), ("in", 1)], out)] + list(extra)
+
+
+@pytest.mark.parametrize("attrs,wshape", [
+    ({"padding": [1, 1, 1, 1]}, (8, 4, 3, 3)),
+    ({"strides": [2, 2], "padding": [0, 1, 2, 1]}, (8, 4, 3, 3)),
+    ({"dilation": [2, 2], "padding": [2, 2]}, (8, 4, 3, 3)),
+    ({"groups": 2, "padding": 1}, (8, 2, 3, 3)),
+    ({"groups": 4, "padding": 1}, (4, 1, 3, 3)),  # depthwise
+    ({}, (16, 4, 1, 1)),
+])
+def test_conv2d_bias_relu_symbolic(attrs, wshape):
+    o = wshape[0]
+    steps = [("nn.conv2d", attrs, [("in", 0), ("in", 1)], ["n", o, "h", "w"]),
+             ("nn.bias_add", {"axis": 1}, [("step", 0), ("in", 2)], ["n", o, "h", "w"]),
+             ("nn.relu", {}, [("step", 1)], ["n", o, "h", "w"])]
+    reg = region([("n", 4, "h", "w"), wshape, (o,)], steps, constant=(1, 2))
+    art = json.loads(dnnl.compile_region(reg))
+    assert len(art["prims"]) == 1 and art["prims"][0]["bias"] == ["in", 2]
+    kernel, consts = run(reg, [((1, 4, 9, 9), wshape, (o,)), ((2, 4, 12, 7), wshape, (o,)),
+                               ((1, 4, 9, 9), wshape, (o,))], constant=(1,))
+    assert kernel.reorders <= 1  # the weight was reordered once for all shapes
+
+
+def test_conv2d_nhwc_residual_add():
+    steps = [("nn.conv2d", {"data_layout": "NHWC", "padding": 1}, [("in", 0), ("in", 1)],
+              [1, 6, 6, 8]),
+             ("add", {}, [("in", 2), ("step", 0)], [1, 6, 6, 8]),
+             ("sigmoid", {}, [("step", 1)], [1, 6, 6, 8])]
+    reg = region([(1, 6, 6, 4), (8, 4, 3, 3), (1, 6, 6, 8)], steps)
+    run(reg, [((1, 6, 6, 4), (8, 4, 3, 3), (1, 6, 6, 8))])
+
+
+def test_conv_chain_keeps_blocked_layout_between_convs():
+    steps = [("nn.conv2d", {"padding": 1}, [("in", 0), ("in", 1)], [1, 16, 8, 8]),
+             ("nn.relu", {}, [("step", 0)], [1, 16, 8, 8]),
+             ("nn.conv2d", {"padding": 1}, [("step", 1), ("in", 2)], [1, 16, 8, 8]),
+             ("subtract", {}, [("in", 3), ("step", 2)], [1, 16, 8, 8])]
+    reg = region([(1, 16, 8, 8), (16, 16, 3, 3), (16, 16, 3, 3), (16, 1, 1)], steps)
+    run(reg, [((1, 16, 8, 8), (16, 16, 3, 3), (16, 16, 3, 3), (16, 1, 1))], constant=(1, 2))
+
+
+@pytest.mark.parametrize("rank", [2, 3])
+def test_dense_bias_gelu_like_chain(rank):
+    lead = ["b", "s"][:rank - 1]
+    steps = [("nn.dense", {}, [("in", 0), ("in", 1)], lead + [12]),
+             ("nn.bias_add", {"axis": -1}, [("step", 0), ("in", 2)], lead + [12]),
+             ("tanh", {}, [("step", 1)], lead + [12]),
+             ("multiply", {}, [("step", 2), ("in", 3)], lead + [12])]
+    reg = region([lead + [10], (12, 10), (12,), (12,)], steps, constant=(1,))
+    shapes = [((3, 10)[-rank:] if rank == 2 else (2, 3, 10), (12, 10), (12,), (12,)),
+              ((5, 10) if rank == 2 else (1, 4, 10), (12, 10), (12,), (12,))]
+    kernel, consts = run(reg, shapes, constant=(1,))
+    assert kernel.reorders == 1
+
+
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
+def test_matmul_transposes_clip(ta, tb):
+    a, b = ((7, 5) if ta else (5, 7)), ((9, 7) if tb else (7, 9))
+    steps = [("nn.matmul", {"transpose_a": ta, "transpose_b": tb}, [("in", 0), ("in", 1)],
+              [5, 9]),
+             ("clip", {"a_min": -0.5, "a_max": 0.75}, [("step", 0)], [5, 9])]
+    run(region([a, b], steps), [(a, b)])
+
+
+def test_batch_matmul_broadcast_and_symbolic():
+    steps = [("nn.batch_matmul", {}, [("in", 0), ("in", 1)], ["b", 4, "m", "n"]),
+             ("add", {}, [("step", 0), ("in", 2)], ["b", 4, "m", "n"])]
+    reg = region([("b", 4, "m", 8), (1, 4, "n", 8), ("m", "n")], steps)
+    run(reg, [((2, 4, 6, 8), (1, 4, 5, 8), (6, 5)), ((1, 4, 3, 8), (1, 4, 7, 8), (3, 7))])
+
+
+@pytest.mark.parametrize("op,attrs", [
+    ("nn.max_pool2d", {"pool_size": [3, 3], "strides": [2, 2], "padding": [1, 1]}),
+    ("nn.max_pool2d", {"pool_size": [3, 3], "strides": [2, 2], "ceil_mode": True}),
+    ("nn.max_pool2d", {"pool_size": [2, 2], "dilation": [2, 2]}),
+    ("nn.avg_pool2d", {"pool_size": [3, 3], "strides": [2, 2], "padding": [1, 1]}),
+    ("nn.avg_pool2d", {"pool_size": [3, 3], "strides": [2, 2], "padding": [1, 1],
+                       "count_include_pad": True}),
+    ("nn.avg_pool2d", {"pool_size": [3, 3], "strides": [2, 2], "padding": [1, 0, 0, 1],
+                       "ceil_mode": True}),
+    ("nn.global_avg_pool2d", {}),
+])
+def test_pools(op, attrs):
+    view = type("V", (), {})
+    from relvm.backends.external import OpView
+    from relvm.backends.dnnl.patterns import _pool_ok
+    assert _pool_ok([OpView(op, attrs, (TensorInfo("float32", (1, 3, "h", "w")),),
+                            TensorInfo("float32", (1, 3, "p", "q")))])
+    reg = region([(1, 3, "h", "w")], [(op, attrs, [("in", 0)], [1, 3, "p", "q"])])
+    run(reg, [((1, 3, 11, 11),), ((2, 3, 8, 13),)])
+    del view
+
+
+def test_layer_norm_and_softmax_any_axis():
+    steps = [("nn.layer_norm", {"epsilon": 1e-5}, [("in", 0), ("in", 1), ("in", 2)],
+              ["n", 32]),
+             ("nn.softmax", {"axis": 0}, [("step", 0)], ["n", 32])]
+    reg = region([("n", 32), (32,), (32,)], steps, outputs=[("step", 0), ("step", 1)])
+    run(reg, [((5, 32), (32,), (32,)), ((9, 32), (32,), (32,))])
+    reg = region([(4, 6, 5)], [("nn.softmax", {"axis": 1}, [("in", 0)], [4, 6, 5])])
+    run(reg, [((4, 6, 5),)])
+    reg = region([(4, 6)], [("nn.layer_norm", {"center": False, "scale": False},
+                             [("in", 0), ("in", 0), ("in", 0)], [4, 6])])
+
+
+@pytest.mark.parametrize("op,attrs", [("nn.relu", {}), ("sigmoid", {}), ("tanh", {}),
+                                      ("exp", {}), ("nn.leaky_relu", {"alpha": 0.1}),
+                                      ("clip", {"a_min": -1.0, "a_max": 0.5}), ("abs", {}),
+                                      ("negative", {}), ("sqrt", {}), ("log", {})])
+def test_standalone_eltwise(op, attrs):
+    reg = region([("n", 7)], [(op, attrs, [("in", 0)], ["n", 7])])
+    run(reg, [((3, 7),), ((11, 7),)], positive=op in ("sqrt", "log"))
+
+
+def test_standalone_binary_subtract_broadcast():
+    steps = [("nn.softmax", {}, [("in", 0)], [3, 5]),
+             ("subtract", {}, [("in", 1), ("step", 0)], [3, 5]),
+             ("nn.relu", {}, [("step", 1)], [3, 5])]
+    run(region([(3, 5), (5,)], steps), [((3, 5), (5,))])
+
+
+@pytest.mark.parametrize("text", [
+    b"not json", b"[]", b'{"format": "relvm-dnnl"}',
+    b'{"format":"relvm-dnnl","version":2,"inputs":[],"prims":[],"outputs":[]}',
+    b'{"format":"relvm-dnnl","version":1,"inputs":[{"rank":2,"constant":false}],'
+    b'"prims":[{"kind":"eltwise","src":["prim",0],"alg":"relu","alpha":0,"beta":0}],'
+    b'"outputs":[["prim",0]]}',
+    b'{"format":"relvm-dnnl","version":1,"inputs":[{"rank":2,"constant":false}],'
+    b'"prims":[{"kind":"eltwise","src":["in",0],"alg":"system","alpha":0,"beta":0}],'
+    b'"outputs":[["prim",0]]}',
+    b'{"format":"relvm-dnnl","version":1,"inputs":[{"rank":99,"constant":false}],'
+    b'"prims":[],"outputs":[]}',
+])
+def test_malformed_artifact(text):
+    with pytest.raises(RelvmFormatError) as e:
+        dnnl.make_kernel(text, None)
+    assert e.value.section == "extern"
+
+
+def test_available_names_a_bogus_library():
+    code = ("import relvm.backends.dnnl as d; print(d.available())")
+    env = dict(os.environ, RELVM_DNNL_LIBRARY="/nonexistent/libdnnl.so.3")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True).stdout
+    assert "libdnnl.so.3 not found at /nonexistent/libdnnl.so.3" in out
+
+
+def test_import_loads_nothing_native():
+    code = ("import sys, relvm.backends.dnnl; "
+            "print('cffi' in sys.modules and any('dnnl' in k for k in sys.modules "
+            "if k.endswith('.lib') and sys.modules[k].__dict__.get('_loaded')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_threads_follow_relvm():
+    code = ("import relvm, relvm.backends.dnnl as d\n"
+            "from relvm.backends.dnnl import threads, runtime\n"
+            "d.make_kernel(d.compile_region.__globals__['json'].dumps({}).encode()) "
+            "if False else None\n"
+            "runtime.L.load(); threads.follow_relvm()\n"
+            "relvm.set_num_threads(1); a = threads.active_threads()\n"
+            "relvm.set_num_threads(2); b = threads.active_threads()\n"
+            "print(a, b)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.split() == ["1", "2"]
