@@ -64,6 +64,18 @@ def print_module(module: Module) -> str:
     return "\n".join(lines) + "\n"
 
 
+def meta_constants(module: Module) -> dict[int, np.ndarray]:
+    """The arrays :func:`print_module` writes as ``meta[relay.Constant][k]``, by ``k``: pass
+    them to ``relvm.parse(text, constants=...)`` to read the text back.
+
+    >>> text = print_module(m)
+    >>> relvm.parse(text, constants=meta_constants(m)) == m
+    True
+    """
+    table = _MetaTable(module.functions.values())
+    return {k: a for k, a in table.arrays.items() if a is not None}
+
+
 def _io_attrs(func: Function, names: IONames | None) -> list[str]:
     """A def's ``input_names=[...]``, ``output_names=[...]`` (only those that say something)."""
     if names is None:

@@ -72,6 +72,12 @@ class _Externalize(Rewriter):
         self.usable = usable
         self.artifacts = artifacts
         self.ops: dict[str, ExternalOp] = {}
+        #: Rebuilt calls -> the typed calls they replace (rebuilt nodes are not typed yet).
+        self.typed: dict[int, Call] = {}
+
+    def rebuilt(self, old: Call, new: Call) -> Call:
+        self.typed[id(new)] = old
+        return new
 
     def rewrite_call(self, call: Call) -> Call:
         if not isinstance(call.op, GlobalVar) or call.op.name not in self.regions:
@@ -82,7 +88,8 @@ class _Externalize(Rewriter):
             return _inline(fn, call)
         op = self.ops.get(call.op.name)
         if op is None:
-            op = self.ops[call.op.name] = self.compile(fn, call, backend)
+            op = self.ops[call.op.name] = self.compile(fn, self.typed.get(id(call), call),
+                                                       backend)
         return Call(op, call.args, span=call.span)
 
     def compile(self, fn: Function, call: Call, backend: external.Backend) -> ExternalOp:

@@ -11,6 +11,7 @@ import pytest
 
 import relvm
 from relvm.backends import external as X
+from relvm.ir.printer import meta_constants
 from relvm.ops.registry import OPS
 from relvm.runtime.file.format import assemble, sections_of
 
@@ -141,20 +142,9 @@ def test_a_region_writes_into_the_callers_output(toy) -> None:
 
 def test_a_partitioned_module_builds_without_targets(toy, alone) -> None:
     part = relvm.partition(relvm.parse(TEXT), ["toy"], params=weights())
-    exe = relvm.build(relvm.parse(relvm.print_module(part), constants=_meta(part)))
+    exe = relvm.build(relvm.parse(relvm.print_module(part), constants=meta_constants(part)))
     close(relvm.VirtualMachine(exe).invoke("main", images(2)), alone.invoke("main", images(2)))
     assert toy.compiled == ["toy_0"]
-
-
-def _meta(mod):
-    from relvm.ir.nodes import Constant, post_order
-
-    found = {}
-    for fn in mod.functions.values():
-        for e in post_order(fn.body):
-            if isinstance(e, Constant):
-                found.setdefault(len(found), e.data)
-    return [found[k] for k in sorted(found)]
 
 
 def test_saved_and_loaded_executables_run_the_backend(toy, alone, tmp_path) -> None:
