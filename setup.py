@@ -7,6 +7,12 @@ The C kernel library in ``kernels/`` is compiled by cffi into the extension ``re
 
 from setuptools import find_packages, setup
 
+# relvm.backends.dnnl: oneDNN's CPU (TBB) build; the "onednn" wheel is a SYCL build whose CPU
+# engine needs a SYCL CPU device. Its libdnnl also needs libimf/libintlc, which its own metadata
+# does not pull in. Wheels exist for x86-64 Linux.
+_X86_LINUX = '; platform_system == "Linux" and platform_machine == "x86_64"'
+DNNL = ["onednn-cpu-tbb>=2023.2" + _X86_LINUX, "intel-cmplr-lib-rt" + _X86_LINUX]
+
 setup(
     name="relvm",
     version="0.4.0",
@@ -20,14 +26,13 @@ setup(
                       "pynacl>=1.5"],
     extras_require={
         # onnx and onnxruntime: the ONNX tests (importer, conformance, InferenceSession
-        # against ORT) run with the README's test command instead of skipping
-        "test": ["pytest>=7", "hypothesis>=6.80", "onnx>=1.15", "onnxruntime>=1.17"],
+        # against ORT) run with the README's test command instead of skipping; so do the
+        # oneDNN backend's, with the dnnl extra's wheels (x86-64 Linux only)
+        "test": ["pytest>=7", "hypothesis>=6.80", "onnx>=1.15", "onnxruntime>=1.17",
+                 *DNNL],
         "bench": ["onnx>=1.15", "onnxruntime>=1.17", "matplotlib>=3.5"],
         "onnx": ["onnx>=1.15"],
-        # relvm.backends.dnnl: oneDNN's CPU (TBB) build; the "onednn" wheel is a SYCL build
-        # whose CPU engine needs a SYCL CPU device. Its libdnnl also needs libimf/libintlc,
-        # which its own metadata does not pull in.
-        "dnnl": ["onednn-cpu-tbb>=2023.2", "intel-cmplr-lib-rt"],
+        "dnnl": DNNL,
         # tests/onnx/test_hf_exports.py: Hugging Face transformers exported by torch.onnx
         # (legacy and dynamo); the test skips without them, .ci/run installs them
         "hf": ["torch>=2.5", "transformers>=4.45", "onnxscript>=0.1"],

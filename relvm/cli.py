@@ -350,12 +350,12 @@ def _input_label(fn, i: int) -> str:
     return f"%{fn.params[i].name}" + (f" ({own!r})" if own != fn.params[i].name else "")
 
 
-def _load_exe(path: str, trust: bool = False):
+def _load_exe(path: str, trust: bool = False, fallback: bool = False):
     import relvm
 
     if not os.path.exists(path):
         raise CliError(f"cannot read {path}: no such file")
-    return relvm.load(path, trust_native_code=trust)
+    return relvm.load(path, trust_native_code=trust, external_fallback=fallback)
 
 
 # --- commands ---------------------------------------------------------------------------------
@@ -433,7 +433,8 @@ def _compile(args: argparse.Namespace) -> int:
     with _Slow(f"compiling {args.file}"):
         module = relvm.parse(text, constants=constants, source_name=args.file)
         exe = relvm.build(module, params=params, upper_bounds=bounds, backend=args.backend,
-                          fuse=not args.no_fuse)
+                          fuse=not args.no_fuse, targets=args.target or (),
+                          external_fallback=args.external_fallback)
     try:
         exe.save(args.output)
     except OSError as e:
@@ -493,7 +494,7 @@ def _run(args: argparse.Namespace) -> int:
     import relvm
 
     given, dims = _pairs(args.input, "--input"), _int_pairs(args.dims, "--dims")
-    exe = _load_exe(args.model, args.trust_native_code)
+    exe = _load_exe(args.model, args.trust_native_code, args.external_fallback)
     fn = exe.function(args.func)
     targets = _output_targets(args.output, fn)
     inputs = _inputs_for(exe, args.func, given, dims, args.seed, random=args.random_inputs)
@@ -555,7 +556,7 @@ def _inspect(args: argparse.Namespace) -> int:
     """Show an executable: signatures, kernels, constants, sizes, and the disassembly."""
     from .runtime.vm.kernels import planned_path
 
-    exe = _load_exe(args.model, args.trust_native_code)
+    exe = _load_exe(args.model, args.trust_native_code, args.external_fallback)
     print(f"{args.model}: {os.path.getsize(args.model) / 1e6:.2f} MB, backend {exe.backend}")
     signed = f"signed by key {exe.native.signer}" if exe.native.signer else "not signed"
     print(f"native code: {signed}; kernels: {planned_path(exe)}")
@@ -571,6 +572,14 @@ def _inspect(args: argparse.Namespace) -> int:
     print(f"kernels ({len(exe.kernels)}):")
     for i, k in enumerate(exe.kernels):
         print(f"  #{i} {k.name} ({', '.join(k.inputs)} -> {', '.join(k.outputs)})")
+    if exe.externals:
+        print(f"external regions ({len(exe.externals)}):")
+        for symbol, artifact in exe.externals.items():
+            entry = next((k for k in exe.kernels if k.op == "external"
+                          and k.attrs["symbol"] == symbol), None)
+            ops = [s["op"] for s in entry.attrs["region"]["steps"]] if entry else []
+            print(f"  {symbol}: {artifact.compiler}, {len(artifact.data)} bytes, "
+                  f"{len(ops)} ops ({', '.join(sorted(set(ops)))})")
     nbytes = sum(int(np.asarray(c).nbytes) for c in exe.constants)
     print(f"constants: {len(exe.constants)}, {nbytes / 1e6:.2f} MB")
     if not args.no_bytecode:
@@ -639,7 +648,7 @@ def _bench(args: argparse.Namespace) -> int:
     import relvm
 
     settings = _bench_settings(args.dims)  # option values first: a usage error exits 2
-    exe = _load_exe(args.model, args.trust_native_code)
+    exe = _load_exe(args.model, args.trust_native_code, args.external_fallback)
     check_dim_names(exe.function(args.func), settings[0])
     vm = relvm.VirtualMachine(exe)
     print(f"{'dims':<24} {'median ms':>10} {'p90 ms':>10} {'runs':>6}")
@@ -722,6 +731,12 @@ def _parser() -> argparse.ArgumentParser:
                       help="largest value of a named dim (plans one arena); repeatable")
     comp.add_argument("--backend", default="c", help="kernel backend: c or numpy (default: c)")
     comp.add_argument("--no-fuse", action="store_true", help="one kernel per op")
+    comp.add_argument("--target", action="append", metavar="BACKEND",
+                      help="an external backend to give the regions it takes, e.g. dnnl "
+                           "(repeat for several, highest priority first)")
+    fallback_help = ("run regions of an external backend that cannot run here on relvm's own "
+                     "kernels instead of refusing")
+    comp.add_argument("--external-fallback", action="store_true", help=fallback_help)
 
     imp = add("import", _import)
     imp.add_argument("model", help="an ONNX model (.onnx)")
@@ -745,12 +760,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=0, help="seed for random inputs")
     run.add_argument("--trust-native-code", action="store_true",
                      help="run the native code the file carries even if no trusted key signed it")
+    run.add_argument("--external-fallback", action="store_true", help=fallback_help)
 
     insp = add("inspect", _inspect)
     insp.add_argument("model", help="an executable file (.rvm)")
     insp.add_argument("--trust-native-code", action="store_true",
                       help="describe it as if its native code were trusted (nothing runs)")
     insp.add_argument("--no-bytecode", action="store_true", help="omit the disassembly")
+    insp.add_argument("--external-fallback", action="store_true", help=fallback_help)
 
     bench = add("bench", _bench)
     bench.add_argument("model", help="an executable file (.rvm)")
@@ -765,6 +782,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--trust-native-code", action="store_true",
                        help="run the native code the file carries even if no trusted key "
                             "signed it")
+    bench.add_argument("--external-fallback", action="store_true", help=fallback_help)
 
     tr = add("trust", _trust)
     tr.add_argument("action", choices=["add", "list", "remove"])

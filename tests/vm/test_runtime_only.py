@@ -38,3 +38,45 @@ def test_runtime_runs_without_lark_or_the_compiler() -> None:
     proc = run_python(SCRIPT)
     assert proc.returncode == 0, proc.stderr
     assert "runtime-only ok" in proc.stdout
+
+
+DNNL_SCRIPT = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import relvm
+    from relvm.backends import dnnl
+
+    if dnnl.available() is not None:
+        print("no dnnl:", dnnl.available())
+        raise SystemExit(0)
+    text = '''def @main(%x: Tensor[(n, 8, 10, 10), float32], %w: Tensor[(16, 8, 3, 3), float32]) {
+      nn.relu(nn.conv2d(%x, %w, padding=[1, 1, 1, 1]))
+    }'''
+    w = np.random.default_rng(0).standard_normal((16, 8, 3, 3), dtype=np.float32)
+    exe = relvm.build(relvm.parse(text), params={"w": w}, targets=["dnnl"])
+    assert list(exe.externals) == ["dnnl_0"], exe.externals
+    x = np.random.default_rng(1).standard_normal((3, 8, 10, 10), dtype=np.float32)
+    expected = relvm.VirtualMachine(relvm.build(relvm.parse(text), params={"w": w})).invoke(
+        "main", x)
+    data = exe.save_bytes()
+""") + BLOCK_FRONT_END + textwrap.dedent("""
+    vm = relvm.VirtualMachine(relvm.load_bytes(data))
+    got = vm.invoke("main", x)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-4)
+    leaked = [m for m in sys.modules if m.startswith(BLOCKED)]
+    assert not leaked, leaked
+    print("runtime-only dnnl ok")
+""")
+
+
+def test_an_executable_with_dnnl_regions_runs_without_the_compiler() -> None:
+    import os
+
+    proc = run_python(DNNL_SCRIPT)
+    assert proc.returncode == 0, proc.stderr
+    if "no dnnl:" in proc.stdout:
+        assert os.environ.get("RELVM_REQUIRE_DNNL") != "1", proc.stdout
+        import pytest
+
+        pytest.skip(proc.stdout.strip())
+    assert "runtime-only dnnl ok" in proc.stdout

@@ -220,8 +220,8 @@ def _check_external_backends(exe: Executable) -> None:
         why = external.unavailable(compiler)
         if why is not None and not exe.external_fallback:
             raise RelvmKernelError(f"{why} (or load the executable with "
-                                   "external_fallback=True to run them on relvm's own "
-                                   "kernels)")
+                                   "external_fallback=True, --external-fallback on the "
+                                   "command line, to run its regions on relvm's own kernels)")
 
 
 def _parse_json(data: memoryview, section: str, kind: type) -> Any:

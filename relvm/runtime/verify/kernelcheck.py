@@ -200,10 +200,10 @@ def _steps(entry: KernelEntry) -> list[tuple[Op, Any, tuple[tuple[str, int], ...
         raise Bad(f"a fused entry's attrs are steps and plan, not {sorted(extra)[0]!r}")
     if len(entry.outputs) != 1:
         raise Bad(f"a fused entry has one output, not {len(entry.outputs)}")
-    return _step_list(entry, entry.attrs.get("steps"), {"op", "attrs", "args"})
+    return _step_list(entry, entry.attrs.get("steps"), ("op", "attrs", "args"))
 
 
-def _step_list(entry: KernelEntry, data: Any, keys: set[str]
+def _step_list(entry: KernelEntry, data: Any, keys: tuple[str, ...]
                ) -> list[tuple[Op, Any, tuple[tuple[str, int], ...]]]:
     if type(data) is not list or not 0 < len(data) <= MAX_STEPS:
         raise Bad(f"attrs.steps: expected a list of 1 to {MAX_STEPS} steps")
@@ -211,8 +211,9 @@ def _step_list(entry: KernelEntry, data: Any, keys: set[str]
         raise Bad(f"a {entry.op} entry's inputs are tensors, not tuples (its groups are -1)")
     steps = []
     for j, s in enumerate(data):
-        if type(s) is not dict or set(s) != keys:
-            raise Bad(f"step {j}: expected an object with {', '.join(sorted(keys))}")
+        if type(s) is not dict or set(s) != set(keys):
+            raise Bad(f"step {j}: expected an object with {', '.join(keys[:-1])} and "
+                      f"{keys[-1]}")
         op = OPS.get(s["op"]) if type(s["op"]) is str else None
         if op is None:
             raise Bad(f"step {j}: unknown op {s['op']!r}")
@@ -279,7 +280,7 @@ def _region(entry: KernelEntry) -> tuple[list, list[int]]:
     region = entry.attrs["region"]
     if type(region) is not dict or set(region) != REGION_KEYS:
         raise Bad("attrs.region: expected an object with " + ", ".join(sorted(REGION_KEYS)))
-    steps = _step_list(entry, region["steps"], {"op", "attrs", "args", "type"})
+    steps = _step_list(entry, region["steps"], ("op", "attrs", "args", "type"))
     refs = region["outputs"]
     if type(refs) is not list or len(refs) != len(entry.outputs):
         raise Bad(f"attrs.region.outputs: expected {len(entry.outputs)} references")

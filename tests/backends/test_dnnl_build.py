@@ -1,0 +1,179 @@
+"""The oneDNN backend through the whole pipeline: relvm.build(..., targets=["dnnl"]) of models
+with symbolic dims, run at several shapes against relvm alone, saved and loaded, and a machine
+without the library (a clear error, or relvm's own kernels when asked).
+
+Fails when libdnnl.so.3 cannot be loaded where the test extra installs it (RELVM_REQUIRE_DNNL,
+tests/conftest.py); skips elsewhere.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import relvm
+
+dnnl = pytest.importorskip("relvm.backends.dnnl")
+_why = dnnl.available()
+if _why is not None:
+    if os.environ.get("RELVM_REQUIRE_DNNL") == "1":
+        pytest.fail(f"oneDNN is unavailable: {_why} (pip install \".[test]\" installs it; "
+                    "RELVM_REQUIRE_DNNL=0 to skip)", pytrace=False)
+    pytest.skip(f"oneDNN unavailable: {_why}", allow_module_level=True)
+
+RNG = np.random.default_rng(0)
+
+
+def w(*shape, scale=None):
+    fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
+    return (RNG.standard_normal(shape, dtype=np.float32) / np.sqrt(fan_in)).astype(np.float32)
+
+
+CNN = """def @main(%x: Tensor[(n, 3, h, w), float32], %w0: Tensor[(32, 3, 3, 3), float32],
+          %b0: Tensor[(32), float32], %w1: Tensor[(64, 32, 3, 3), float32],
+          %b1: Tensor[(64), float32], %w2: Tensor[(64, 64, 3, 3), float32],
+          %w3: Tensor[(64, 64, 1, 1), float32], %d: Tensor[(10, 64), float32]) {
+  %0 = nn.relu(nn.bias_add(nn.conv2d(%x, %w0, padding=[1, 1, 1, 1]), %b0));
+  %1 = nn.max_pool2d(%0, pool_size=[2, 2], strides=[2, 2]);
+  %2 = nn.relu(nn.bias_add(nn.conv2d(%1, %w1, padding=[1, 1, 1, 1]), %b1));
+  %3 = nn.conv2d(%2, %w2, padding=[1, 1, 1, 1]);
+  %4 = nn.relu(add(%3, %2));
+  %5 = nn.conv2d(%4, %w3, strides=[2, 2]);
+  %6 = nn.batch_flatten(nn.global_avg_pool2d(nn.relu(%5)));
+  nn.softmax(nn.dense(%6, %d))
+}"""
+CNN_WEIGHTS = {"w0": w(32, 3, 3, 3), "b0": w(32), "w1": w(64, 32, 3, 3), "b1": w(64),
+               "w2": w(64, 64, 3, 3), "w3": w(64, 64, 1, 1), "d": w(10, 64)}
+
+BLOCK = """def @main(%x: Tensor[(n, s, 256), float32], %wq: Tensor[(256, 256), float32],
+          %wk: Tensor[(256, 256), float32], %wv: Tensor[(256, 256), float32],
+          %w1: Tensor[(1024, 256), float32], %b1: Tensor[(1024), float32],
+          %w2: Tensor[(256, 1024), float32], %g: Tensor[(256), float32],
+          %beta: Tensor[(256), float32]) {
+  %q = nn.dense(%x, %wq);
+  %k = nn.dense(%x, %wk);
+  %v = nn.dense(%x, %wv);
+  %s = nn.softmax(multiply(nn.batch_matmul(%q, %k), 0.0625f), axis=-1);
+  %a = nn.batch_matmul(%s, %v, transpose_b=False);
+  %h = nn.layer_norm(add(%a, %x), %g, %beta);
+  %f = nn.dense(nn.relu(nn.bias_add(nn.dense(%h, %w1), %b1, axis=-1)), %w2);
+  nn.layer_norm(add(%f, %h), %g, %beta)
+}"""
+BLOCK_WEIGHTS = {"wq": w(256, 256), "wk": w(256, 256), "wv": w(256, 256), "w1": w(1024, 256),
+                 "b1": w(1024), "w2": w(256, 1024), "g": 1 + w(256), "beta": w(256)}
+
+CASES = {"cnn": (CNN, CNN_WEIGHTS, [(1, 3, 32, 32), (2, 3, 48, 40), (3, 3, 16, 24)]),
+         "block": (BLOCK, BLOCK_WEIGHTS, [(1, 16, 256), (2, 37, 256), (1, 128, 256)])}
+
+
+def _close(got, want) -> None:
+    got = got if isinstance(got, (list, tuple)) else [got]
+    want = want if isinstance(want, (list, tuple)) else [want]
+    for g, e in zip(got, want):
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4 * float(np.abs(e).max()))
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def built(request):
+    text, weights, shapes = CASES[request.param]
+    mod = relvm.parse(text)
+    alone = relvm.build(mod, params=weights)
+    with_dnnl = relvm.build(mod, params=weights, targets=["dnnl"])
+    return request.param, alone, with_dnnl, shapes
+
+
+def test_dnnl_regions_match_relvm_alone_at_every_shape(built) -> None:
+    name, alone, with_dnnl, shapes = built
+    assert with_dnnl.externals, f"{name}: nothing was given to oneDNN"
+    assert all(a.compiler == "dnnl" for a in with_dnnl.externals.values())
+    a, b = relvm.VirtualMachine(alone), relvm.VirtualMachine(with_dnnl)
+    for shape in shapes:  # one executable, specialised per shape by the backend
+        x = RNG.standard_normal(shape, dtype=np.float32)
+        _close(b.invoke("main", x), a.invoke("main", x))
+
+
+def test_saved_and_loaded_dnnl_executables_run(built, tmp_path) -> None:
+    name, alone, with_dnnl, shapes = built
+    with_dnnl.save(tmp_path / "m.rvm")
+    loaded = relvm.load(tmp_path / "m.rvm")
+    assert {s: a.data for s, a in loaded.externals.items()} == \
+        {s: a.data for s, a in with_dnnl.externals.items()}
+    x = RNG.standard_normal(shapes[1], dtype=np.float32)
+    _close(relvm.VirtualMachine(loaded).invoke("main", x),
+           relvm.VirtualMachine(alone).invoke("main", x))
+
+
+def test_threads_share_one_vm(built) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    name, alone, with_dnnl, shapes = built
+    vm, ref = relvm.VirtualMachine(with_dnnl), relvm.VirtualMachine(alone)
+    xs = [RNG.standard_normal(shapes[i % len(shapes)], dtype=np.float32) for i in range(8)]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda x: vm.invoke("main", x), xs))
+    for x, g in zip(xs, got):
+        _close(g, ref.invoke("main", x))
+
+
+WITHOUT_LIBRARY = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import relvm
+
+    path, x_path = sys.argv[1], sys.argv[2]
+    x = np.load(x_path)
+    try:
+        relvm.load(path)
+    except relvm.RelvmKernelError as e:
+        print("refused:", e)
+    exe = relvm.load(path, external_fallback=True)
+    np.save(x_path + ".out.npy", relvm.VirtualMachine(exe).invoke("main", x))
+""")
+
+
+def test_without_the_library_load_names_it_or_falls_back(tmp_path) -> None:
+    mod = relvm.parse(CNN)
+    exe = relvm.build(mod, params=CNN_WEIGHTS, targets=["dnnl"])
+    exe.save(tmp_path / "m.rvm")
+    x = RNG.standard_normal((2, 3, 32, 32), dtype=np.float32)
+    np.save(tmp_path / "x.npy", x)
+    env = dict(os.environ, RELVM_DNNL_LIBRARY=str(tmp_path / "missing" / "libdnnl.so.3"))
+    proc = subprocess.run([sys.executable, "-c", WITHOUT_LIBRARY, str(tmp_path / "m.rvm"),
+                           str(tmp_path / "x.npy")], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "refused: external backend 'dnnl' cannot run here" in proc.stdout
+    assert 'pip install "relvm[dnnl]"' in proc.stdout and "external_fallback=True" in proc.stdout
+    got = np.load(tmp_path / "x.npy.out.npy")
+    _close(got, relvm.VirtualMachine(relvm.build(mod, params=CNN_WEIGHTS)).invoke("main", x))
+
+
+def test_the_command_line_builds_inspects_and_runs_dnnl_regions(tmp_path) -> None:
+    relay = tmp_path / "cnn.relay"
+    relay.write_text(CNN)
+    np.savez(tmp_path / "w.npz", **CNN_WEIGHTS)
+    rvm = str(tmp_path / "cnn.rvm")
+
+    def cli(*args, **env):
+        return subprocess.run([sys.executable, "-m", "relvm.cli", *args], capture_output=True,
+                              text=True, timeout=300, env=dict(os.environ, **env))
+    done = cli("compile", str(relay), "--params", str(tmp_path / "w.npz"), "-o", rvm,
+               "--target", "dnnl")
+    assert done.returncode == 0, done.stderr
+    shown = cli("inspect", rvm, "--no-bytecode").stdout
+    assert "external regions (" in shown and "dnnl_0: dnnl, " in shown
+    ran = cli("run", rvm, "--random-inputs", "--dims", "n=2", "--dims", "h=32", "--dims", "w=32")
+    assert ran.returncode == 0 and "float32[2, 10]" in ran.stdout, ran.stderr
+    missing = dict(RELVM_DNNL_LIBRARY=str(tmp_path / "libdnnl.so.3"))
+    refused = cli("run", rvm, "--random-inputs", "--dims", "n=2", "--dims", "h=32", "--dims",
+                  "w=32", **missing)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert "external backend 'dnnl' cannot run here" in refused.stderr
+    assert "--external-fallback" in refused.stderr
+    fell_back = cli("run", rvm, "--random-inputs", "--dims", "n=2", "--dims", "h=32", "--dims",
+                    "w=32", "--external-fallback", **missing)
+    assert fell_back.returncode == 0 and fell_back.stdout.split("\n")[0] == \
+        ran.stdout.split("\n")[0]
