@@ -74,10 +74,22 @@ def build(module, params=None, *, upper_bounds=None, backend: str = "c", fuse: b
 
 
 def partition(module, targets, *, params=None):
-    """Regions of ``module`` for external backends; see :func:`relvm.passes.partition.partition`."""
+    """Regions of ``module`` for external backends (``"dnnl"``, or registered ones), highest
+    priority first; see :func:`relvm.passes.partition.partition`.
+
+    ``params`` (weights of ``@main`` by name) are bound as constants first, as
+    :func:`build` does, so that the backends' patterns and cost models see them as weights.
+
+    Examples
+    --------
+    >>> part = relvm.partition(relvm.parse(text), ["dnnl"], params=weights)
+    >>> print(part)                      # def @dnnl_0(..., Compiler="dnnl", ...)
+    >>> exe = relvm.build(part)
+    """
+    from .compiler import bind_weights
     from .passes.partition import partition as _partition
 
-    return _partition(module, targets, params=params)
+    return _partition(bind_weights(module, params) if params else module, targets)
 
 
 def print_module(module) -> str:

@@ -23,6 +23,7 @@ runtime half must not either (a saved executable runs where only the runtime is 
 
 Example
 -------
+>>> import numpy as np
 >>> from relvm.backends import external
 >>> def run_relu(artifact, constants):
 ...     def kernel(x, out):
@@ -39,8 +40,6 @@ import importlib
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
-
-import numpy as np  # noqa: F401  (the example above)
 
 from ..errors import RelvmKernelError
 
@@ -120,6 +119,17 @@ class Region:
     constant: tuple[bool, ...] = ()
     constants: tuple[Any, ...] = ()
     function: Any = None
+
+    def views(self) -> list[OpView]:
+        """Each step as a pattern's predicate sees an op (for a backend's ``worth``)."""
+        types: list[TensorInfo] = []
+        out = []
+        for s in self.steps:
+            ins = tuple(self.inputs[i] if kind == "in" else types[i] for kind, i in s["args"])
+            const = tuple(kind == "in" and self.constant[i] for kind, i in s["args"])
+            types.append(TensorInfo(s["type"]["dtype"], tuple(s["type"]["shape"])))
+            out.append(OpView(s["op"], s["attrs"], ins, types[-1], const))
+        return out
 
     def to_json(self) -> dict:
         """The region without its IR and constant values (what a kernel entry records)."""
@@ -219,4 +229,6 @@ def require(name: str) -> Backend:
     why = unavailable(name)
     if why is not None:
         raise RelvmKernelError(why)
-    return _registry[name] if name in _registry else lookup(name)  # type: ignore[return-value]
+    backend = lookup(name)
+    assert backend is not None  # unavailable() said it is known
+    return backend

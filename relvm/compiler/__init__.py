@@ -94,6 +94,16 @@ def build(module: Module, params: Mapping[str, Any] | None = None, *,
                                                 external_fallback))
 
 
+def bind_weights(module: Module, params: Mapping[str, Any]) -> Module:
+    """``module`` with the named parameters of ``@main`` bound as constants (typed)."""
+    from ..passes.bind_params import bind_params
+    from ..passes.type_infer import infer_module
+
+    if any(f.checked_type is None for f in module.functions.values()):
+        infer_module(module)
+    return infer_module(bind_params(module, _bind_params(module, dict(params))))
+
+
 def _check_backend_has_kernels(backend: str, program: Program) -> None:
     """Refuse at build time a program the backend cannot run, naming every missing kernel."""
     if backend != "c":

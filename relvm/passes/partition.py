@@ -32,8 +32,8 @@ from ..errors import RelvmCompileError
 from ..ir import dims as D
 from ..ir.nodes import (Attrs, Call, Constant, Expr, Function, GlobalVar, If, Module, Tuple,
                         TupleGetItem, Var, children, post_order)
-from ..ir.types import TensorType, TupleType, map_type_dims
-from ..ops.registry import OUT_FUSABLE, Op
+from ..ir.types import TensorType, map_type_dims
+from ..ops.registry import Op
 from .rewrite import Rewriter
 from .type_infer import infer_module
 
@@ -44,8 +44,7 @@ WORK_PER_BOUNDARY_ELEMENT = 16
 NOMINAL_DIM = 8
 
 
-def partition(module: Module, targets: Sequence[str | Backend], *,
-              params: dict | None = None) -> Module:
+def partition(module: Module, targets: Sequence[str | Backend]) -> Module:
     """Regions of ``module`` for the external backends ``targets``, as Compiler functions.
 
     Parameters
@@ -55,9 +54,6 @@ def partition(module: Module, targets: Sequence[str | Backend], *,
     targets : sequence of str or Backend
         Backends by name (registered, or built in: ``"dnnl"``) or object, highest priority
         first.
-    params : mapping of str to array_like, optional
-        Weights of ``@main`` by name, bound as constants first (as ``relvm.build`` does), so
-        that the patterns' predicates and the cost model see them as constants.
 
     Returns
     -------
@@ -67,17 +63,12 @@ def partition(module: Module, targets: Sequence[str | Backend], *,
 
     Examples
     --------
-    >>> part = relvm.partition(relvm.parse(text), ["dnnl"], params=weights)
+    >>> part = relvm.partition(relvm.parse(text), ["dnnl"])
     >>> print(part)                      # def @dnnl_0(..., Compiler="dnnl", ...)
     >>> exe = relvm.build(part)
     """
     backends = [_backend(t) for t in targets]
-    if params:
-        from ..compiler import _bind_params
-        from .bind_params import bind_params
-
-        module = infer_module(bind_params(module, _bind_params(module, dict(params))))
-    elif any(f.checked_type is None for f in module.functions.values()):
+    if any(f.checked_type is None for f in module.functions.values()):
         module = infer_module(module)
     taken = {f.attrs["global_symbol"] for f in module.functions.values() if f.attrs}
     names = _Names(set(module.functions) | taken)
@@ -127,7 +118,7 @@ def _elements(t: TensorInfo | None) -> int:
     return n
 
 
-def op_work(view: OpView, pattern: str = "") -> int:
+def op_work(view: OpView) -> int:
     """Multiply-adds (products, convs) or elements touched (anything else) of one op, with
     symbolic dims at ``NOMINAL_DIM``: the cost model's measure of work."""
     out = _elements(view.output)
@@ -147,7 +138,7 @@ def default_worth(region: Region) -> bool:
     """Whether a region is worth a boundary: it holds a product or conv, and its work is at
     least ``WORK_PER_BOUNDARY_ELEMENT`` times the elements it reads and writes (constants not
     counted: weights are prepared once)."""
-    views = _views(region)
+    views = region.views()
     if not any(v.op in _PRODUCTS for v in views):
         return False
     work = sum(op_work(v) for v in views)
@@ -165,19 +156,7 @@ def _info(t: dict) -> dict:
     return {"dtype": t["dtype"], "shape": tuple(t["shape"])}
 
 
-def _views(region: Region) -> list[OpView]:
-    types: list[TensorInfo] = []
-    views = []
-    for s in region.steps:
-        ins = tuple(region.inputs[i] if kind == "in" else types[i] for kind, i in s["args"])
-        const = tuple(kind == "in" and region.constant[i] for kind, i in s["args"])
-        out = TensorInfo(**_info(s["type"]))
-        types.append(out)
-        views.append(OpView(s["op"], s["attrs"], ins, out, const))
-    return views
-
-
-# --- describing IR as plain data -------------------------------------------------------------------
+# --- describing IR as plain data -----------------------------------------------------------------
 
 def dim_text(d: D.Dim) -> int | str:
     return d if isinstance(d, int) else str(d)
