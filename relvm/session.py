@@ -35,6 +35,8 @@ _ORT_TYPES = {"float32": "float", "float64": "double", "float16": "float16",
               "int32": "int32", "int64": "int64", "uint8": "uint8", "uint16": "uint16",
               "uint32": "uint32", "uint64": "uint64"}
 PROVIDERS = ("CPUExecutionProvider",)
+#: ONNX Runtime's names of execution providers that are relvm external backends.
+EXTERNAL_PROVIDERS = {"DnnlExecutionProvider": "dnnl"}
 EXECUTABLE_MAGIC = b"RELVMEXE"
 
 
@@ -107,8 +109,10 @@ class InferenceSession:
         with its magic, else a serialized ONNX model).
     sess_options : SessionOptions, optional
     providers : sequence of str, optional
-        Only ``"CPUExecutionProvider"`` (or ``None``); anything else is a RelvmInputError, as
-        ORT refuses providers it was not built with.
+        ``"CPUExecutionProvider"`` (the default), and ``"DnnlExecutionProvider"`` before it to
+        give the regions oneDNN takes to relvm's oneDNN backend (``relvm.partition``; for
+        models compiled here, not ``.rvm`` files); anything else is a RelvmInputError, as ORT
+        refuses providers it was not built with.
     params : mapping or str, optional
         Weights of a ``.relay`` file or Module: a dict, or the ``.npz`` ``relvm import`` wrote.
     upper_bounds : mapping of str to int, optional
@@ -202,13 +206,13 @@ class InferenceSession:
         module, weights = from_onnx(proto)
         return self._from_module(module, weights, bounds)
 
-    @staticmethod
-    def _from_module(module: Any, params: Any, bounds: Any) -> Executable:
+    def _from_module(self, module: Any, params: Any, bounds: Any) -> Executable:
         from . import build
 
         if isinstance(params, (str, os.PathLike)):
             params = _read_weights(os.fspath(params))[0]
-        return build(module, params=params, upper_bounds=bounds)
+        targets = [EXTERNAL_PROVIDERS[p] for p in self._providers if p in EXTERNAL_PROVIDERS]
+        return build(module, params=params, upper_bounds=bounds, targets=targets)
 
     # --- ONNX Runtime's API --------------------------------------------------------------------
     def get_inputs(self) -> list[NodeArg]:
@@ -400,11 +404,12 @@ class IOBinding:
 
 def _check_providers(providers: Sequence[Any] | None) -> list[str]:
     names = [p[0] if isinstance(p, (tuple, list)) else p for p in (providers or PROVIDERS)]
-    others = [p for p in names if p not in PROVIDERS]
+    known = tuple(EXTERNAL_PROVIDERS) + PROVIDERS
+    others = [p for p in names if p not in known]
     if others:
         raise RelvmInputError(f"relvm runs on the CPU only: provider {others[0]!r} is not "
-                              f"available; available providers: {', '.join(PROVIDERS)}")
-    return list(PROVIDERS)
+                              f"available; available providers: {', '.join(known)}")
+    return [p for p in names if p in EXTERNAL_PROVIDERS] + list(PROVIDERS)
 
 
 def _check_device(device: str) -> None:

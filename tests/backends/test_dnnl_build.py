@@ -177,3 +177,27 @@ def test_the_command_line_builds_inspects_and_runs_dnnl_regions(tmp_path) -> Non
                     "w=32", "--external-fallback", **missing)
     assert fell_back.returncode == 0 and fell_back.stdout.split("\n")[0] == \
         ran.stdout.split("\n")[0]
+
+
+def test_an_inference_session_takes_the_dnnl_provider(tmp_path) -> None:
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(w(32, 16, 3, 3), "w")
+    bias = numpy_helper.from_array(w(32), "b")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["y"])], "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 16, "h", "w"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [weight, bias])
+    path = str(tmp_path / "conv.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    sess = relvm.InferenceSession(path, providers=["DnnlExecutionProvider",
+                                                   "CPUExecutionProvider"])
+    assert sess.get_providers() == ["DnnlExecutionProvider", "CPUExecutionProvider"]
+    assert [a.compiler for a in sess._exe.externals.values()] == ["dnnl"]
+    ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for shape in [(1, 16, 20, 20), (2, 16, 9, 31)]:
+        x = RNG.standard_normal(shape, dtype=np.float32)
+        _close(sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0])
