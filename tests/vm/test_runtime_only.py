@@ -10,6 +10,13 @@ import textwrap
 
 from isolation import BLOCK_FRONT_END, run_python
 
+#: The end of each script: no blocked module was imported after all.
+NOTHING_LEAKED = textwrap.dedent("""
+    leaked = [m for m in sys.modules if m.startswith(BLOCKED)]
+    assert not leaked, leaked
+    print("runtime-only ok")
+""")
+
 SCRIPT = textwrap.dedent("""
     import sys
     import numpy as np
@@ -28,10 +35,7 @@ SCRIPT = textwrap.dedent("""
     vm = relvm.VirtualMachine(exe)
     got = vm.invoke("main", x)
     assert all(np.array_equal(a, b) for a, b in zip(got, expected))
-    leaked = [m for m in sys.modules if m.startswith(BLOCKED)]
-    assert not leaked, leaked
-    print("runtime-only ok")
-""")
+""") + NOTHING_LEAKED
 
 
 def test_runtime_runs_without_lark_or_the_compiler() -> None:
@@ -61,12 +65,8 @@ DNNL_SCRIPT = textwrap.dedent("""
     data = exe.save_bytes()
 """) + BLOCK_FRONT_END + textwrap.dedent("""
     vm = relvm.VirtualMachine(relvm.load_bytes(data))
-    got = vm.invoke("main", x)
-    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-4)
-    leaked = [m for m in sys.modules if m.startswith(BLOCKED)]
-    assert not leaked, leaked
-    print("runtime-only dnnl ok")
-""")
+    np.testing.assert_allclose(vm.invoke("main", x), expected, rtol=1e-5, atol=1e-4)
+""") + NOTHING_LEAKED.replace("runtime-only ok", "runtime-only dnnl ok")
 
 
 def test_an_executable_with_dnnl_regions_runs_without_the_compiler() -> None:
