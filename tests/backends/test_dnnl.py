@@ -357,3 +357,19 @@ def test_threads_follow_relvm():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.split() == ["1", "2"]
+
+
+def test_cost_model_keeps_backbones_and_wide_layers_only():
+    """cost.py's measured rules: a chain of 3x3 convs is worth its edges, a MobileNet block
+    (1x1 and depthwise convs) is not; a 768->3072 dense is, a 384->384 one is not."""
+    c, x = 64, (1, 64, "h", "w")
+    convs = [("nn.conv2d", {"padding": 1}, [("in", 0) if k == 0 else ("step", k - 1),
+                                            ("in", 1)], x) for k in range(12)]
+    assert dnnl.worth(region([x, (c, c, 3, 3)], convs, constant=(1,)))
+    mobile = [("nn.conv2d", {}, [("in", 0), ("in", 1)], x),
+              ("nn.conv2d", {"padding": 1, "groups": c}, [("step", 0), ("in", 2)], x),
+              ("nn.conv2d", {}, [("step", 1), ("in", 1)], x)] * 3
+    assert not dnnl.worth(region([x, (c, c, 1, 1), (c, 1, 3, 3)], mobile, constant=(1, 2)))
+    for k, n, keep in ((768, 3072, True), (384, 384, False)):
+        steps = [("nn.dense", {}, [("in", 0), ("in", 1)], ["s", n])]
+        assert dnnl.worth(region([("s", k), (n, k)], steps, constant=(1,))) is keep
