@@ -371,5 +371,8 @@ def test_cost_model_keeps_backbones_and_wide_layers_only():
               ("nn.conv2d", {}, [("step", 1), ("in", 1)], x)] * 3
     assert not dnnl.worth(region([x, (c, c, 1, 1), (c, 1, 3, 3)], mobile, constant=(1, 2)))
     for k, n, keep in ((768, 3072, True), (384, 384, False)):
-        steps = [("nn.dense", {}, [("in", 0), ("in", 1)], ["s", n])]
-        assert dnnl.worth(region([("s", k), (n, k)], steps, constant=(1,))) is keep
+        steps = [("nn.dense", {}, [("in", 0), ("in", 1)], ["b", "s", n])]
+        assert dnnl.worth(region([("b", "s", k), (n, k)], steps, constant=(1,))) is keep
+    # a classifier head: one row per image
+    steps = [("nn.dense", {}, [("in", 0), ("in", 1)], ["b", 1000])]
+    assert not dnnl.worth(region([("b", 1280), (1000, 1280)], steps, constant=(1,)))

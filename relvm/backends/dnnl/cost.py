@@ -72,9 +72,27 @@ def measure(region) -> tuple[float, float, float]:
     return work, kxk / max(work, 1.0), float(max(edge, 1))
 
 
+#: A conv-free region needs a product of this many rows: a classifier head's dense reads
+#: (batch, K), one row per image at batch 1, and the region call does not pay off there
+#: (MobileNet-v2 with only its 1280->1000 head in oneDNN: 1.04-1.12x relvm's time).
+MIN_ROWS = 16
+
+
+def _rows(shape) -> int:
+    """Rows of a product's data: a lone symbolic leading dim is a batch, taken as 1."""
+    lead = list(shape[:-1])
+    if len(lead) == 1 and not isinstance(lead[0], int):
+        return 1
+    return math.prod(_dims(lead))
+
+
 def worth(region) -> bool:
     """Whether oneDNN should run ``region`` (see the module docstring for the numbers)."""
     work, kxk_share, edge = measure(region)
     if any(s["op"] == "nn.conv2d" for s in region.steps):
         return kxk_share >= KXK_SHARE and work >= CONV_WORK_PER_ELEMENT * edge
-    return work >= MATMUL_WORK_PER_ELEMENT * edge
+    rows = [_rows(region.inputs[a[1]].shape if a[0] == "in"
+                  else region.steps[a[1]]["type"]["shape"])
+            for s in region.steps if s["op"] in ("nn.dense", "nn.matmul", "nn.batch_matmul")
+            for a in s["args"][:1]]
+    return max(rows, default=0) >= MIN_ROWS and work >= MATMUL_WORK_PER_ELEMENT * edge
