@@ -90,7 +90,16 @@ def run(reg, shapes_list, constant=(), seed=0, positive=False):
         for o, w in zip(outs, want):
             scale = max(1.0, float(np.abs(w).max(initial=0)))
             np.testing.assert_allclose(o, w, rtol=1e-4, atol=1e-4 * scale)
+    assert_no_reference_impl(kernel)
     return kernel, consts
+
+
+def assert_no_reference_impl(kernel):
+    """oneDNN's ``ref`` implementations are 10-100x slower than its jit ones (a residual conv
+    whose operand's layout differed from its dst's took 400 ms): every primitive of every
+    pattern must resolve to a jit/brgemm kernel."""
+    refs = [name for name in kernel.impls if name.startswith("ref")]
+    assert kernel.impls and not refs, f"reference implementations: {kernel.impls}"
 
 
 def conv_steps(attrs, x, w, out, extra=()):
@@ -136,6 +145,75 @@ def test_conv_chain_keeps_blocked_layout_between_convs():
     run(reg, [((1, 16, 8, 8), (16, 16, 3, 3), (16, 16, 3, 3), (16, 1, 1))], constant=(1, 2))
 
 
+def test_resnet_like_region_runs_jit_only():
+    """A ResNet stem and block as one region: 7x7/2 stem on 3 channels, max pool after it,
+    3x3 convs with a residual add of the pool's result, a strided 1x1 downsample, a global
+    average pool; every value in the region's one activation layout."""
+    x, c = (1, 3, 32, 32), 16
+    steps = [
+        ("nn.conv2d", {"strides": [2, 2], "padding": [3, 3, 3, 3]}, [("in", 0), ("in", 1)],
+         [1, c, 16, 16]),
+        ("nn.bias_add", {"axis": 1}, [("step", 0), ("in", 2)], [1, c, 16, 16]),
+        ("nn.relu", {}, [("step", 1)], [1, c, 16, 16]),
+        ("nn.max_pool2d", {"pool_size": [3, 3], "strides": [2, 2], "padding": [1, 1]},
+         [("step", 2)], [1, c, 8, 8]),
+        ("nn.conv2d", {"padding": [1, 1, 1, 1]}, [("step", 3), ("in", 3)], [1, c, 8, 8]),
+        ("nn.relu", {}, [("step", 4)], [1, c, 8, 8]),
+        ("nn.conv2d", {"padding": [1, 1, 1, 1]}, [("step", 5), ("in", 4)], [1, c, 8, 8]),
+        ("add", {}, [("step", 6), ("step", 3)], [1, c, 8, 8]),
+        ("nn.relu", {}, [("step", 7)], [1, c, 8, 8]),
+        ("nn.conv2d", {"strides": [2, 2]}, [("step", 8), ("in", 5)], [1, 2 * c, 4, 4]),
+        ("nn.avg_pool2d", {"pool_size": [2, 2], "strides": [2, 2]}, [("step", 9)],
+         [1, 2 * c, 2, 2]),
+        ("nn.global_avg_pool2d", {}, [("step", 9)], [1, 2 * c, 1, 1]),
+    ]
+    shapes = (x, (c, 3, 7, 7), (c,), (c, c, 3, 3), (c, c, 3, 3), (2 * c, c, 1, 1))
+    reg = region(shapes, steps, outputs=[("step", 8), ("step", 10), ("step", 11)],
+                 constant=(1, 2, 3, 4, 5))
+    art = json.loads(dnnl.compile_region(reg))
+    assert [p["kind"] for p in art["prims"]] == ["conv", "pool", "conv", "conv", "conv",
+                                                 "pool", "pool"]
+    assert art["prims"][3]["post_ops"][0]["op"] == "binary"  # the residual add, fused
+    run(reg, [shapes], constant=(1, 2, 3, 4, 5))
+
+
+def test_mobilenet_like_region_runs_jit_only():
+    """Inverted residual: 1x1 expand, relu6, depthwise 3x3 (stride 1 and 2), 1x1 project with
+    the block's input added; the region's input is read by two prims."""
+    c, e = 8, 32
+    steps = [
+        ("nn.conv2d", {}, [("in", 0), ("in", 1)], [1, e, 12, 12]),
+        ("clip", {"a_min": 0.0, "a_max": 6.0}, [("step", 0)], [1, e, 12, 12]),
+        ("nn.conv2d", {"padding": [1, 1, 1, 1], "groups": e}, [("step", 1), ("in", 2)],
+         [1, e, 12, 12]),
+        ("clip", {"a_min": 0.0, "a_max": 6.0}, [("step", 2)], [1, e, 12, 12]),
+        ("nn.conv2d", {}, [("step", 3), ("in", 3)], [1, c, 12, 12]),
+        ("add", {}, [("in", 0), ("step", 4)], [1, c, 12, 12]),
+        ("nn.conv2d", {"strides": [2, 2], "padding": [1, 1, 1, 1], "groups": c},
+         [("step", 5), ("in", 4)], [1, c, 6, 6]),
+    ]
+    shapes = ((1, c, 12, 12), (e, c, 1, 1), (e, 1, 3, 3), (c, e, 1, 1), (c, 1, 3, 3))
+    reg = region(shapes, steps, outputs=[("step", 5), ("step", 6)], constant=(1, 2, 3, 4))
+    run(reg, [shapes], constant=(1, 2, 3, 4))
+
+
+@pytest.mark.parametrize("mask,fused", [((1, 1, 6), True), ((6, 6), False)])
+def test_attention_like_region_runs_jit_only(mask, fused):
+    """Scores plus a mask, softmax, then the product with V. A mask along the keys only is a
+    post-op of the scores' matmul; one broadcast over the batch has no jit post-op kernel and
+    runs as a binary prim of its own."""
+    steps = [("nn.batch_matmul", {}, [("in", 0), ("in", 1)], [4, 6, 6]),
+             ("add", {}, [("step", 0), ("in", 2)], [4, 6, 6]),
+             ("nn.softmax", {"axis": -1}, [("step", 1)], [4, 6, 6]),
+             ("nn.batch_matmul", {"transpose_b": False}, [("step", 2), ("in", 3)], [4, 6, 8])]
+    reg = region([(4, 6, 8), (4, 6, 8), mask, (4, 6, 8)], steps)
+    art = json.loads(dnnl.compile_region(reg))
+    kinds = ["matmul", "softmax", "matmul"] if fused else ["matmul", "binary", "softmax",
+                                                           "matmul"]
+    assert [p["kind"] for p in art["prims"]] == kinds
+    run(reg, [((4, 6, 8), (4, 6, 8), mask, (4, 6, 8))])
+
+
 @pytest.mark.parametrize("rank", [2, 3])
 def test_dense_bias_gelu_like_chain(rank):
     lead = ["b", "s"][:rank - 1]
@@ -169,7 +247,6 @@ def test_batch_matmul_broadcast_and_symbolic():
 @pytest.mark.parametrize("op,attrs", [
     ("nn.max_pool2d", {"pool_size": [3, 3], "strides": [2, 2], "padding": [1, 1]}),
     ("nn.max_pool2d", {"pool_size": [3, 3], "strides": [2, 2], "ceil_mode": True}),
-    ("nn.max_pool2d", {"pool_size": [2, 2], "dilation": [2, 2]}),
     ("nn.avg_pool2d", {"pool_size": [3, 3], "strides": [2, 2], "padding": [1, 1]}),
     ("nn.avg_pool2d", {"pool_size": [3, 3], "strides": [2, 2], "padding": [1, 1],
                        "count_include_pad": True}),
@@ -188,13 +265,30 @@ def test_pools(op, attrs):
     del view
 
 
-def test_layer_norm_and_softmax_any_axis():
+def _accepts(name, op, attrs, ins, out):
+    from relvm.backends.dnnl.patterns import PATTERNS
+    from relvm.backends.external import OpView
+    pattern, = [p for p in PATTERNS if p.name == name]
+    return pattern.check([OpView(op, attrs, tuple(TensorInfo("float32", s) for s in ins),
+                                 TensorInfo("float32", out))])
+
+
+def test_patterns_refuse_what_runs_only_as_ref():
+    # oneDNN 3.2 has only ref:any kernels for these: relvm runs them.
+    assert not _accepts("pool2d", "nn.max_pool2d", {"pool_size": [2, 2], "dilation": [2, 2]},
+                        [(1, 3, 8, 8)], (1, 3, 6, 6))
+    assert not _accepts("softmax", "nn.softmax", {"axis": 0}, [("n", 32)], ("n", 32))
+    assert not _accepts("softmax", "nn.softmax", {"axis": 1}, [(4, 6, 5)], (4, 6, 5))
+    assert _accepts("softmax", "nn.softmax", {"axis": -1}, [(4, 6, 5)], (4, 6, 5))
+
+
+def test_layer_norm_and_softmax_last_axis():
     steps = [("nn.layer_norm", {"epsilon": 1e-5}, [("in", 0), ("in", 1), ("in", 2)],
               ["n", 32]),
-             ("nn.softmax", {"axis": 0}, [("step", 0)], ["n", 32])]
+             ("nn.softmax", {"axis": 1}, [("step", 0)], ["n", 32])]
     reg = region([("n", 32), (32,), (32,)], steps, outputs=[("step", 0), ("step", 1)])
     run(reg, [((5, 32), (32,), (32,)), ((9, 32), (32,), (32,))])
-    reg = region([(4, 6, 5)], [("nn.softmax", {"axis": 1}, [("in", 0)], [4, 6, 5])])
+    reg = region([(4, 6, 5)], [("nn.softmax", {"axis": -1}, [("in", 0)], [4, 6, 5])])
     run(reg, [((4, 6, 5),)])
     reg = region([(4, 6)], [("nn.layer_norm", {"center": False, "scale": False},
                              [("in", 0), ("in", 0), ("in", 0)], [4, 6])])
@@ -263,3 +357,22 @@ def test_threads_follow_relvm():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.split() == ["1", "2"]
+
+
+def test_cost_model_keeps_backbones_and_wide_layers_only():
+    """cost.py's measured rules: a chain of 3x3 convs is worth its edges, a MobileNet block
+    (1x1 and depthwise convs) is not; a 768->3072 dense is, a 384->384 one is not."""
+    c, x = 64, (1, 64, "h", "w")
+    convs = [("nn.conv2d", {"padding": 1}, [("in", 0) if k == 0 else ("step", k - 1),
+                                            ("in", 1)], x) for k in range(12)]
+    assert dnnl.worth(region([x, (c, c, 3, 3)], convs, constant=(1,)))
+    mobile = [("nn.conv2d", {}, [("in", 0), ("in", 1)], x),
+              ("nn.conv2d", {"padding": 1, "groups": c}, [("step", 0), ("in", 2)], x),
+              ("nn.conv2d", {}, [("step", 1), ("in", 1)], x)] * 3
+    assert not dnnl.worth(region([x, (c, c, 1, 1), (c, 1, 3, 3)], mobile, constant=(1, 2)))
+    for k, n, keep in ((768, 3072, True), (384, 384, False)):
+        steps = [("nn.dense", {}, [("in", 0), ("in", 1)], ["b", "s", n])]
+        assert dnnl.worth(region([("b", "s", k), (n, k)], steps, constant=(1,))) is keep
+    # a classifier head: one row per image
+    steps = [("nn.dense", {}, [("in", 0), ("in", 1)], ["b", 1000])]
+    assert not dnnl.worth(region([("b", 1280), (1000, 1280)], steps, constant=(1,)))

@@ -9,6 +9,7 @@ turns a region into a JSON artifact, ``runtime.py`` and ``prims.py`` run one.
 from __future__ import annotations
 
 from ..external import Backend, register
+from . import cost
 from .compile import compile_region
 from .lib import available
 from .patterns import PATTERNS
@@ -20,6 +21,12 @@ def make_kernel(artifact: bytes, constants=None):
     return make(artifact, constants)
 
 
-BACKEND = register(Backend("dnnl", PATTERNS, compile_region, make_kernel, available))
+def worth(region) -> bool:
+    """See :func:`relvm.backends.dnnl.cost.worth`: measured facts, not guesses."""
+    return cost.worth(region)
 
-__all__ = ["BACKEND", "available", "compile_region", "make_kernel"]
+
+BACKEND = register(Backend("dnnl", PATTERNS, compile_region, make_kernel, available,
+                           worth=worth))
+
+__all__ = ["BACKEND", "available", "compile_region", "make_kernel", "worth"]

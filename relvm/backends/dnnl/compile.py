@@ -123,6 +123,19 @@ def _main(op, attrs, args, rank):
     return _pool(op, attrs, args)
 
 
+def _jit_broadcast(shape, out, prim) -> bool:
+    """Whether oneDNN's jit kernels take an operand of ``shape`` as a binary post-op of
+    ``prim`` (result ``out``): the full shape, a scalar, or one value per output channel (the
+    last axis of a matmul, axis 1 of an NCHW conv, 3 of an NHWC one). Other broadcasts (an
+    attention mask over the batch, a (6, 5) added to every (2, 4, 6, 5) matmul) make the
+    primitive ``ref:any``: they run as a binary primitive of their own instead."""
+    shape = [1] * (len(out) - len(shape)) + list(shape)
+    if shape == list(out) or all(d == 1 for d in shape):
+        return True
+    channel = len(out) - 1 if prim["kind"] == "matmul" or prim.get("nhwc") else 1
+    return all(d == 1 for a, d in enumerate(shape) if a != channel)
+
+
 class _Builder:
     def __init__(self, region):
         self.region = region
@@ -199,6 +212,10 @@ class _Builder:
             p = self.foldable(args[k])
             other = refs[1 - k]
             if p is None or not self.before(other, p):
+                continue
+            shape = (self.shape(args[1 - k]) if along is None
+                     else [d if a == along else 1 for a, d in enumerate(out)])
+            if not _jit_broadcast(shape, out, self.prims[p]):
                 continue
             prim = self.prims[p]
             if (op == "nn.bias_add" and not prim["post_ops"] and prim["bias"] is None

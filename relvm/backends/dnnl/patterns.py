@@ -71,6 +71,8 @@ def _pool_ok(views: list[OpView]) -> bool:
     pad = [pad] if isinstance(pad, int) else list(pad)
     pad = {1: pad * 4, 2: pad * 2}.get(len(pad), pad)
     kernel, dilation = _pair(a.get("pool_size"), 1), _pair(a.get("dilation"), 1)
+    if any(d != 1 for d in dilation):
+        return False  # oneDNN 3.2 pools dilated windows only with ref:any
     reach = [(k - 1) * d + 1 for k, d in zip(kernel, dilation)]
     return all(p < reach[i % 2] for i, p in enumerate(pad))
 
@@ -79,6 +81,13 @@ def _layer_norm_ok(views: list[OpView]) -> bool:
     v = views[0]
     rank = len(v.inputs[0].shape) if v.inputs[0] else 0
     return _float32(v) and rank >= 1 and v.attrs.get("axis", -1) in (-1, rank - 1)
+
+
+def _softmax_ok(views: list[OpView]) -> bool:
+    # oneDNN's jit softmax reduces the innermost axis only; any other runs ref:any.
+    v = views[0]
+    rank = len(v.output.shape) if v.output else 0
+    return _single_ok(views) and rank >= 1 and v.attrs.get("axis", -1) in (-1, rank - 1)
 
 
 def _single_ok(views: list[OpView]) -> bool:
@@ -93,6 +102,6 @@ PATTERNS = [
     Pattern("batch_matmul", ("nn.batch_matmul",) + _CHAIN, _chain_ok),
     Pattern("pool2d", ("nn.max_pool2d|nn.avg_pool2d|nn.global_avg_pool2d",), _pool_ok),
     Pattern("layer_norm", ("nn.layer_norm",), _layer_norm_ok),
-    Pattern("softmax", ("nn.softmax",), _single_ok),
+    Pattern("softmax", ("nn.softmax",), _softmax_ok),
     Pattern("eltwise", ("|".join(ELTWISE),), _single_ok),
 ]

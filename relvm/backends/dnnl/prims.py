@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ...errors import RelvmKernelError
 from . import lib as L
-from .runtime import BOUNDARY_BLOCKED, _Plan, _spread, _view, _window_len
+from .runtime import _Plan, _spread, _view, _window_len
 
 _NCHW = ("perm", (0, 3, 1, 2))
 
@@ -23,42 +23,64 @@ def _need(ok: bool, what: str) -> None:
 
 
 class _Dst:
-    """Where prim ``j`` writes: the caller's output, a kept (chosen) layout, or a buffer."""
+    """Where prim ``j`` writes: in the activation layout (``act``: convs, pools and what
+    follows them in it) or plain; a region output in the activation layout is reordered into
+    the caller's array by :meth:`done`."""
 
-    def __init__(self, plan: _Plan, j: int, shape, view, choose: bool, edge: bool = False):
+    def __init__(self, plan: _Plan, j: int, shape, view, act: bool = False):
         self.plan, self.j, self.shape, self.view = plan, j, list(shape), view
         self.out = plan.k.output_of.get(j)
-        self.keep = choose and plan.k.blocked_ok[j]
-        self.choose = choose and (self.keep or (self.out is not None and edge))
         dims, strides = _view(shape, view)
         self.plain = plan.md(dims, strides)
-        self.md = plan.md(dims) if self.choose else self.plain
-
-    def memory(self, pd):
-        """The dst memory for ``pd``; records the value; a reorder is queued by :meth:`done`."""
-        plan = self.plan
-        record = {"shape": self.shape}
-        chosen = plan.query(pd, L.QUERY_DST_MD) if self.choose else self.plain
+        self.md = plan.act_md(dims) if act else self.plain
+        self.act = act and not plan.lib.dnnl_memory_desc_equal(self.md, self.plain)
         self.pending = None
+
+    def memory(self):
+        """The dst memory; records the value; a reorder is queued by :meth:`done`."""
+        plan = self.plan
+        record: dict = {"shape": self.shape}
+        if not self.act:
+            if self.out is not None:
+                record["bind"] = self.out
+            else:
+                record["address"] = plan.buffer(self.plain)
+            plan.k_values[("prim", self.j)] = record
+            return plan.memory(self.plain, record.get("address"), record.get("bind"))
+        address = plan.buffer(self.md)
+        record["act"] = {self.view: (self.md, address, None)}
+        mem = plan.memory(self.md, address)
         if self.out is not None:
             record["bind"] = self.out
-            target = plan.memory(self.plain, None, self.out)
-            if plan.lib.dnnl_memory_desc_equal(chosen, self.plain):
-                mem = target
-            else:
-                mem = plan.memory(chosen, plan.buffer(chosen))
-                self.pending = (chosen, mem, self.plain, target)
-        else:
-            record["address"] = plan.buffer(chosen)
-            mem = plan.memory(chosen, record["address"])
-            if self.keep:
-                record["md"] = chosen
+            self.pending = (self.md, mem, self.plain, plan.memory(self.plain, None, self.out))
         plan.k_values[("prim", self.j)] = record
         return mem
 
+    def chosen(self, md):
+        """The memory of a dst the primitive chose (``md``), reordered into this value's
+        layout by :meth:`done`; the value itself is recorded as :meth:`memory` does."""
+        to = self.memory()
+        if self.plan.lib.dnnl_memory_desc_equal(md, self.md):
+            return to
+        mem = self.plan.memory(md, self.plan.buffer(md))
+        self.first = (md, mem, self.md, to)
+        return mem
+
     def done(self) -> None:
+        if getattr(self, "first", None):
+            self.plan.reorder(*self.first)
         if self.pending:
             self.plan.reorder(*self.pending)
+
+
+def _jit_pd(plan: _Plan, call: str, make, variants: list) -> tuple[object, object]:
+    """The first of ``variants`` (arguments to ``make``) for which oneDNN has a jit kernel,
+    and that variant; the last one when none has (its ``ref`` impl is recorded, tests fail)."""
+    for k, variant in enumerate(variants):
+        pd = _pd(plan, call, lambda out: make(out, *variant))
+        if k == len(variants) - 1 or not plan.impl(pd).startswith("ref"):
+            return pd, variant
+        plan.lib.dnnl_primitive_desc_destroy(pd)
 
 
 def _pd(plan: _Plan, call: str, make) -> object:
@@ -84,36 +106,38 @@ def conv(plan: _Plan, j: int, p: dict) -> None:
         out.append(span // s + 1)
     dst_shape = [n, out[0], out[1], o] if p["nhwc"] else [n, o, out[0], out[1]]
     w_view_shape = [g, o // g, i, kh, kw] if g > 1 else w_shape
-    # Measured (runtime.py's docstring): a 1x1 stride-1 conv is faster on plain NCHW,
-    # every other conv in the layout it chooses even counting the reorders.
-    edge = BOUNDARY_BLOCKED and not (kh == kw == 1 and p["strides"] == [1, 1])
-    attr, po_args = plan.attr(p["post_ops"], dst_shape, view)
-    sv = plan.k_values[p["src"]]
-    src_md = sv["md"] if "md" in sv else (
-        plan.md(_view(src_shape, view)[0]) if edge
-        else plan.md(*_view(src_shape, view)))
-    w_const = plan.k.is_constant(p["weights"])
-    w_md = plan.md(w_view_shape) if w_const else plan.md(*_view(w_view_shape, None))
+    attr, po_args = plan.attr(p["post_ops"], dst_shape, view, act=True)
+    # Weights computed in the region are reordered into the layout the conv chooses at each
+    # call: no jit conv reads plain OIHW weights with NHWC data.
+    w_md = plan.md(w_view_shape)
     bias_md = plan.md([o], [1]) if p["bias"] is not None else plan.ffi.NULL
-    dst = _Dst(plan, j, dst_shape, view, choose=True, edge=edge)
+    dst = _Dst(plan, j, dst_shape, view, act=True)
     ffi = plan.ffi
     dims = [ffi.new("dnnl_dims_t", p[k]) for k in ("strides", "dilates", "pad_l", "pad_r")]
-    pd = _pd(plan, "dnnl_convolution_forward_primitive_desc_create",
-             lambda out: plan.lib.dnnl_convolution_forward_primitive_desc_create(
-                 out, plan.L.engine, L.FORWARD_INFERENCE, L.CONVOLUTION_DIRECT, src_md, w_md,
-                 bias_md, dst.md, *dims, attr))
-    _, src = plan.source(p["src"], view, plan.query(pd, L.QUERY_SRC_MD))
+    src_md, src = plan.act(p["src"], view)
+    logical = _view(dst_shape, view)[0]
+    # The region's layout first; else (a blocked layout's 3-channel stem, say) oneDNN's choice
+    # with reorders around the conv.
+    pd, (chosen_src, _) = _jit_pd(
+        plan, "dnnl_convolution_forward_primitive_desc_create",
+        lambda out, s_md, d_md: plan.lib.dnnl_convolution_forward_primitive_desc_create(
+            out, plan.L.engine, L.FORWARD_INFERENCE, L.CONVOLUTION_DIRECT, s_md, w_md,
+            bias_md, d_md, *dims, attr),
+        [(src_md, dst.md), (plan.md(_view(src_shape, view)[0]), plan.md(logical))])
+    if chosen_src is not src_md:
+        src = plan.source(p["src"], view, plan.query(pd, L.QUERY_SRC_MD))
+    w_const = plan.k.is_constant(p["weights"])
     wanted_w = plan.query(pd, L.QUERY_WEIGHTS_MD)
     if w_const:
         weights = plan.weights(p["weights"], None if g == 1 else ("reshape", w_view_shape),
                                wanted_w)
     else:
-        _, weights = plan.source(p["weights"], ("reshape", w_view_shape), wanted_w)
+        weights = plan.source(p["weights"], ("reshape", w_view_shape), wanted_w)
     args = [(L.ARG_SRC, src), (L.ARG_WEIGHTS, weights)]
     if p["bias"] is not None:
         _need(_shape(plan, p["bias"]) == [o], f"conv2d bias must be ({o},)")
         args.append((L.ARG_BIAS, plan.plain(p["bias"])[1]))
-    args.append((L.ARG_DST, dst.memory(pd)))
+    args.append((L.ARG_DST, dst.chosen(plan.query(pd, L.QUERY_DST_MD))))
     plan.add(pd, args + po_args)
     dst.done()
 
@@ -139,8 +163,7 @@ def matmul(plan: _Plan, j: int, p: dict) -> None:
     src_md = plan.md(*_view(a, a_view))
     w_const = plan.k.is_constant(p["weights"])
     w_dims, w_strides = _view(b, b_view)
-    w_md = plan.md(w_dims) if w_const else plan.md(w_dims, w_strides)
-    dst = _Dst(plan, j, dst_shape, out_view, choose=False)
+    dst = _Dst(plan, j, dst_shape, out_view)
     rank = len(_view(dst_shape, out_view)[0])
     bias_args, bias_md = [], plan.ffi.NULL
     if p["bias"] is not None:
@@ -149,17 +172,22 @@ def matmul(plan: _Plan, j: int, p: dict) -> None:
         bias_md = plan.md(*_view(bias, None))
         bias_args = [(L.ARG_BIAS, plan.memory(bias_md, plan.k_values[p["bias"]].get("address"),
                                               plan.k_values[p["bias"]].get("bind")))]
-    pd = _pd(plan, "dnnl_matmul_primitive_desc_create",
-             lambda out: plan.lib.dnnl_matmul_primitive_desc_create(
-                 out, plan.L.engine, src_md, w_md, bias_md, dst.md, attr))
-    _, src = plan.source(p["src"], a_view)
+    # Weights computed in the region (attention's K and V) are read in place when a jit
+    # kernel takes their strides, else reordered at each call into the layout it chooses
+    # (brgemm matmul has no kernel for a batch-broadcast transposed B with a binary post-op).
+    variants = [(plan.md(w_dims),)] if w_const else [(plan.md(w_dims, w_strides),),
+                                                     (plan.md(w_dims),)]
+    pd, _ = _jit_pd(plan, "dnnl_matmul_primitive_desc_create",
+                    lambda out, w_md: plan.lib.dnnl_matmul_primitive_desc_create(
+                        out, plan.L.engine, src_md, w_md, bias_md, dst.md, attr), variants)
+    _, src = plan.plain(p["src"], a_view)
     wanted_w = plan.query(pd, L.QUERY_WEIGHTS_MD)
     if w_const:
         weights = plan.weights(p["weights"], b_view, wanted_w)
     else:
-        _, weights = plan.source(p["weights"], b_view, wanted_w)
+        weights = plan.source(p["weights"], b_view, wanted_w)
     plan.add(pd, [(L.ARG_SRC, src), (L.ARG_WEIGHTS, weights)] + bias_args
-             + [(L.ARG_DST, dst.memory(pd))] + po_args)
+             + [(L.ARG_DST, dst.memory())] + po_args)
     dst.done()
 
 
@@ -182,8 +210,10 @@ def pool(plan: _Plan, j: int, p: dict) -> None:
             # ceil_mode's last window reaches past the explicit padding: oneDNN pads further
             pr.append(max(b, (o - 1) * s + (k - 1) * (d + 1) + 1 - size - a))
     dst_shape = [n, c] + out
-    src_md, src = plan.source(p["src"], None)
-    dst = _Dst(plan, j, dst_shape, None, choose=False)
+    # A pool after a conv reads the conv's layout: jit pools take NHWC and plain alike.
+    act = plan.is_act(p["src"])
+    src_md, src = plan.act(p["src"]) if act else plan.plain(p["src"])
+    dst = _Dst(plan, j, dst_shape, None, act=act)
     attr, _ = plan.attr([], dst_shape, None)
     ffi = plan.ffi
     dims = [ffi.new("dnnl_dims_t", v) for v in (strides, kernel, dil, pl, pr)]
@@ -191,15 +221,15 @@ def pool(plan: _Plan, j: int, p: dict) -> None:
              lambda o: plan.lib.dnnl_pooling_forward_primitive_desc_create(
                  o, plan.L.engine, L.FORWARD_INFERENCE, L.POOLING[p["alg"]], src_md, dst.md,
                  *dims, attr))
-    plan.add(pd, [(L.ARG_SRC, src), (L.ARG_DST, dst.memory(pd))])
+    plan.add(pd, [(L.ARG_SRC, src), (L.ARG_DST, dst.memory())])
     dst.done()
 
 
 def layer_norm(plan: _Plan, j: int, p: dict) -> None:
     shape = _shape(plan, p["src"])
     _need(len(shape) >= 1, "layer_norm of a scalar")
-    src_md, src = plan.source(p["src"], None)
-    dst = _Dst(plan, j, shape, None, choose=False)
+    src_md, src = plan.plain(p["src"])
+    dst = _Dst(plan, j, shape, None)
     flags, args = 0, []
     for key, flag, arg in (("scale", L.USE_SCALE, L.ARG_SCALE),
                            ("shift", L.USE_SHIFT, L.ARG_SHIFT)):
@@ -213,48 +243,51 @@ def layer_norm(plan: _Plan, j: int, p: dict) -> None:
              lambda o: plan.lib.dnnl_layer_normalization_forward_primitive_desc_create(
                  o, plan.L.engine, L.FORWARD_INFERENCE, src_md, dst.md, plan.ffi.NULL,
                  p["epsilon"], flags, attr))
-    plan.add(pd, [(L.ARG_SRC, src), (L.ARG_DST, dst.memory(pd))] + args)
+    plan.add(pd, [(L.ARG_SRC, src), (L.ARG_DST, dst.memory())] + args)
     dst.done()
 
 
 def softmax(plan: _Plan, j: int, p: dict) -> None:
     shape = _shape(plan, p["src"])
     _need(p["axis"] < max(len(shape), 1), f"softmax axis {p['axis']} of {shape}")
-    src_md, src = plan.source(p["src"], None)
-    dst = _Dst(plan, j, shape, None, choose=False)
+    src_md, src = plan.plain(p["src"])
+    dst = _Dst(plan, j, shape, None)
     attr, _ = plan.attr([], shape, None)
     pd = _pd(plan, "dnnl_softmax_forward_primitive_desc_create",
              lambda o: plan.lib.dnnl_softmax_forward_primitive_desc_create(
                  o, plan.L.engine, L.FORWARD_INFERENCE, L.SOFTMAX_ACCURATE, src_md, dst.md,
                  p["axis"], attr))
-    plan.add(pd, [(L.ARG_SRC, src), (L.ARG_DST, dst.memory(pd))])
+    plan.add(pd, [(L.ARG_SRC, src), (L.ARG_DST, dst.memory())])
     dst.done()
 
 
 def eltwise(plan: _Plan, j: int, p: dict) -> None:
     shape = _shape(plan, p["src"])
-    src_md, src = plan.source(p["src"], None)
-    dst = _Dst(plan, j, shape, None, choose=False)
+    # An eltwise on a conv's result stays in its layout (eltwise is layout-blind).
+    act = plan.is_act(p["src"])
+    src_md, src = plan.act(p["src"]) if act else plan.plain(p["src"])
+    dst = _Dst(plan, j, shape, None, act=act)
     attr, _ = plan.attr([], shape, None)
     pd = _pd(plan, "dnnl_eltwise_forward_primitive_desc_create",
              lambda o: plan.lib.dnnl_eltwise_forward_primitive_desc_create(
                  o, plan.L.engine, L.FORWARD_INFERENCE, L.ELTWISE[p["alg"]], src_md, dst.md,
                  p["alpha"], p["beta"], attr))
-    plan.add(pd, [(L.ARG_SRC, src), (L.ARG_DST, dst.memory(pd))])
+    plan.add(pd, [(L.ARG_SRC, src), (L.ARG_DST, dst.memory())])
     dst.done()
 
 
 def binary(plan: _Plan, j: int, p: dict) -> None:
     shape = _shape(plan, p["src0"])
-    src0_md, src0 = plan.source(p["src0"], None)
-    src1_md, src1 = plan.operand(p["src1"], shape, p["along"], None)
-    dst = _Dst(plan, j, shape, None, choose=False)
+    act = plan.is_act(p["src0"])
+    src0_md, src0 = plan.act(p["src0"]) if act else plan.plain(p["src0"])
+    src1_md, src1 = plan.operand(p["src1"], shape, p["along"], None, act=act)
+    dst = _Dst(plan, j, shape, None, act=act)
     negate = [{"op": "eltwise", "alg": "linear", "alpha": -1.0, "beta": 0.0}]
     attr, _ = plan.attr(negate if p["negate"] else [], shape, None)
     pd = _pd(plan, "dnnl_binary_primitive_desc_create",
              lambda o: plan.lib.dnnl_binary_primitive_desc_create(
                  o, plan.L.engine, L.BINARY[p["alg"]], src0_md, src1_md, dst.md, attr))
-    plan.add(pd, [(L.ARG_SRC, src0), (L.ARG_SRC_1, src1), (L.ARG_DST, dst.memory(pd))])
+    plan.add(pd, [(L.ARG_SRC, src0), (L.ARG_SRC_1, src1), (L.ARG_DST, dst.memory())])
     dst.done()
 
 

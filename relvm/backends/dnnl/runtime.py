@@ -2,19 +2,21 @@
 
 A kernel specialises per tuple of input shapes: the first call with new shapes makes the
 memory descriptors, primitives and scratch buffers (a :class:`_Plan`), later calls only point
-the plan's memories at the callers' arrays and execute. Inside a region a conv's result that
-only feeds convs and pools keeps the layout the conv chose (``format_tag_any``); everywhere else
-values are plain, so region inputs and outputs are read and written in place (zero-copy).
+the plan's memories at the callers' arrays and execute.
 
-Layout at a region's edge (``BOUNDARY_BLOCKED``), measured for isolated convs at 1 thread
-(oneDNN 3.2, AVX-512, AMD EPYC; ms, layout oneDNN chooses + reorders in and out vs plain NCHW):
-3x3 64ch@56 4.3 vs 5.5, 3x3 256ch@14 3.7 vs 5.3, depthwise 3x3 128ch@56 0.53 vs 3.6, 3x3 s2
-128->256@28 2.0 vs 3.2, but 1x1 64->256@56 3.5 vs 1.6. So convs at the edge choose their
-layout (it picks NHWC, "acdb", for brgconv) except 1x1 stride-1 ones, which stay plain.
+Layout: every 4-d value a conv or pool makes, and every residual operand of a conv, lives in one
+*activation layout* per process (:func:`activation_layout`: NHWC where oneDNN's convs choose it,
+as 3.2 does with brgconv on AVX-512 and AVX2); region inputs are reordered into it once, results
+out of it once, at the region's edges. Everything else (matmuls, layer_norm, softmax) is plain,
+so those read and write the callers' arrays in place. ResNet-18 at 1 thread (AVX-512, AMD EPYC),
+oneDNN's conv time per call: NHWC 31.9 ms, nChw16c 33.4 ms (``RELVM_DNNL_LAYOUT=blocked16``
+forces it, for such measurements). Mixed layouts (the previous per-conv choice) made every conv
+with a residual post-op ``ref:any``: 3,050 ms for the model instead of 33.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -25,8 +27,6 @@ from . import artifact as A
 from . import lib as L
 from .threads import follow_relvm
 
-#: Convs at a region's edge compute in the layout oneDNN picks and reorder in and out.
-BOUNDARY_BLOCKED = True
 _ALIGN = 64
 
 
@@ -165,6 +165,7 @@ class _Plan:
         prim = self.ffi.new("dnnl_primitive_t *")
         self.L.check("dnnl_primitive_create", self.lib.dnnl_primitive_create(prim, pd))
         self.prims.append(prim[0])
+        self.k.impls.append(self.impl(pd))
         spad = self.query(pd, L.QUERY_SCRATCHPAD_MD)
         if spad != self.ffi.NULL and self.lib.dnnl_memory_desc_get_size(spad) > 0:
             self.scratch_size = max(self.scratch_size, int(self.lib.dnnl_memory_desc_get_size(spad)))
@@ -179,7 +180,7 @@ class _Plan:
                          pd, src_md, self.L.engine, dst_md, self.L.engine, self.ffi.NULL))
         self.add(pd[0], [(L.ARG_FROM, src_mem), (L.ARG_TO, dst_mem)])
 
-    def attr(self, post_ops: list[dict], dst_shape, view) -> tuple[Any, list]:
+    def attr(self, post_ops: list[dict], dst_shape, view, act: bool = False) -> tuple[Any, list]:
         """A primitive attr (user scratchpad, ``post_ops``) and the post-ops' exec args."""
         attr = self.ffi.new("dnnl_primitive_attr_t *")
         self.L.check("dnnl_primitive_attr_create", self.lib.dnnl_primitive_attr_create(attr))
@@ -197,7 +198,7 @@ class _Plan:
                                  self.lib.dnnl_post_ops_append_eltwise(
                                      ops, L.ELTWISE[po["alg"]], po["alpha"], po["beta"]))
                     continue
-                md, mem = self.operand(po["src"], dst_shape, po["along"], view)
+                md, mem = self.operand(po["src"], dst_shape, po["along"], view, act)
                 self.L.check("dnnl_post_ops_append_binary",
                              self.lib.dnnl_post_ops_append_binary(ops, L.BINARY[po["alg"]], md))
                 args.append((L.arg_post_op_src1(i), mem))
@@ -207,39 +208,100 @@ class _Plan:
         return attr, args
 
     # --- values --------------------------------------------------------------------------------
+    # A value's record: "shape" (relvm's), where its plain C-contiguous copy lives ("address" or
+    # "bind", absent while it exists only in the activation layout), and "act": view -> (md,
+    # address, bind) of its copies in the activation layout, seen through that view.
+
+    def act_md(self, dims):
+        """The activation layout for 4-d (N, C, H, W) ``dims``: NHWC strides when oneDNN's convs
+        prefer it (:func:`activation_layout`), else plain."""
+        dims = [int(d) for d in dims]
+        if len(dims) == 4 and self.k.layout in _BLOCKED_TAGS:
+            out = self.ffi.new("dnnl_memory_desc_t *")
+            self.L.check("dnnl_memory_desc_create_with_tag",
+                         self.lib.dnnl_memory_desc_create_with_tag(
+                             out, 4, self.ffi.new("dnnl_dims_t", dims), L.F32,
+                             _BLOCKED_TAGS[self.k.layout]))
+            self.mds.append(out[0])
+            return out[0]
+        if len(dims) != 4 or self.k.layout != "nhwc":
+            return self.md(dims, _contiguous_strides(dims))
+        n, c, h, w = dims
+        return self.md(dims, [h * w * c, 1, w * c, c])
+
+    def _located(self, v) -> bool:
+        return "address" in v or "bind" in v
 
     def plain(self, ref, view=None):
-        """(md, memory) of value ``ref`` as a plain array seen through ``view``."""
+        """(md, memory) of value ``ref`` as a plain array seen through ``view``; a value that
+        lives only in the activation layout is reordered to plain once, here."""
         v = self.k_values[ref]
+        if not self._located(v):
+            (aview, (amd, addr, bind)), = list(v["act"].items())[:1]
+            dims, strides = _view(v["shape"], aview)
+            pmd = self.md(dims, strides)
+            v["address"] = self.buffer(pmd)
+            self.reorder(amd, self.memory(amd, addr, bind), pmd,
+                         self.memory(pmd, v["address"]))
         dims, strides = _view(v["shape"], view)
         md = self.md(dims, strides)
         return md, self.memory(md, v.get("address"), v.get("bind"))
 
-    def operand(self, ref, dst_shape, along, view):
-        """(md, memory) of a binary operand broadcast against a result of ``dst_shape``."""
+    def act(self, ref, view=None):
+        """(md, memory) of 4-d value ``ref`` (seen through ``view``) in the activation layout;
+        a plain value is reordered into it once per plan, whatever number of primitives read
+        it (a ResNet block's input feeds two convs)."""
+        v = self.k_values[ref]
+        acts = v.setdefault("act", {})
+        if view not in acts:
+            pmd, pmem = self.plain(ref, view)
+            want = self.act_md(_view(v["shape"], view)[0])
+            if self.lib.dnnl_memory_desc_equal(pmd, want):
+                acts[view] = (pmd, v.get("address"), v.get("bind"))
+            else:
+                addr = self.buffer(want)
+                self.reorder(pmd, pmem, want, self.memory(want, addr))
+                acts[view] = (want, addr, None)
+        md, addr, bind = acts[view]
+        return md, self.memory(md, addr, bind)
+
+    def is_act(self, ref) -> bool:
+        """Value ``ref`` lives in the activation layout (a conv's or pool's result)."""
+        return bool(self.k_values[ref].get("act")) and not self._located(self.k_values[ref])
+
+    def operand(self, ref, dst_shape, along, view, act=False):
+        """(md, memory) of a binary operand broadcast against a result of ``dst_shape``: in the
+        activation layout when ``act`` and it has the result's full shape (a residual): oneDNN's
+        jit kernels take a full-size operand only in the result's layout (else ``ref:any``)."""
         v = self.k_values[ref]
         shape = _spread(v["shape"], len(dst_shape), along)
         for a, b in zip(shape, dst_shape):
             if a not in (1, b):
                 raise RelvmKernelError(f"dnnl: operand {tuple(v['shape'])} does not broadcast "
                                        f"to {tuple(dst_shape)} without growing it")
+        if act and list(shape) == list(dst_shape) and list(v["shape"]) == list(dst_shape):
+            return self.act(ref, view)
+        if not self._located(v):
+            self.plain(ref)
         dims, strides = _view(shape, view)
         md = self.md(dims, strides)
         return md, self.memory(md, v.get("address"), v.get("bind"))
 
-    def source(self, ref, view, wanted=None):
-        """(md, memory) of value ``ref`` as a primitive's input: its producer's layout if it
-        kept one, else plain; reordered into ``wanted`` (a chosen layout) when that differs."""
-        v = self.k_values[ref]
-        if "md" in v:
-            md, mem = v["md"], self.memory(v["md"], v["address"])
-        else:
-            md, mem = self.plain(ref, view)
-        if wanted is None or self.lib.dnnl_memory_desc_equal(md, wanted):
-            return md, mem
+    def source(self, ref, view, wanted):
+        """The memory of value ``ref`` (a weight computed in the region) in layout ``wanted``."""
+        md, mem = self.plain(ref, view)
+        if self.lib.dnnl_memory_desc_equal(md, wanted):
+            return mem
         to = self.memory(wanted, self.buffer(wanted))
         self.reorder(md, mem, wanted, to)
-        return wanted, to
+        return to
+
+    def impl(self, pd) -> str:
+        """The implementation oneDNN chose for ``pd`` ("brgconv:avx512_core", "ref:any")."""
+        out = self.ffi.new("char **")
+        self.L.check("dnnl_primitive_desc_query",
+                     self.lib.dnnl_primitive_desc_query(pd, L.QUERY_IMPL_INFO_STR, 0, out))
+        return self.ffi.string(out[0]).decode()
 
     def weights(self, ref, view, wanted):
         """A constant weight in layout ``wanted``, reordered once per VM and layout."""
@@ -309,18 +371,47 @@ class _Plan:
         self.L.check("dnnl_stream_wait", lib.dnnl_stream_wait(self.k.stream))
 
 
-def _consumers(spec: dict) -> dict[int, list[tuple[str, dict]]]:
-    """prim j -> (role, consuming prim) for every read of j's result."""
-    out: dict[int, list] = {}
-    for p in spec["prims"]:
-        for role in ("src", "weights", "bias", "scale", "shift", "src0", "src1"):
-            ref = p.get(role)
-            if ref is not None and ref[0] == "prim":
-                out.setdefault(ref[1], []).append((role, p))
-        for po in p.get("post_ops", ()):
-            if po["op"] == "binary" and po["src"][0] == "prim":
-                out.setdefault(po["src"][1], []).append(("post_op", p))
-    return out
+_layout: list[str] = []
+_BLOCKED_TAGS = {"blocked16": 78, "blocked8": 102}  # dnnl_aBcd16b, dnnl_aBcd8b
+
+
+def activation_layout(lib: L.Library) -> str:
+    """"nhwc" when oneDNN's convs, left to choose (``format_tag_any``), take NHWC, else "plain".
+
+    Asked once per process of a 3x3 64->64 conv at 56x56, a ResNet layer: oneDNN 3.2 answers
+    NHWC ("acdb") with brgconv on AVX-512 and on AVX2 alike. Every conv, pool and residual
+    operand in a region then uses that one layout, so that oneDNN's jit kernels run and
+    reorders happen only at the region's edges: a conv whose src, dst and binary post-op
+    operand disagree runs ``ref:any`` (ResNet-18's residual convs took 400 ms each).
+    """
+    if os.environ.get("RELVM_DNNL_LAYOUT"):
+        return os.environ["RELVM_DNNL_LAYOUT"]
+    if not _layout:
+        ffi, dl = lib.ffi, lib.lib
+        mds = []
+        for dims in ([1, 64, 56, 56], [64, 64, 3, 3], [1, 64, 56, 56]):
+            md = ffi.new("dnnl_memory_desc_t *")
+            lib.check("dnnl_memory_desc_create_with_tag", dl.dnnl_memory_desc_create_with_tag(
+                md, 4, ffi.new("dnnl_dims_t", dims), L.F32, L.FORMAT_ANY))
+            mds.append(md[0])
+        nhwc = ffi.new("dnnl_memory_desc_t *")
+        lib.check("dnnl_memory_desc_create_with_strides", dl.dnnl_memory_desc_create_with_strides(
+            nhwc, 4, ffi.new("dnnl_dims_t", [1, 64, 56, 56]), L.F32,
+            ffi.new("dnnl_dims_t", [56 * 56 * 64, 1, 56 * 64, 64])))
+        pd = ffi.new("dnnl_primitive_desc_t *")
+        s, d, p = (ffi.new("dnnl_dims_t", v) for v in ([1, 1], [0, 0], [1, 1]))
+        status = dl.dnnl_convolution_forward_primitive_desc_create(
+            pd, lib.engine, L.FORWARD_INFERENCE, L.CONVOLUTION_DIRECT, mds[0], mds[1], ffi.NULL,
+            mds[2], s, d, p, p, ffi.NULL)
+        chosen = "plain"
+        if status == L.SUCCESS:
+            src = dl.dnnl_primitive_desc_query_md(pd[0], L.QUERY_SRC_MD, 0)
+            chosen = "nhwc" if dl.dnnl_memory_desc_equal(src, nhwc[0]) else "plain"
+            dl.dnnl_primitive_desc_destroy(pd[0])
+        for md in mds + [nhwc[0]]:
+            dl.dnnl_memory_desc_destroy(md)
+        _layout.append(chosen)
+    return _layout[0]
 
 
 class _Kernel:
@@ -343,12 +434,8 @@ class _Kernel:
                 self.output_of[ref[1]] = self.n_in + k
             else:
                 self.copies.append((ref, self.n_in + k))
-        readers = _consumers(spec)
-        self.blocked_ok = [
-            p["kind"] == "conv" and j not in self.output_of and bool(readers.get(j)) and all(
-                role == "src" and q["kind"] == "conv" and q["nhwc"] == p["nhwc"]
-                for role, q in readers.get(j, ()))
-            for j, p in enumerate(spec["prims"])]
+        self.layout = activation_layout(self.L)
+        self.impls: list[str] = []  # oneDNN's implementation of every primitive made (tests)
         self.plans: dict[tuple, _Plan] = {}
         self.arrays: tuple = ()
 

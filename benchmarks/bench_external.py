@@ -1,0 +1,102 @@
+"""relvm alone vs relvm with the oneDNN backend (``targets=["dnnl"]``) vs ONNX Runtime, on zoo
+models: is the partitioned build ever slower than relvm alone?
+
+Run: ``PYTHONPATH=<installed relvm> python benchmarks/bench_external.py [--models a,b]
+[--threads 1 2] [--rounds N]`` from anywhere (the models come from the zoo's cache, see
+``benchmarks/zoo/export.py``). Each model runs in a process of its own; one row per model and
+thread count: relvm ms, relvm+dnnl ms, ORT ms (medians of interleaved rounds), dnnl/relvm,
+dnnl/ORT, the largest relative difference between the two relvm builds' outputs
+(max|a - b| / max|a| per output) and the number of oneDNN regions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE / "zoo"), str(HERE)]  # the zoo's catalog, then common.py
+from catalog import BY_NAME  # noqa: E402
+
+from common import interleaved_us  # noqa: E402
+
+#: model -> the catalog's shape index timed here (batch 1; 224x224 images, 320x320 for the
+#: detector, 128 tokens, 3000 frames: 30 s of audio).
+MODELS = {"resnet18": 0, "resnet50": 0, "mobilenet_v2": 0, "mobilenet_v3_large": 0,
+          "efficientnet_b0": 0, "yolov8n_like": 0, "bert_base_legacy": 2, "minilm_legacy": 1,
+          "whisper_tiny_encoder": 2}
+
+
+def _outputs(out) -> list[np.ndarray]:
+    return [np.asarray(o) for o in (out if isinstance(out, (tuple, list)) else [out])]
+
+
+def measure(name: str, threads: int, rounds: int) -> dict:
+    """One model at one thread count, in this process."""
+    import onnxruntime as ort
+
+    import relvm
+    from relvm.frontend.onnx import from_onnx
+
+    relvm.set_num_threads(threads)
+    model = BY_NAME[name]
+    sizes = model.shapes[MODELS[name]]
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    opts.log_severity_level = 3
+    sess = ort.InferenceSession(str(model.path), opts, providers=["CPUExecutionProvider"])
+    feeds = model.feeds(sizes)
+    inputs = [feeds[i.name] for i in sess.get_inputs()]
+    mod, params = from_onnx(str(model.path))
+    plain = relvm.VirtualMachine(relvm.build(mod, params=params))
+    exe = relvm.build(mod, params=params, targets=["dnnl"])
+    dnnl = relvm.VirtualMachine(exe)
+    want, got = _outputs(plain.invoke("main", *inputs)), _outputs(dnnl.invoke("main", *inputs))
+    err = max(float(np.abs(a - b).max() / max(np.abs(a).max(), 1e-30))
+              for a, b in zip(want, got))
+    times = interleaved_us({"relvm": lambda: plain.invoke("main", *inputs),
+                            "dnnl": lambda: dnnl.invoke("main", *inputs),
+                            "ort": lambda: sess.run(None, feeds)},
+                           rounds=rounds, repeat=3, warmup=3)
+    return {"model": name, "shape": model.label(sizes), "threads": threads,
+            "relvm_ms": times["relvm"] / 1e3, "dnnl_ms": times["dnnl"] / 1e3,
+            "ort_ms": times["ort"] / 1e3, "max_rel_err": err, "regions": len(exe.externals)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--one", help=argparse.SUPPRESS)  # name:threads, run in this process
+    args = ap.parse_args()
+    if args.one:
+        name, k = args.one.split(":")
+        print(json.dumps(measure(name, int(k), args.rounds)))
+        return
+    print(f"{'model':22} {'shape':16} {'thr':>3} {'relvm ms':>9} {'+dnnl ms':>9} "
+          f"{'ORT ms':>8} {'dnnl/relvm':>10} {'dnnl/ORT':>8} {'max rel err':>11} {'regions':>7}",
+          flush=True)
+    for name in args.models.split(","):
+        for k in args.threads:
+            run = subprocess.run([sys.executable, __file__, "--one", f"{name}:{k}",
+                                  "--rounds", str(args.rounds)], capture_output=True,
+                                 text=True)
+            if run.returncode:
+                tail = (run.stderr.strip().splitlines() or ["?"])[-1]
+                print(f"{name:22} threads={k}: failed: {tail}", flush=True)
+                continue
+            r = json.loads(run.stdout.strip().splitlines()[-1])
+            print(f"{r['model']:22} {r['shape']:16} {k:3d} {r['relvm_ms']:9.1f} "
+                  f"{r['dnnl_ms']:9.1f} {r['ort_ms']:8.1f} "
+                  f"{r['dnnl_ms'] / r['relvm_ms']:10.2f} {r['dnnl_ms'] / r['ort_ms']:8.2f} "
+                  f"{r['max_rel_err']:11.1e} {r['regions']:7d}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""The oneDNN backend's cost model: is a region worth running in oneDNN rather than relvm?
+
+Measured at 1 thread (oneDNN 3.2 on AVX-512, AMD EPYC; whole models, batch 1, every region
+kept): ResNet-50 0.92x relvm's time, ResNet-18 1.00x, but MobileNet-v2 1.36x, MobileNet-v3
+1.61x, EfficientNet-B0 1.34x, YOLOv8n-like 1.26x (51 small regions), MiniLM 1.03x, BERT-base
+and Whisper-tiny 1.00x. Per primitive (ONEDNN_VERBOSE=profile_exec, inside a region, no
+reorders): ResNet-18's 3x3 convs run as fast as relvm's (31.9 ms of convs, relvm 32 ms in all),
+but MobileNet-v2's 1x1 convs on few channels take 6.6 ms and its depthwise ones 1.8 ms where
+relvm runs the whole model in 7.6 ms. And a region's edges cost: its inputs are reordered into
+NHWC and its results out of it (1.6 ns an element: ResNet-18's 1x3x224x224 input, 0.24 ms).
+
+So a region is kept when oneDNN's gain can pay for its edges:
+
+- a conv region when dense (groups 1) convs with windows larger than 1x1 do 40% of its
+  work (``KXK_SHARE``; ResNet-50: 48%, MobileNets: 0-2%) and its work is at least ``CONV_WORK_PER_ELEMENT`` flops per element
+  crossing its edge (a backbone: ResNet-18's is ~24,000; one YOLO 3x3 conv on 64 channels
+  ~600);
+- a region without convs (dense, matmul, layer_norm, softmax) when its work per edge element
+  reaches ``MATMUL_WORK_PER_ELEMENT``: oneDNN's brgemm matmul wins only on wide layers
+  (BERT-base's 768/3072, not MiniLM's 384).
+
+Symbolic dims count as ``SYMBOLIC_DIM``: the ratios above hardly depend on them (a conv's work
+and its edges both grow with its image, a matmul's both with its rows).
+"""
+
+from __future__ import annotations
+
+import math
+
+KXK_SHARE = 0.4
+CONV_WORK_PER_ELEMENT = 5000.0
+MATMUL_WORK_PER_ELEMENT = 1000.0
+SYMBOLIC_DIM = 64
+
+
+def _dims(shape) -> list[int]:
+    return [d if isinstance(d, int) else SYMBOLIC_DIM for d in shape]
+
+
+def _count(shape) -> int:
+    return math.prod(_dims(shape))
+
+
+def _flops(step: dict, ins: list) -> tuple[float, bool]:
+    """(flops of one step, whether it is a dense conv with a window larger than 1x1)."""
+    op, attrs, out = step["op"], step["attrs"], step["type"]["shape"]
+    if op == "nn.conv2d":
+        o, i, kh, kw = _dims(ins[1])
+        groups = attrs.get("groups", 1)
+        return 2.0 * _count(out) * i * kh * kw, groups == 1 and kh * kw > 1
+    if op in ("nn.dense", "nn.matmul", "nn.batch_matmul"):
+        a = _dims(ins[0])
+        k = a[-2] if attrs.get("transpose_a") else a[-1]
+        return 2.0 * _count(out) * k, False
+    return float(_count(out)), False  # elementwise, pools, norms: one pass over the result
+
+
+def measure(region) -> tuple[float, float, float]:
+    """(work in flops, share of it in dense kxk convs, elements crossing the region's edge)."""
+    shapes: list = []
+    work = kxk = 0.0
+    for step in region.steps:
+        ins = [region.inputs[i].shape if kind == "in" else shapes[i]
+               for kind, i in step["args"]]
+        f, is_kxk = _flops(step, ins)
+        work += f
+        kxk += f if is_kxk else 0.0
+        shapes.append(step["type"]["shape"])
+    constant = list(region.constant) or [False] * len(region.inputs)
+    edge = sum(_count(t.shape) for t, c in zip(region.inputs, constant) if not c)
+    edge += sum(_count(shapes[j]) for kind, j in region.outputs if kind == "step")
+    return work, kxk / max(work, 1.0), float(max(edge, 1))
+
+
+#: A conv-free region needs a product of this many rows: a classifier head's dense reads
+#: (batch, K), one row per image at batch 1, and the region call does not pay off there
+#: (MobileNet-v2 with only its 1280->1000 head in oneDNN: 1.04-1.12x relvm's time).
+MIN_ROWS = 16
+
+
+def _rows(shape) -> int:
+    """Rows of a product's data: a lone symbolic leading dim is a batch, taken as 1."""
+    lead = list(shape[:-1])
+    if len(lead) == 1 and not isinstance(lead[0], int):
+        return 1
+    return math.prod(_dims(lead))
+
+
+def worth(region) -> bool:
+    """Whether oneDNN should run ``region`` (see the module docstring for the numbers)."""
+    work, kxk_share, edge = measure(region)
+    if any(s["op"] == "nn.conv2d" for s in region.steps):
+        return kxk_share >= KXK_SHARE and work >= CONV_WORK_PER_ELEMENT * edge
+    rows = [_rows(region.inputs[a[1]].shape if a[0] == "in"
+                  else region.steps[a[1]]["type"]["shape"])
+            for s in region.steps if s["op"] in ("nn.dense", "nn.matmul", "nn.batch_matmul")
+            for a in s["args"][:1]]
+    return max(rows, default=0) >= MIN_ROWS and work >= MATMUL_WORK_PER_ELEMENT * edge
