@@ -12,9 +12,9 @@ NHWC and its results out of it (1.6 ns an element: ResNet-18's 1x3x224x224 input
 So a region is kept when oneDNN's gain can pay for its edges:
 
 - a conv region when dense (groups 1) convs with windows larger than 1x1 do 40% of its
-  work (``KXK_SHARE``; ResNet-50: 48%, MobileNets: 0-2%) and its work is at least ``CONV_WORK_PER_ELEMENT`` flops per element
-  crossing its edge (a backbone: ResNet-18's is ~24,000; one YOLO 3x3 conv on 64 channels
-  ~600);
+  work (``KXK_SHARE``; ResNet-50: 48%, MobileNets: 0-2%) and its work is at least
+  ``CONV_WORK_PER_ELEMENT`` flops per element crossing its edge (a backbone: ResNet-18's is
+  ~24,000; one YOLO 3x3 conv on 64 channels ~600);
 - a region without convs (dense, matmul, layer_norm, softmax) when its work per edge element
   reaches ``MATMUL_WORK_PER_ELEMENT``: oneDNN's brgemm matmul wins only on wide layers
   (BERT-base's 768/3072, not MiniLM's 384).
