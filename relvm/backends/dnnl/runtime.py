@@ -167,8 +167,10 @@ class _Plan:
         self.prims.append(prim[0])
         self.k.impls.append(self.impl(pd))
         spad = self.query(pd, L.QUERY_SCRATCHPAD_MD)
-        if spad != self.ffi.NULL and self.lib.dnnl_memory_desc_get_size(spad) > 0:
-            self.scratch_size = max(self.scratch_size, int(self.lib.dnnl_memory_desc_get_size(spad)))
+        spad_size = int(self.lib.dnnl_memory_desc_get_size(spad)) if spad != self.ffi.NULL \
+            else 0
+        if spad_size > 0:
+            self.scratch_size = max(self.scratch_size, spad_size)
             args = args + [(L.ARG_SCRATCHPAD, None)]
             self.scratch_users.append((spad, args))
         self.steps.append((prim[0], args))
