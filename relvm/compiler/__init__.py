@@ -231,7 +231,8 @@ def optimize(module: Module, bound: dict[int, np.ndarray], fuse: bool,
         from ..passes.external import externalize
 
         with stage("compile external regions"):
-            module, made = externalize(module, external_fallback)
+            given = {t.name: t for t in targets if not isinstance(t, str)}
+            module, made = externalize(module, external_fallback, given)
             module = infer_module(module)
         if artifacts is not None:
             artifacts.update(made)
@@ -258,8 +259,8 @@ def _usable(targets: tuple, fallback: bool) -> list:
     out = []
     for t in targets:
         name = t.name if isinstance(t, external.Backend) else t
-        if isinstance(t, external.Backend) and external.lookup(name) is not t:
-            external.register(t)  # so that its regions find it when they are compiled
+        if isinstance(t, external.Backend) and external.lookup(name) is None:
+            external.register(t)  # so that a VM finds its runtime by the name it records
         why = external.unavailable(name) if isinstance(name, str) else None
         if why is None or not fallback:
             out.append(t)  # an unavailable one is refused by externalize, naming it

@@ -34,10 +34,12 @@ class Artifact:
     data: bytes
 
 
-def externalize(module: Module, fallback: bool = False
+def externalize(module: Module, fallback: bool = False,
+                backends: dict[str, external.Backend] | None = None
                 ) -> tuple[Module, dict[str, Artifact]]:
     """``module`` with its Compiler functions compiled and called as external ops, and the
-    artifacts by symbol."""
+    artifacts by symbol. ``backends`` (by name) compile in place of the registered ones of the
+    same name (the objects a build was given as targets)."""
     regions = {name: fn for name, fn in module.functions.items() if fn.attrs.get("Compiler")}
     if not regions:
         return module, {}
@@ -53,7 +55,8 @@ def externalize(module: Module, fallback: bool = False
         if why is not None:
             warnings.warn(why + "; its regions run on relvm's own kernels", RuntimeWarning,
                           stacklevel=4)
-        usable[compiler] = external.lookup(compiler) if why is None else None
+        usable[compiler] = None if why is not None else \
+            (backends or {}).get(compiler) or external.lookup(compiler)
     artifacts: dict[str, Artifact] = {}
     functions = {}
     for name, fn in module.functions.items():

@@ -361,7 +361,8 @@ def test_threads_follow_relvm():
 
 def test_cost_model_keeps_backbones_and_wide_layers_only():
     """cost.py's measured rules: a chain of 3x3 convs is worth its edges, a MobileNet block
-    (1x1 and depthwise convs) is not; a 768->3072 dense is, a 384->384 one is not."""
+    (1x1 and depthwise convs) is not; no conv-free region is (the matmul rule would take a
+    768->3072 dense, not a 384->384 one)."""
     c, x = 64, (1, 64, "h", "w")
     convs = [("nn.conv2d", {"padding": 1}, [("in", 0) if k == 0 else ("step", k - 1),
                                             ("in", 1)], x) for k in range(12)]
@@ -370,9 +371,13 @@ def test_cost_model_keeps_backbones_and_wide_layers_only():
               ("nn.conv2d", {"padding": 1, "groups": c}, [("step", 0), ("in", 2)], x),
               ("nn.conv2d", {}, [("step", 1), ("in", 1)], x)] * 3
     assert not dnnl.worth(region([x, (c, c, 1, 1), (c, 1, 3, 3)], mobile, constant=(1, 2)))
+    from relvm.backends.dnnl.cost import worth_matmul
+
     for k, n, keep in ((768, 3072, True), (384, 384, False)):
         steps = [("nn.dense", {}, [("in", 0), ("in", 1)], ["b", "s", n])]
-        assert dnnl.worth(region([("b", "s", k), (n, k)], steps, constant=(1,))) is keep
+        made = region([("b", "s", k), (n, k)], steps, constant=(1,))
+        assert not dnnl.worth(made)  # conv-free: oneDNN's matmul is no faster than relvm's
+        assert worth_matmul(made) is keep
     # a classifier head: one row per image
     steps = [("nn.dense", {}, [("in", 0), ("in", 1)], ["b", 1000])]
-    assert not dnnl.worth(region([("b", 1280), (1000, 1280)], steps, constant=(1,)))
+    assert not worth_matmul(region([("b", 1280), (1000, 1280)], steps, constant=(1,)))

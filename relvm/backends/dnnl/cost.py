@@ -15,9 +15,14 @@ So a region is kept when oneDNN's gain can pay for its edges:
   work (``KXK_SHARE``; ResNet-50: 48%, MobileNets: 0-2%) and its work is at least
   ``CONV_WORK_PER_ELEMENT`` flops per element crossing its edge (a backbone: ResNet-18's is
   ~24,000; one YOLO 3x3 conv on 64 channels ~600);
-- a region without convs (dense, matmul, layer_norm, softmax) when its work per edge element
-  reaches ``MATMUL_WORK_PER_ELEMENT``: oneDNN's brgemm matmul wins only on wide layers
-  (BERT-base's 768/3072, not MiniLM's 384).
+- a region without convs (dense, matmul, layer_norm, softmax) never: oneDNN's matmul runs at
+  relvm's speed (dense + bias + relu at 1 thread, oneDNN / relvm: 128x768x768 1.00, 128 rows
+  768->3072 1.02, 3072->768 0.99, 128x4096x4096 1.00, 512x1024x1024 0.99, 16x768x768 1.07:
+  one-layer models built with and without the region, interleaved medians), so a region only
+  adds its edges and splits relvm's fusion (BERT-base at 128 tokens with its 24 such regions: 1.00 at
+  1 thread, 1.06 at 2, where both libraries' thread pools hand the cores back and forth at
+  every edge). ``MATMUL_WORK_PER_ELEMENT`` stays the rule a backend with a faster matmul would
+  use (``worth_matmul``).
 
 Symbolic dims count as ``SYMBOLIC_DIM``: the ratios above hardly depend on them (a conv's work
 and its edges both grow with its image, a matmul's both with its rows).
@@ -91,6 +96,13 @@ def worth(region) -> bool:
     work, kxk_share, edge = measure(region)
     if any(s["op"] == "nn.conv2d" for s in region.steps):
         return kxk_share >= KXK_SHARE and work >= CONV_WORK_PER_ELEMENT * edge
+    return False
+
+
+def worth_matmul(region) -> bool:
+    """The rule for a conv-free region were oneDNN's matmul faster than relvm's: a product of
+    at least ``MIN_ROWS`` rows doing ``MATMUL_WORK_PER_ELEMENT`` flops per edge element."""
+    work, _, edge = measure(region)
     rows = [_rows(region.inputs[a[1]].shape if a[0] == "in"
                   else region.steps[a[1]]["type"]["shape"])
             for s in region.steps if s["op"] in ("nn.dense", "nn.matmul", "nn.batch_matmul")
