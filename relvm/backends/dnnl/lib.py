@@ -1,16 +1,18 @@
 """Loading oneDNN (``libdnnl.so.3``) and binding the few C API calls relvm uses.
 
-The library comes from the PyPI ``onednn`` wheel, which installs it (and its runtime
-dependencies, from their own wheels: TBB, Intel's libm/svml/intlc, the SYCL runtime) as data
-files under the install's ``lib/`` folder, where the dynamic loader does not look. Each file is
-found through ``importlib.metadata`` (right for any install scheme: venv, ``--user``,
+The library comes from the PyPI ``onednn-cpu-tbb`` wheel (oneDNN 3.2, its CPU build with TBB
+threads; the ``dnnl`` extra), which installs it -- and its runtime dependencies come from their
+own wheels: TBB, Intel's libm/svml/intlc -- as data files under the install's ``lib/`` folder,
+where the dynamic loader does not look. (The ``onednn`` wheel, 2025 on, is a SYCL build whose
+CPU engine needs a SYCL CPU device the wheels do not bring: refused with that reason.) Each
+file is found through ``importlib.metadata`` (right for any install scheme: venv, ``--user``,
 ``--target``) and the dependencies are preloaded with ``RTLD_GLOBAL`` so that ``libdnnl``'s
 ``NEEDED`` entries resolve. ``RELVM_DNNL_LIBRARY`` names a ``libdnnl.so.3`` to use instead.
 
-The binding is cffi's ABI mode (``dlopen``, no compiler): the declarations below are copied from
-oneDNN 3.13's ``dnnl.h``, ``dnnl_types.h`` and ``dnnl_common_types.h``, enum values included
-(they are fixed within a major version, which :func:`load` checks). Importing this module loads
-nothing; :func:`load` does, once.
+The binding is cffi's ABI mode (``dlopen``, no compiler): the declarations below follow oneDNN's
+``dnnl.h``, ``dnnl_types.h`` and ``dnnl_common_types.h``, enum values included, identical in
+3.2 and 3.13 (checked against both headers; fixed within a major version, which :func:`load`
+checks). Importing this module loads nothing; :func:`load` does, once.
 """
 
 from __future__ import annotations
