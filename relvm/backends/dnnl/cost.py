@@ -19,10 +19,10 @@ So a region is kept when oneDNN's gain can pay for its edges:
   relvm's speed (dense + bias + relu at 1 thread, oneDNN / relvm: 128x768x768 1.00, 128 rows
   768->3072 1.02, 3072->768 0.99, 128x4096x4096 1.00, 512x1024x1024 0.99, 16x768x768 1.07:
   one-layer models built with and without the region, interleaved medians), so a region only
-  adds its edges and splits relvm's fusion (BERT-base at 128 tokens with its 24 such regions: 1.00 at
-  1 thread, 1.06 at 2, where both libraries' thread pools hand the cores back and forth at
-  every edge). ``MATMUL_WORK_PER_ELEMENT`` stays the rule a backend with a faster matmul would
-  use (``worth_matmul``).
+  adds its edges and splits relvm's fusion (BERT-base at 128 tokens with its 24 such regions:
+  1.00 at 1 thread, 1.06 at 2, where both libraries' thread pools hand the cores back and
+  forth at every edge). ``MATMUL_WORK_PER_ELEMENT`` stays the rule a backend with a faster
+  matmul would use (``worth_matmul``).
 
 Symbolic dims count as ``SYMBOLIC_DIM``: the ratios above hardly depend on them (a conv's work
 and its edges both grow with its image, a matmul's both with its rows).
