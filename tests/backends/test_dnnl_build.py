@@ -211,3 +211,81 @@ def test_an_inference_session_takes_the_dnnl_provider(tmp_path) -> None:
     for shape in [(1, 16, 20, 20), (2, 16, 9, 31)]:
         x = RNG.standard_normal(shape, dtype=np.float32)
         _close(sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0])
+
+
+MUTANTS = textwrap.dedent("""
+    import json, random, sys
+    import numpy as np
+    import relvm
+    from relvm.runtime.file.format import assemble, sections_of
+
+    data, x, count = open(sys.argv[1], "rb").read(), np.load(sys.argv[2]), int(sys.argv[3])
+    parts = sections_of(data)
+    meta = json.loads(parts["meta"])
+    blobs = [json.loads(parts["extern"][e["offset"]:e["offset"] + e["size"]])
+             for e in meta["externals"]]
+
+    def leaves(v, path=()):
+        yield path, v
+        items = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list) else ()
+        for k, c in items:
+            yield from leaves(c, path + (k,))
+
+    def mutant(r, blob):
+        blob = json.loads(json.dumps(blob))
+        for _ in range(r.randint(1, 3)):
+            path, v = r.choice([n for n in leaves(blob) if n[0]])
+            if isinstance(v, bool):
+                new = not v
+            elif isinstance(v, (int, float)):
+                new = r.choice([0, 1, -1, v + 1, v - 1, v * 2, 2 ** 31, 64, 1e30, float("inf")])
+            elif isinstance(v, str):
+                new = r.choice(["in", "prim", "relu", "add", "mul", "max", "conv", ""])
+            elif isinstance(v, list):
+                new = r.choice([[], v[:1], v + v[-1:], None, [0, 0]])
+            else:
+                new = r.choice([["in", 0], ["in", 2], ["prim", 0], 0])
+            parent = blob
+            for p in path[:-1]:
+                parent = parent[p]
+            parent[path[-1]] = new
+        return blob
+
+    outcomes = {}
+    for seed in range(count):
+        r = random.Random(seed)
+        k = r.randrange(len(blobs))
+        new = [json.dumps(mutant(r, b) if i == k else b).encode() for i, b in enumerate(blobs)]
+        at = 0
+        for e, b in zip(meta["externals"], new):
+            e["offset"], e["size"] = at, len(b)
+            at += len(b)
+        print("seed", seed, flush=True)  # the last line says which mutant crashed, if one does
+        try:
+            exe = relvm.load_bytes(assemble(dict(parts, extern=b"".join(new),
+                                                 meta=json.dumps(meta).encode())))
+            relvm.VirtualMachine(exe).invoke("main", x)
+            outcome = "ran"
+        except relvm.RelvmError as e:
+            outcome = type(e).__name__
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    print(json.dumps(outcomes))
+""")
+
+
+@pytest.mark.slow
+def test_mutated_artifacts_are_refused_never_crash(tmp_path) -> None:
+    """A hostile file's oneDNN artifact (checksums recomputed): every mutant is refused within
+    relvm's errors or runs; none crashes the process or raises anything else."""
+    exe = relvm.build(relvm.parse(CNN), params=CNN_WEIGHTS, targets=[EVERY_REGION])
+    assert len(exe.externals) >= 1
+    (tmp_path / "m.rvm").write_bytes(exe.save_bytes())
+    np.save(tmp_path / "x.npy", RNG.standard_normal((2, 3, 32, 32), dtype=np.float32))
+    proc = run_python(MUTANTS, str(tmp_path / "m.rvm"), str(tmp_path / "x.npy"), "200",
+                      timeout=600)
+    assert proc.returncode == 0, (proc.stdout.splitlines()[-1:], proc.stderr[-2000:])
+    import json
+
+    outcomes = json.loads(proc.stdout.splitlines()[-1])
+    assert sum(outcomes.values()) == 200
+    assert outcomes.get("RelvmFormatError", 0) > 50 and outcomes.get("ran", 0) > 0, outcomes
