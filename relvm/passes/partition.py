@@ -282,8 +282,9 @@ class _Partitioner:
                 if g is None:
                     continue
                 neighbours = [u for u in self.users[id(e)] if id(u) in self.group]
-                neighbours += [s for a in e.args for s in self.users[id(a)]
-                               if id(s) in self.group]
+                # Siblings read one value; a weight shared by distant layers is no reason.
+                neighbours += [s for a in e.args if not isinstance(a, Constant)
+                               for s in self.users[id(a)] if id(s) in self.group]
                 for other in neighbours:
                     h = self.group[id(other)]
                     if h is not g and h.backend is g.backend and self.convex(g, h):

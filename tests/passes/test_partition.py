@@ -182,3 +182,17 @@ def test_bad_region_attributes_are_located_errors(attrs: str, message: str) -> N
 def test_unknown_backend_names_the_known_ones() -> None:
     with pytest.raises(relvm.RelvmCompileError, match="unknown external backend 'nope'.*dnnl"):
         relvm.partition(relvm.parse(CONV), ["nope"])
+
+
+def test_a_shared_weight_does_not_merge_distant_regions() -> None:
+    toy = backend("toy", ("nn.conv2d",))
+    w = np.ones((4, 4, 3, 3), np.float32)
+    part = relvm.partition(relvm.parse("""
+def @main(%x: Tensor[(1, 4, 8, 8), float32], %y: Tensor[(1, 4, 8, 8), float32],
+          %w: Tensor[(4, 4, 3, 3), float32]) {
+  %0 = nn.conv2d(%x, %w, padding=[1, 1, 1, 1]);
+  %1 = nn.conv2d(tanh(%y), %w, padding=[1, 1, 1, 1]);
+  (%0, %1)
+}"""), [toy], params={"w": w})
+    # Two convs of one weight on unrelated inputs stay two regions; sharing %x they merge.
+    assert sorted(regions(part).values()) == [["nn.conv2d"], ["nn.conv2d"]]
