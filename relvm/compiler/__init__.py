@@ -225,8 +225,9 @@ def optimize(module: Module, bound: dict[int, np.ndarray], fuse: bool,
     if targets:
         from ..passes.partition import partition
 
+        _register(targets)
         with stage(f"partition for {', '.join(map(str, targets))}"):
-            module = partition(module, _usable(targets, external_fallback))
+            module = partition(module, list(targets))
     if any(f.attrs.get("Compiler") for f in module.functions.values()):
         from ..passes.external import externalize
 
@@ -252,22 +253,16 @@ def optimize(module: Module, bound: dict[int, np.ndarray], fuse: bool,
     return module
 
 
-def _usable(targets: tuple, fallback: bool) -> list:
-    """The targets to partition for: all, or (with ``fallback``) those that can run here."""
+def _register(targets: tuple) -> None:
+    """Register each Backend object given as a target under its name, unless a backend of
+    that name is known: a VM finds a region's runtime by the name its kernel entry records.
+    (A backend that cannot run here is refused, or its regions inlined back, by
+    ``passes/external.py``.)"""
     from ..backends import external
 
-    out = []
     for t in targets:
-        name = t.name if isinstance(t, external.Backend) else t
-        if isinstance(t, external.Backend) and external.lookup(name) is None:
-            external.register(t)  # so that a VM finds its runtime by the name it records
-        why = external.unavailable(name) if isinstance(name, str) else None
-        if why is None or not fallback:
-            out.append(t)  # an unavailable one is refused by externalize, naming it
-        else:
-            warnings.warn(why + "; its ops run on relvm's own kernels", RuntimeWarning,
-                          stacklevel=5)
-    return out
+        if isinstance(t, external.Backend) and external.lookup(t.name) is None:
+            external.register(t)
 
 
 def _compile(module: Module, bound: dict[int, np.ndarray], bounds: dict[str, int],

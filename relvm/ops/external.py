@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ..ir.types import TupleType
-from .fused import Ref, Step, _run
+from .fused import Ref, Step, step_values
 from .registry import OPAQUE, Op
 
 
@@ -39,20 +39,14 @@ def make_external(compiler: str, symbol: str, steps: Sequence[Step], outputs: Se
         return out[0] if len(out) == 1 else tuple_of(out)
 
     def infer(attrs, *types: Any) -> Any:
-        values = _all(steps, types, lambda s, args: s.op.infer(s.attrs, *args))
+        values = step_values(steps, types, lambda s, args: s.op.infer(s.attrs, *args))
         return pick(values, types, lambda ts: TupleType(tuple(ts)))
 
     def reference(attrs, *inputs: Any) -> Any:
-        values = _all(steps, inputs, lambda s, args: s.op.reference(s.attrs, *args))
+        values = step_values(steps, inputs, lambda s, args: s.op.reference(s.attrs, *args))
         return pick(values, inputs, tuple)
 
     doc = f"external ({compiler}): " + " -> ".join(s.op.name for s in steps)
     return ExternalOp(f"{compiler}.{symbol}", tuple(f"input{i}" for i in range(num_inputs)), (),
                       infer, reference, OPAQUE, doc, compiler=compiler, symbol=symbol,
                       steps=steps, outputs=outputs, region=region)
-
-
-def _all(steps: Sequence[Step], inputs: Sequence[Any], apply) -> list[Any]:
-    values: list[Any] = []
-    _run(steps, inputs, lambda s, args: values.append(apply(s, args)) or values[-1])
-    return values

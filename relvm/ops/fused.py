@@ -67,11 +67,17 @@ def run_steps(steps: Sequence[Step], inputs: Sequence[Any]) -> Any:
 
 
 def _run(steps: Sequence[Step], inputs: Sequence[Any], apply) -> Any:
+    return step_values(steps, inputs, apply)[-1]
+
+
+def step_values(steps: Sequence[Step], inputs: Sequence[Any], apply) -> list[Any]:
+    """``apply(step, args)`` of every step in order, each reading the inputs and earlier
+    results its references name: the value of each step."""
     values: list[Any] = []
     for s in steps:
         args = [inputs[i] if kind == "in" else values[i] for kind, i in s.args]
         values.append(apply(s, args))
-    return values[-1]
+    return values
 
 
 def _jsonable(v: Any) -> Any:

@@ -20,7 +20,7 @@ from ..backends import external
 from ..errors import RelvmCompileError, RelvmError
 from ..ir.nodes import Call, Constant, Function, GlobalVar, Module, Tuple, post_order
 from ..ops.external import ExternalOp, make_external
-from ..ops.fused import Step
+from ..ops.fused import Step, step_values
 from ..ops.registry import Op
 from .partition import jsonable, tensor_info
 from .rewrite import Rewriter
@@ -111,8 +111,7 @@ class _Externalize(Rewriter):
         leaves = fn.body.fields if isinstance(fn.body, Tuple) else (fn.body,)
         outputs = [ref[id(x)] for x in leaves]
         arg_types = [a.checked_type for a in call.args]
-        probe = make_external(backend.name, symbol, steps, outputs, len(call.args), {})
-        types = _step_types(probe, arg_types)
+        types = step_values(steps, arg_types, lambda s, args: s.op.infer(s.attrs, *args))
         for s, t in zip(steps, types):
             step_json.append({"op": s.op.name, "attrs": jsonable(dict(s.attrs)),
                               "args": [list(r) for r in s.args],
@@ -135,14 +134,6 @@ class _Externalize(Rewriter):
         self.artifacts[symbol] = Artifact(backend.name, bytes(data))
         return make_external(backend.name, symbol, steps, outputs, len(call.args),
                              region.to_json())
-
-
-def _step_types(op: ExternalOp, arg_types: list) -> list:
-    types: list = []
-    for s in op.steps:
-        args = [arg_types[i] if kind == "in" else types[i] for kind, i in s.args]
-        types.append(s.op.infer(s.attrs, *args))
-    return types
 
 
 def _inline(fn: Function, call: Call):

@@ -109,13 +109,15 @@ class _Names:
 
 # --- the cost model ------------------------------------------------------------------------------
 
-def _elements(t: TensorInfo | None) -> int:
-    if t is None:
-        return 0
+def _count(shape) -> int:
     n = 1
-    for d in t.shape:
+    for d in shape:
         n *= d if isinstance(d, int) else NOMINAL_DIM
     return n
+
+
+def _elements(t: TensorInfo | None) -> int:
+    return 0 if t is None else _count(t.shape)
 
 
 def op_work(view: OpView) -> int:
@@ -125,7 +127,7 @@ def op_work(view: OpView) -> int:
     ins = [t for t in view.inputs if t is not None]
     if view.op == "nn.conv2d" and len(ins) >= 2 and len(ins[1].shape) == 4:
         # OIHW weights: each output reads I/groups x kh x kw inputs
-        return out * _elements(TensorInfo(ins[1].dtype, tuple(ins[1].shape[1:])))
+        return out * _count(ins[1].shape[1:])
     if view.op in ("nn.dense", "nn.matmul", "nn.batch_matmul") and ins and ins[0].shape:
         k = ins[0].shape[-1]
         if view.op == "nn.batch_matmul" and view.attrs.get("transpose_a"):
@@ -143,17 +145,12 @@ def default_worth(region: Region) -> bool:
         return False
     work = sum(op_work(v) for v in views)
     moved = sum(_elements(t) for t, c in zip(region.inputs, region.constant) if not c)
-    moved += sum(_elements(TensorInfo(**_info(region.steps[j]["type"])))
-                 for kind, j in region.outputs if kind == "step")
+    moved += sum(_elements(views[j].output) for kind, j in region.outputs if kind == "step")
     return work >= WORK_PER_BOUNDARY_ELEMENT * max(moved, 1)
 
 
 _PRODUCTS = frozenset({"nn.conv2d", "nn.dense", "nn.matmul", "nn.batch_matmul",
                        "nn.conv2d_transpose"})
-
-
-def _info(t: dict) -> dict:
-    return {"dtype": t["dtype"], "shape": tuple(t["shape"])}
 
 
 # --- describing IR as plain data -----------------------------------------------------------------

@@ -118,9 +118,8 @@ def _external_kernel(exe: Executable, entry: KernelEntry, backend, constants) ->
 
     region = entry.attrs["region"]
     steps = KernelEntry(entry.name, "fused",
-                        {"steps": [{k: s[k] for k in ("op", "attrs", "args")}
-                                   for s in region["steps"]],
-                         "outputs": region["outputs"]}, entry.inputs, entry.outputs)
+                        {"steps": region["steps"], "outputs": region["outputs"]},
+                        entry.inputs, entry.outputs)
     return _named(make_chain(steps, lambda step: backend.make_kernel(step, constants)),
                   entry.name)
 
