@@ -57,12 +57,18 @@ def _out_dims(attrs, data, kernel, strides, dilation, out_pad, pads) -> list:
     return out
 
 
-def _conv2d_transpose_type(attrs, d, w):
+def _operands(d, w, rank: int):
+    """A transposed conv's data and weight, both float tensors of ``rank``, and their dtype."""
     data, weight = tensor_arg(d, "data"), tensor_arg(w, "weight")
     dtype = same_dtype(("data", data), ("weight", weight))
     check_dtype(data, "data", FLOATS, "a float dtype")
-    check_rank(data, "data", 4)
-    check_rank(weight, "weight", 4)
+    check_rank(data, "data", rank)
+    check_rank(weight, "weight", rank)
+    return data, weight, dtype
+
+
+def _conv2d_transpose_type(attrs, d, w):
+    data, weight, dtype = _operands(d, w, 4)
     g = attrs.groups
     _check_channels(data, weight, g, "IOHW")
     _, out_per_group, kh, kw = weight.shape
@@ -144,11 +150,7 @@ def geometry3d(attrs):
 
 
 def _conv3d_transpose_type(attrs, d, w):
-    data, weight = tensor_arg(d, "data"), tensor_arg(w, "weight")
-    dtype = same_dtype(("data", data), ("weight", weight))
-    check_dtype(data, "data", FLOATS, "a float dtype")
-    check_rank(data, "data", 5)
-    check_rank(weight, "weight", 5)
+    data, weight, dtype = _operands(d, w, 5)
     geometry = geometry3d(attrs)
     g = attrs.groups
     _check_channels(data, weight, g, "IODHW")

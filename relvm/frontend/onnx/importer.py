@@ -511,10 +511,7 @@ class Importer:
             raise RelvmImportError(f"graph input {vi.name!r} is neither a tensor nor a sequence "
                                    "of tensors; relvm imports those")
         tt = t.tensor_type
-        dtype = ONNX_DTYPES.get(tt.elem_type)
-        if dtype is None:
-            raise RelvmImportError(f"graph input {vi.name!r} has element type "
-                                   f"{onnx_type_name(tt.elem_type)}, which relvm does not support")
+        dtype = _dtype(tt.elem_type, f"graph input {vi.name!r} has element type")
         if not tt.HasField("shape"):
             raise RelvmImportError(f"graph input {vi.name!r} has no shape; relvm needs at least "
                                    "its rank")
@@ -547,11 +544,7 @@ class Importer:
             raise RelvmImportError(f"graph input {vi.name!r} is a sequence of non-tensors; "
                                    "relvm's lists hold tensors")
         tt = elem.tensor_type
-        dtype = ONNX_DTYPES.get(tt.elem_type)
-        if dtype is None:
-            raise RelvmImportError(f"graph input {vi.name!r} is a sequence of "
-                                   f"{onnx_type_name(tt.elem_type)}, which relvm does not "
-                                   "support")
+        dtype = _dtype(tt.elem_type, f"graph input {vi.name!r} is a sequence of")
         shape = tuple(int(d.dim_value) if d.HasField("dim_value") and d.dim_value >= 0
                       else D.ANY for d in tt.shape.dim)
         return ListType(TensorType(shape, dtype), ranked=tt.HasField("shape"))
@@ -726,3 +719,12 @@ def subgraphs(node):
             yield a.g
         elif a.type == onnx.AttributeProto.GRAPHS:
             yield from a.graphs
+
+
+def _dtype(elem_type: int, what: str) -> str:
+    """relvm's dtype for an ONNX element type, or an error saying ``what`` has it."""
+    dtype = ONNX_DTYPES.get(elem_type)
+    if dtype is None:
+        raise RelvmImportError(f"{what} {onnx_type_name(elem_type)}, which relvm does not "
+                               "support")
+    return dtype
