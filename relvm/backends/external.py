@@ -49,6 +49,9 @@ BUILTIN = {"dnnl": "relvm.backends.dnnl"}
 
 #: How to install each built-in backend's library, for error messages.
 INSTALL = {"dnnl": 'pip install "relvm[dnnl]"'}
+#: What a user can do instead when a loaded executable's backend cannot run here.
+FALLBACK_HINT = ("(or load the executable with external_fallback=True, --external-fallback on "
+                 "the command line, to run its regions on relvm's own kernels)")
 
 Shape = tuple  # ints and symbol names (str), as the model declares them
 

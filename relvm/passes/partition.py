@@ -129,9 +129,8 @@ def op_work(view: OpView) -> int:
         # OIHW weights: each output reads I/groups x kh x kw inputs
         return out * _count(ins[1].shape[1:])
     if view.op in ("nn.dense", "nn.matmul", "nn.batch_matmul") and ins and ins[0].shape:
-        k = ins[0].shape[-1]
-        if view.op == "nn.batch_matmul" and view.attrs.get("transpose_a"):
-            k = ins[0].shape[-2]
+        # k: the data's last dim, its second-last when it is transposed (matmul, batch_matmul)
+        k = ins[0].shape[-2] if view.attrs.get("transpose_a") else ins[0].shape[-1]
         return out * (k if isinstance(k, int) else NOMINAL_DIM)
     return max([out] + [_elements(t) for t in ins])
 

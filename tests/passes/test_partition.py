@@ -196,3 +196,20 @@ def @main(%x: Tensor[(1, 4, 8, 8), float32], %y: Tensor[(1, 4, 8, 8), float32],
 }"""), [toy], params={"w": w})
     # Two convs of one weight on unrelated inputs stay two regions; sharing %x they merge.
     assert sorted(regions(part).values()) == [["nn.conv2d"], ["nn.conv2d"]]
+
+
+def test_the_cost_model_counts_a_products_multiply_adds() -> None:
+    from relvm.passes.partition import NOMINAL_DIM, op_work
+
+    f32 = lambda *shape: X.TensorInfo("float32", shape)  # noqa: E731
+    # (8, 32) = (64, 8)^T (64, 32): 64 multiply-adds per result, whichever side is transposed
+    for op in ("nn.matmul", "nn.batch_matmul"):
+        view = X.OpView(op, {"transpose_a": True}, (f32(64, 8), f32(64, 32)), f32(8, 32))
+        assert op_work(view) == 8 * 32 * 64
+    view = X.OpView("nn.matmul", {}, (f32(8, 64), f32(64, 32)), f32(8, 32))
+    assert op_work(view) == 8 * 32 * 64
+    conv = X.OpView("nn.conv2d", {"groups": 4}, (f32("n", 16, 8, 8), f32(32, 4, 3, 3)),
+                    f32("n", 32, 8, 8))
+    assert op_work(conv) == NOMINAL_DIM * 32 * 64 * 4 * 9
+    relu = X.OpView("nn.relu", {}, (f32(4, 10),), f32(4, 10))
+    assert op_work(relu) == 40

@@ -219,9 +219,7 @@ def _check_external_backends(exe: Executable) -> None:
     for compiler in sorted({a.compiler for a in exe.externals.values()}):
         why = external.unavailable(compiler)
         if why is not None and not exe.external_fallback:
-            raise RelvmKernelError(f"{why} (or load the executable with "
-                                   "external_fallback=True, --external-fallback on the "
-                                   "command line, to run its regions on relvm's own kernels)")
+            raise RelvmKernelError(f"{why} {external.FALLBACK_HINT}")
 
 
 def _parse_json(data: memoryview, section: str, kind: type) -> Any:

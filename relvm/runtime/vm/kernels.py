@@ -112,8 +112,7 @@ def _external_kernel(exe: Executable, entry: KernelEntry, backend, constants) ->
         kernel = external.require(compiler).runtime(exe.externals[symbol].data, constants)
         return _named(kernel, entry.name)
     if not exe.external_fallback:
-        raise RelvmKernelError(f"region {symbol!r}: {why} (or load the executable with "
-                               "external_fallback=True to run it on relvm's own kernels)")
+        raise RelvmKernelError(f"region {symbol!r}: {why} {external.FALLBACK_HINT}")
     from ...backends.ckernels.chain import make_chain
 
     region = entry.attrs["region"]
