@@ -12,6 +12,9 @@ from setuptools import find_packages, setup
 # does not pull in. Wheels exist for x86-64 Linux.
 _X86_LINUX = '; platform_system == "Linux" and platform_machine == "x86_64"'
 DNNL = ["onednn-cpu-tbb>=2023.2" + _X86_LINUX, "intel-cmplr-lib-rt" + _X86_LINUX]
+# relvm.serving (`relvm serve`): an ASGI app (Starlette) under uvicorn; "standard" brings its
+# C event loop and HTTP parser (uvloop, httptools), which the server's throughput needs.
+SERVE = ["starlette>=0.37", "uvicorn[standard]>=0.29", "prometheus-client>=0.20"]
 
 setup(
     name="relvm",
@@ -27,12 +30,16 @@ setup(
     extras_require={
         # onnx and onnxruntime: the ONNX tests (importer, conformance, InferenceSession
         # against ORT) run with the README's test command instead of skipping; so do the
-        # oneDNN backend's, with the dnnl extra's wheels (x86-64 Linux only)
+        # oneDNN backend's, with the dnnl extra's wheels (x86-64 Linux only); and the server's,
+        # driven by Triton's own client
         "test": ["pytest>=7", "hypothesis>=6.80", "onnx>=1.15", "onnxruntime>=1.17",
-                 *DNNL],
-        "bench": ["onnx>=1.15", "onnxruntime>=1.17", "matplotlib>=3.5"],
+                 *DNNL, *SERVE, "tritonclient[http]>=2.40", "httpx>=0.25"],
+        "bench": ["onnx>=1.15", "onnxruntime>=1.17", "matplotlib>=3.5", *SERVE],
         "onnx": ["onnx>=1.15"],
         "dnnl": DNNL,
+        "serve": SERVE,
+        # relvm.serving.ray: the server as a Ray Serve deployment, replicas on many machines
+        "ray": [*SERVE, "ray[serve]>=2.9"],
         # tests/onnx/test_hf_exports.py: Hugging Face transformers exported by torch.onnx
         # (legacy and dynamo); the test skips without them, .ci/run installs them
         "hf": ["torch>=2.5", "transformers>=4.45", "onnxscript>=0.1"],

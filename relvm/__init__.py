@@ -18,6 +18,7 @@ from typing import Any
 
 from .errors import (RelvmCompileError, RelvmError, RelvmFormatError, RelvmInputError,
                      RelvmKernelError, RelvmRuntimeError, RelvmSyntaxError, RelvmTrustError,
+                     RelvmOverloadedError, RelvmDeadlineError,
                      RelvmTypeError)
 
 from .runtime import Executable, VirtualMachine
@@ -103,4 +104,5 @@ __all__ = ["parse", "print_module", "build", "partition", "load", "load_bytes", 
            "InferenceSession", "SessionOptions", "RunOptions", "NodeArg", "IOBinding",
            "set_num_threads", "get_num_threads",
            "RelvmError", "RelvmSyntaxError", "RelvmTypeError", "RelvmCompileError",
-           "RelvmFormatError", "RelvmInputError", "RelvmKernelError", "RelvmRuntimeError", "RelvmTrustError"]
+           "RelvmFormatError", "RelvmInputError", "RelvmKernelError", "RelvmRuntimeError", "RelvmTrustError",
+           "RelvmOverloadedError", "RelvmDeadlineError"]

@@ -480,6 +480,41 @@ def _import(args: argparse.Namespace) -> int:
     return 0
 
 
+@command("serve")
+def _serve(args: argparse.Namespace) -> int:
+    """Serve executables over HTTP (Open Inference Protocol, KServe v2) with dynamic batching."""
+    from .serving import server
+
+    specs = []
+    for spec in args.models:
+        path = spec.rpartition("=")[2] if "=" in spec else spec
+        if not os.path.exists(path):
+            raise CliError(f"cannot read {path}: no such file")
+        specs.append(spec)
+    if args.max_batch < 1 or args.workers < 1 or args.max_queue < 1 or args.max_delay_ms < 0:
+        raise UsageError("--max-batch, --workers and --max-queue must be at least 1, "
+                         "--max-delay-ms at least 0")
+    if args.threads is not None:
+        from .runtime.threads import set_num_threads
+        set_num_threads(args.threads)
+    models = server.load_models(
+        specs, trust_native_code=args.trust_native_code,
+        external_fallback=args.external_fallback, batching=not args.no_batching,
+        max_batch=args.max_batch, max_delay=args.max_delay_ms / 1e3,
+        max_queue=args.max_queue, workers=args.workers)
+    for m in models:
+        dim = m.signature.batch_dim
+        rows = min(args.max_batch, m.signature.upper_bounds.get(dim) or args.max_batch)
+        how = (f"batching along {dim} up to {rows} rows" if dim and not args.no_batching
+               else "one request per invoke")
+        print(f"relvm serve: {m.name} ({how})", file=sys.stderr)
+    print(f"relvm serve: http://{args.host}:{args.port}/v2 (Ctrl-C stops: in-flight requests "
+          f"finish first)", file=sys.stderr)
+    server.serve(models, args.host, args.port, max_body_bytes=args.max_body_mb << 20,
+                 log_level=args.log_level)
+    return 0
+
+
 def _split_weights(data: dict[str, np.ndarray]) -> tuple[dict, dict]:
     """A weights file's named params, and its meta constants by index (``__meta_<k>``)."""
     params = {k: v for k, v in data.items() if not k.startswith(META_PREFIX)}
@@ -783,6 +818,34 @@ def _parser() -> argparse.ArgumentParser:
                        help="run the native code the file carries even if no trusted key "
                             "signed it")
     bench.add_argument("--external-fallback", action="store_true", help=fallback_help)
+
+    srv = add("serve", _serve)
+    srv.add_argument("models", nargs="+", metavar="MODEL.rvm",
+                     help="executables to serve, each under its file's name (or NAME=PATH)")
+    srv.add_argument("--host", default="127.0.0.1", help="address to listen on "
+                     "(default: 127.0.0.1)")
+    srv.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
+    srv.add_argument("--max-batch", type=int, default=64, metavar="ROWS",
+                     help="most rows in one invoke (default: 64)")
+    srv.add_argument("--max-delay-ms", type=float, default=0.0, metavar="MS",
+                     help="how long a batch may wait for more requests (default: 0, none: "
+                          "requests arriving while a batch runs form the next)")
+    srv.add_argument("--max-queue", type=int, default=1024, metavar="N",
+                     help="most requests waiting per model; beyond it: HTTP 503 (default: 1024)")
+    srv.add_argument("--no-batching", action="store_true", help="one request per invoke")
+    srv.add_argument("--workers", type=int, default=1,
+                     help="threads running invokes per model (default: 1)")
+    srv.add_argument("--threads", type=int, help="relvm's threads per invoke (default: all "
+                     "cores)")
+    srv.add_argument("--max-body-mb", type=int, default=64, metavar="MB",
+                     help="largest request body (default: 64)")
+    srv.add_argument("--log-level", default="warning",
+                     choices=["critical", "error", "warning", "info", "debug"],
+                     help="uvicorn's log level (default: warning)")
+    srv.add_argument("--trust-native-code", action="store_true",
+                     help="run the native code the files carry even if no trusted key signed "
+                          "them")
+    srv.add_argument("--external-fallback", action="store_true", help=fallback_help)
 
     tr = add("trust", _trust)
     tr.add_argument("action", choices=["add", "list", "remove"])

@@ -73,6 +73,15 @@ class RelvmRuntimeError(RelvmError, RuntimeError):
     """A failure while running bytecode: names the function, the pc and the instruction."""
 
 
+class RelvmOverloadedError(RelvmError, RuntimeError):
+    """A request the server cannot take now: its model's queue is full, or the server is
+    shutting down (HTTP 503)."""
+
+
+class RelvmDeadlineError(RelvmError, TimeoutError):
+    """A request whose deadline passed before its model could run it (HTTP 504)."""
+
+
 class RelvmTrustError(RelvmError, PermissionError):
     """A problem with signing keys or the trust store: an unreadable key file, a config or
     cache directory that others can write."""

@@ -68,7 +68,8 @@ atexit.register(shutil.rmtree, _config, True)
 # its mark; otherwise its folder decides, and in the pure folders the C legs of a test
 # parametrized over the backend (``backend="c"``, ``fuse=True``) are e2e.
 TIERS = ("pure", "kernels", "e2e")
-FOLDER_TIERS = {"kernels": "kernels", "e2e": "e2e", "onnx": "e2e", "backends": "e2e"}
+FOLDER_TIERS = {"kernels": "kernels", "e2e": "e2e", "onnx": "e2e", "backends": "e2e",
+                "serving": "e2e"}
 
 
 def _tier(item) -> str:
