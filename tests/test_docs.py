@@ -44,3 +44,28 @@ def test_external_backend_tutorial_code_runs(capsys) -> None:
     assert shown in printed
     assert "invoke_packed numpy_gemm.numpy_gemm_0" in printed
     assert "relvm knows no external backend 'numpy_gemm'" in printed
+
+
+SERVING = TUTORIAL.with_name("serving.md")
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(not SERVING.exists(), reason="docs/ is not beside the tests")
+def test_serving_guide_code_runs(capsys, tmp_path, monkeypatch) -> None:
+    """Every block but Ray's (its own test, tests/serving/test_ray.py, runs that deployment),
+    in order; what the guide says they print, they print."""
+    monkeypatch.chdir(tmp_path)  # the guide saves mlp.rvm in the working directory
+    text = SERVING.read_text()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "import ray" not in b]
+    assert len(blocks) >= 5
+    namespace: dict = {}
+    try:
+        for i, code in enumerate(blocks):
+            exec(compile(code, f"serving.md block {i + 1}", "exec"), namespace)
+    finally:
+        if "uv" in namespace:
+            namespace["uv"].should_exit = True
+    printed = capsys.readouterr().out
+    for shown in re.findall(r"prints\n\n```\n(.*?)\n```", text, re.S):
+        assert shown in printed
+    assert "relvm_batch_size_count" in printed

@@ -81,6 +81,15 @@ def _flat(data: Any, count: int, dtype: np.dtype, what: str) -> np.ndarray:
     if arr.size != count:
         raise RelvmInputError(f"{what}: 'data' has {arr.size} elements, 'shape' needs {count}")
     kinds = {"b": "b", "i": "iu", "u": "iu", "f": "iuf"}[dtype.kind]
+    if arr.size and dtype.kind in "iu" and arr.dtype.kind in "fO":
+        # Integers past int64 (a UINT64's upper half) make NumPy guess float64 or object:
+        # read them exactly, one by one.
+        values = list(_leaves(data))
+        if all(type(v) is int for v in values):
+            info = np.iinfo(dtype)
+            if min(values) < info.min or max(values) > info.max:
+                raise RelvmInputError(f"{what}: a value is out of range for {_name(dtype)}")
+            return np.array(values, dtype=dtype.newbyteorder("="))
     if arr.size and arr.dtype.kind not in kinds:
         raise RelvmInputError(f"{what}: {_name(dtype)} data must be "
                               f"{ {'b': 'true or false', 'iu': 'integers'}.get(kinds, 'numbers')}")
@@ -89,6 +98,14 @@ def _flat(data: Any, count: int, dtype: np.dtype, what: str) -> np.ndarray:
         if arr.min() < info.min or arr.max() > info.max:
             raise RelvmInputError(f"{what}: a value is out of range for {_name(dtype)}")
     return arr.reshape(-1).astype(dtype.newbyteorder("="))
+
+
+def _leaves(data: Any):
+    if isinstance(data, list):
+        for x in data:
+            yield from _leaves(x)
+    else:
+        yield data
 
 
 def _name(dtype: np.dtype) -> str:

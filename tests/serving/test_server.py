@@ -9,6 +9,7 @@ import socket
 import threading
 import time
 
+import gevent
 import httpx
 import numpy as np
 import pytest
@@ -99,18 +100,29 @@ def test_other_dims_batch_apart_and_two_inputs_two_outputs(pair_exe):
     reqs = [(rng.standard_normal((1 + i % 2, t, 8), dtype=np.float32),
              rng.standard_normal((1 + i % 2, 8), dtype=np.float32))
             for i, t in enumerate([3, 5] * 12)]
-    with serving(ServedModel("pair", pair_exe, max_delay=0.02)) as live:
+    model = ServedModel("pair", pair_exe)
+    model.vm = Gate(vm)
+    with serving(model) as live:
         meta = httpx.get(f"http://{live.url}/v2/models/pair").json()
         assert meta["inputs"][0]["shape"] == [-1, -1, 8]
         assert meta["parameters"]["batch_dim"] == "n"
-        client = tc.InferenceServerClient(live.url, concurrency=12)
-        pending = []
-        for x, w in reqs:
+        client = tc.InferenceServerClient(live.url, concurrency=25)
+
+        def send(x, w):
             a, b = tc.InferInput("x", list(x.shape), "FP32"), tc.InferInput("w", [len(w), 8],
                                                                           "FP32")
             a.set_data_from_numpy(x)
             b.set_data_from_numpy(w)
-            pending.append(client.async_infer("pair", [a, b]))
+            return client.async_infer("pair", [a, b])
+
+        first = send(*reqs[0])  # holds the worker while the others queue
+        pending = [send(x, w) for x, w in reqs]
+        deadline = time.monotonic() + 20
+        while model.batcher is None or model.batcher.queued() < len(reqs):
+            assert time.monotonic() < deadline, "the requests never queued"
+            gevent.sleep(0.01)  # tritonclient's greenlets send while this one yields
+        model.vm.open.set()
+        first.get_result()
         got = [(r.as_numpy("output0"), r.as_numpy("output1"))
                for r in (p.get_result() for p in pending)]
         text = httpx.get(f"http://{live.url}/metrics").text
@@ -118,7 +130,9 @@ def test_other_dims_batch_apart_and_two_inputs_two_outputs(pair_exe):
         e0, e1 = vm.invoke("main", x, w)
         np.testing.assert_array_equal(o0, e0)
         np.testing.assert_array_equal(o1, e1)
-    assert metric(text, "relvm_batch_size_count", "pair") < 24
+    # the first request alone, then one batch per value of t
+    assert [tuple(c.shape[:2]) for c in model.vm.calls] == [(1, 3), (12, 3), (24, 5)]
+    assert metric(text, "relvm_batch_size_count", "pair") == 3
 
 
 def _post(live, body, headers=None, model="mlp"):
