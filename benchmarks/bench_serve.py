@@ -38,13 +38,14 @@ import urllib.request
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 
 
 # --- the models --------------------------------------------------------------------------------
 
-def build_models(name: str, tmp: str, onnx_file: str | None = None) -> tuple[str, str | None]:
-    """(path of the .rvm, path of the same model as .onnx, or None): a bundled example (the
-    MLP also as ONNX), or an ONNX file imported."""
+def build_models(name: str, tmp: str, onnx_file: str | None = None) -> tuple[str, str]:
+    """(path of the .rvm, path of the same model as .onnx): a bundled example (and its ONNX
+    twin, ``models.py``), or an ONNX file imported."""
     import relvm
 
     if onnx_file is not None:
@@ -54,37 +55,16 @@ def build_models(name: str, tmp: str, onnx_file: str | None = None) -> tuple[str
         rvm = os.path.join(tmp, "model.rvm")
         relvm.build(module, params=params).save(rvm)
         return rvm, onnx_file
-    from relvm import examples
-
-    module, params = relvm.parse(examples.text(name)), examples.params(name)
-    rvm = os.path.join(tmp, f"{name}.rvm")
-    relvm.build(module, params=params).save(rvm)
-    onnx_path = None
-    if name == "mlp":
-        onnx_path = os.path.join(tmp, "mlp.onnx")
-        _mlp_onnx(params, onnx_path)
-    return rvm, onnx_path
-
-
-def _mlp_onnx(params: dict, path: str) -> None:
-    """The bundled MLP as ONNX (Gemm + Relu twice, Gemm, Softmax), for ONNX Runtime."""
     import onnx
-    from onnx import TensorProto, helper, numpy_helper
 
-    inits = [numpy_helper.from_array(np.asarray(params[k], np.float32), k)
-             for k in ("w1", "b1", "w2", "b2", "w3", "b3")]
-    nodes = [helper.make_node("Gemm", ["x", "w1", "b1"], ["h1"], transB=1),
-             helper.make_node("Relu", ["h1"], ["r1"]),
-             helper.make_node("Gemm", ["r1", "w2", "b2"], ["h2"], transB=1),
-             helper.make_node("Relu", ["h2"], ["r2"]),
-             helper.make_node("Gemm", ["r2", "w3", "b3"], ["h3"], transB=1),
-             helper.make_node("Softmax", ["h3"], ["output0"], axis=1)]
-    graph = helper.make_graph(
-        nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 784])],
-        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, ["n", 10])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, path)
+    from models import onnx_model, relvm_model  # benchmarks/models.py: the same weights
+
+    text, params = relvm_model(name)
+    rvm = os.path.join(tmp, f"{name}.rvm")
+    relvm.build(relvm.parse(text), params=params).save(rvm)
+    onnx_path = os.path.join(tmp, f"{name}.onnx")
+    onnx.save(onnx_model(name, params), onnx_path)
+    return rvm, onnx_path
 
 
 # --- the servers -------------------------------------------------------------------------------
@@ -276,7 +256,7 @@ def main(argv=None) -> int:
               f"{args.seconds:g} s per setting; CPU: {_cpu()}; server threads per invoke: "
               f"{args.threads}")
         print(f"direct vm.invoke at batch 1: p50 {d50:.3f} ms, p99 {d99:.3f} ms")
-        servers = [s for s in args.servers if s != "ort" or onnx_path is not None]
+        servers = list(args.servers)
         results: dict = {}
         for kind in servers:
             port = free_port()

@@ -8,14 +8,19 @@ import pytest
 TUTORIAL = Path(__file__).resolve().parents[1] / "docs" / "tutorial.md"
 
 
+def run_blocks(doc: Path, at_least: int, namespace: dict, skip=lambda block: False) -> None:
+    """Run a guide's ```python blocks in order in ``namespace`` (but those ``skip`` names)."""
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", doc.read_text(), re.S)
+              if not skip(b)]
+    assert len(blocks) >= at_least
+    for i, code in enumerate(blocks):
+        exec(compile(code, f"{doc.name} block {i + 1}", "exec"), namespace)
+
+
 @pytest.mark.e2e
 @pytest.mark.skipif(not TUTORIAL.exists(), reason="docs/ is not beside the tests")
 def test_tutorial_code_runs(capsys) -> None:
-    blocks = re.findall(r"```python\n(.*?)```", TUTORIAL.read_text(), re.S)
-    assert len(blocks) >= 8
-    namespace: dict = {}
-    for i, code in enumerate(blocks):
-        exec(compile(code, f"tutorial.md block {i + 1}", "exec"), namespace)
+    run_blocks(TUTORIAL, 8, {})
     printed = capsys.readouterr().out
     assert "inner dims differ: data (n, 16) vs weight (32, 15) at line 6, column 8" in printed
     assert "@main input %x dim 1: expected 16, got 15" in printed
@@ -31,12 +36,8 @@ EXTERNAL = TUTORIAL.with_name("external-backends.md")
 def test_external_backend_tutorial_code_runs(capsys) -> None:
     from relvm.backends import external
 
-    blocks = re.findall(r"```python\n(.*?)```", EXTERNAL.read_text(), re.S)
-    assert len(blocks) >= 5
-    namespace: dict = {}
     try:
-        for i, code in enumerate(blocks):
-            exec(compile(code, f"external-backends.md block {i + 1}", "exec"), namespace)
+        run_blocks(EXTERNAL, 5, {})
     finally:
         external.unregister("numpy_gemm")
     printed = capsys.readouterr().out
@@ -56,12 +57,9 @@ def test_serving_guide_code_runs(capsys, tmp_path, monkeypatch) -> None:
     in order; what the guide says they print, they print."""
     monkeypatch.chdir(tmp_path)  # the guide saves mlp.rvm in the working directory
     text = SERVING.read_text()
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "import ray" not in b]
-    assert len(blocks) >= 5
     namespace: dict = {}
     try:
-        for i, code in enumerate(blocks):
-            exec(compile(code, f"serving.md block {i + 1}", "exec"), namespace)
+        run_blocks(SERVING, 5, namespace, skip=lambda block: "import ray" in block)
     finally:
         if "uv" in namespace:
             namespace["uv"].should_exit = True

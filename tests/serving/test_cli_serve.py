@@ -126,3 +126,27 @@ print(sorted(m for m in sys.modules if m.startswith(("lark", "relvm.compiler",
     proc = run_python(code)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("\n")[:2] == ["[2, 10]", "[]"]
+
+
+def test_without_the_serve_extra_the_command_says_what_to_install(mlp_exe, tmp_path):
+    path = tmp_path / "mlp.rvm"
+    mlp_exe.save(str(path))
+    code = """
+import sys
+
+
+class _Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("uvicorn", "starlette", "prometheus_client"):
+            raise ImportError(f"blocked import of {name}")
+        return None
+
+
+sys.meta_path.insert(0, _Block())
+from relvm.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+    proc = run_python(code, "serve", str(path))
+    assert proc.returncode == 1
+    assert proc.stderr.strip().endswith('serving needs uvicorn and starlette: pip install '
+                                        '"relvm[serve]"'), proc.stderr
