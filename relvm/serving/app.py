@@ -21,6 +21,7 @@ waits, 500 when the model fails on it. A client that disconnects cancels its que
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from typing import Sequence
 
@@ -46,6 +47,19 @@ def _starlette():
         raise RelvmError("serving needs starlette and uvicorn: pip install \"relvm[serve]\"") \
             from None
     return starlette
+
+
+def deliver(jobs) -> None:
+    """In the event loop: hand each finished job's result (or error) to its waiter."""
+    for job in jobs:
+        w = job.waiter
+        if w is None or w.done():
+            continue  # its client went away
+        error = job.future.exception()
+        if error is None:
+            w.set_result(job.future.result())
+        else:
+            w.set_exception(error)
 
 
 class ServedModel:
@@ -77,10 +91,19 @@ class ServedModel:
         self.options = dict(max_batch=max_batch if batching else 1, max_delay=max_delay,
                             max_queue=max_queue, workers=workers)
         self.batcher: Batcher | None = None
+        self.loop = None  # the event loop on_done delivers to (start)
 
-    def start(self, metrics: Metrics | None) -> None:
+    def start(self, metrics: Metrics | None, loop=None) -> None:
+        """Start the batcher. With ``loop`` (the server's event loop), results reach it one
+        wake-up per batch (``Batcher.on_done``), not one per request."""
         callback = metrics.on_batch(self.name) if metrics is not None else None
-        self.batcher = Batcher(self.vm, self.signature, on_batch=callback, **self.options)
+        done = None
+        if loop is not None:
+            def done(jobs, call=loop.call_soon_threadsafe):
+                call(deliver, jobs)
+        self.loop = loop
+        self.batcher = Batcher(self.vm, self.signature, on_batch=callback, on_done=done,
+                               **self.options)
         if metrics is not None:
             metrics.watch_queue(self.name, self.batcher.queued)
 
@@ -152,16 +175,17 @@ class ModelServer:
     # --- life ----------------------------------------------------------------------------------
     @contextlib.asynccontextmanager
     async def _lifespan(self, app):
-        self.start()
+        self.start(asyncio.get_running_loop())
         try:
             yield
         finally:
             self.stop()
 
-    def start(self) -> None:
+    def start(self, loop=None) -> None:
+        """Start every model's batcher (``loop``: the event loop serving requests)."""
         for m in self.models.values():
             if m.batcher is None:
-                m.start(self.metrics)
+                m.start(self.metrics, loop)
         self.ready = True
 
     def stop(self) -> None:

@@ -22,7 +22,7 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -42,6 +42,9 @@ class Job:
     enqueued: float = field(default_factory=time.monotonic)
     future: Future = field(default_factory=Future)
     started: float = 0.0
+    #: What the submitter waits on, if not the future (the server: an asyncio future, set in
+    #: its event loop by ``on_done``).
+    waiter: Any = None
 
 
 @dataclass(frozen=True)
@@ -80,11 +83,16 @@ class Batcher:
         Threads running batches (each invoke uses relvm's own threads too).
     on_batch : callable, optional
         Called with a :class:`BatchStats` after every run (metrics).
+    on_done : callable, optional
+        Called from the worker with the list of jobs whose futures it has just resolved (a
+        batch, or requests whose deadline passed): one call per batch, so a server can hand
+        all of them to its event loop at once rather than one wake-up per request.
     """
 
     def __init__(self, vm: VirtualMachine, signature: ModelSignature, *, max_batch: int = 64,
                  max_delay: float = 0.0, max_queue: int = 1024, workers: int = 1,
-                 on_batch: Callable[[BatchStats], None] | None = None):
+                 on_batch: Callable[[BatchStats], None] | None = None,
+                 on_done: Callable[[list[Job]], None] | None = None):
         if max_batch < 1 or max_queue < 1 or workers < 1 or max_delay < 0:
             raise RelvmError("max_batch, max_queue and workers must be at least 1, max_delay "
                              "at least 0")
@@ -92,7 +100,7 @@ class Batcher:
         bound = signature.upper_bounds.get(signature.batch_dim or "")
         self.max_batch = 1 if signature.batch_dim is None else min(max_batch, bound or max_batch)
         self.max_delay, self.max_queue = max_delay, max_queue
-        self.on_batch = on_batch
+        self.on_batch, self.on_done = on_batch, on_done
         self._queue: collections.deque[Job] = collections.deque()
         self._cv = threading.Condition()
         self._closed = False
@@ -108,16 +116,18 @@ class Batcher:
     def queued(self) -> int:
         return len(self._queue)
 
-    def submit(self, arrays: list[np.ndarray], deadline: float | None = None) -> Future:
-        """Queue one checked request (``ModelSignature.check``); its future gets the list of
-        result arrays, or the RelvmError that failed it. ``deadline``: ``time.monotonic()``
-        value after which it is not run."""
+    def submit(self, arrays: list[np.ndarray], deadline: float | None = None,
+               waiter: Any = None) -> Job:
+        """Queue one checked request (``ModelSignature.check``); its job's future gets the
+        list of result arrays, or the RelvmError that failed it. ``deadline``:
+        ``time.monotonic()`` value after which it is not run; ``waiter``: kept on the job for
+        ``on_done``."""
         if self.sig.batch_dim is not None:
             rows = arrays[0].shape[0]
             key = tuple((a.shape[1:], a.dtype.str) for a in arrays)
         else:
             rows, key = 1, None
-        job = Job(arrays, rows, key, deadline)
+        job = Job(arrays, rows, key, deadline, waiter=waiter)
         with self._cv:
             if self._closed:
                 raise RelvmOverloadedError("the server is shutting down")
@@ -126,7 +136,7 @@ class Batcher:
                                            f"waiting); try again later")
             self._queue.append(job)
             self._cv.notify()
-        return job.future
+        return job
 
     def close(self, timeout: float | None = None) -> None:
         """Take no more requests, run the queued ones, stop the workers."""
@@ -139,15 +149,20 @@ class Batcher:
     # --- the workers ---------------------------------------------------------------------------
     def _work(self) -> None:
         while True:
-            batch = self._next_batch()
-            if batch is None:
+            taken = self._next_batch()
+            if taken is None:
                 return
+            batch = [j for j in taken if self._start(j)]
             if batch:
                 self._run(batch)
+            if self.on_done is not None:
+                done = [j for j in taken if j.future.done() and not j.future.cancelled()]
+                if done:
+                    self.on_done(done)
 
     def _next_batch(self) -> list[Job] | None:
-        """The next batch (possibly empty: every request taken was dropped), or None once
-        closed and drained."""
+        """The requests taken for the next batch (``_start`` then drops those cancelled or
+        past their deadline), or None once closed and drained."""
         with self._cv:
             while not self._queue:
                 if self._closed:
@@ -163,7 +178,7 @@ class Batcher:
                     if rows >= self.max_batch or wait <= 0 or self._closed:
                         break
                     self._cv.wait(wait)
-        return [j for j in batch if self._start(j)]
+        return batch
 
     def _take(self, key: tuple, batch: list[Job], rows: int) -> int:
         """Move queued requests that fit (same key, rows within max_batch) into batch."""

@@ -114,11 +114,15 @@ class Infer:
             raise Reply(400, str(e)) from None
         if model.batcher is None or not self.server.ready:
             raise Reply(503, f"model {model.name!r} is not ready")
+        loop = asyncio.get_running_loop()
+        # Delivered by the batcher's on_done when it serves this loop; else through the
+        # job's own future.
+        waiter = loop.create_future() if model.loop is loop else None
         try:
-            future = model.batcher.submit(arrays, deadline)
+            job = model.batcher.submit(arrays, deadline, waiter)
         except RelvmOverloadedError as e:
             raise Reply(503, str(e)) from None
-        results = await _wait(future, receive)
+        results = await _wait(job.future, waiter or asyncio.wrap_future(job.future), receive)
         outs = model.signature.outputs
         body, head = P.encode_response(model.name, model.version, req,
                                        [(outs[i].name, results[i]) for i in picks])
@@ -151,10 +155,10 @@ def _deadline(params: dict) -> float | None:
     return time.monotonic() + timeout / 1e6
 
 
-async def _wait(future, receive) -> list:
-    """The request's results; Gone when its client disconnected first (the queued request is
-    cancelled); a Reply for the RelvmError that failed it."""
-    waiting = asyncio.wrap_future(future)
+async def _wait(future, waiting, receive) -> list:
+    """The request's results (``waiting``: the asyncio future that gets them, ``future``: the
+    job's own); Gone when its client disconnected first (the queued request is cancelled); a
+    Reply for the RelvmError that failed it."""
     gone: list = []
 
     async def watch() -> None:
