@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from typing import Sequence
 
 from .. import __version__
@@ -97,10 +98,7 @@ class ServedModel:
         """Start the batcher. With ``loop`` (the server's event loop), results reach it one
         wake-up per batch (``Batcher.on_done``), not one per request."""
         callback = metrics.on_batch(self.name) if metrics is not None else None
-        done = None
-        if loop is not None:
-            def done(jobs, call=loop.call_soon_threadsafe):
-                call(deliver, jobs)
+        done = None if loop is None else functools.partial(loop.call_soon_threadsafe, deliver)
         self.loop = loop
         self.batcher = Batcher(self.vm, self.signature, on_batch=callback, on_done=done,
                                **self.options)
