@@ -106,8 +106,10 @@ class ServedModel:
             metrics.watch_queue(self.name, self.batcher.queued)
 
     def stop(self) -> None:
+        """Run what is queued, stop the workers (a later ``start`` makes a new batcher)."""
         if self.batcher is not None:
             self.batcher.close()
+            self.batcher = None
 
     def metadata(self) -> dict:
         meta = self.signature.metadata(self.name, [self.version])
