@@ -321,7 +321,9 @@ def test_shutdown_drains_in_flight_requests(mlp_exe):
     live = Live(ModelServer([model])).__enter__()
     try:
         threads = [_later(_post, live, _doc()) for _ in range(3)]
-        _wait_for(lambda: len(model.vm.calls) >= 1)
+        # all three inside the server: running (held) or queued
+        _wait_for(lambda: model.vm.calls and sum(len(c) for c in model.vm.calls)
+                  + model.batcher.queued() == 3)
         stopper = threading.Thread(target=live.stop)
         stopper.start()
         time.sleep(0.2)
