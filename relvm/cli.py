@@ -485,12 +485,6 @@ def _serve(args: argparse.Namespace) -> int:
     """Serve executables over HTTP (Open Inference Protocol, KServe v2) with dynamic batching."""
     from .serving import server
 
-    specs = []
-    for spec in args.models:
-        path = spec.rpartition("=")[2] if "=" in spec else spec
-        if not os.path.exists(path):
-            raise CliError(f"cannot read {path}: no such file")
-        specs.append(spec)
     if args.max_batch < 1 or args.workers < 1 or args.max_queue < 1 or args.max_delay_ms < 0:
         raise UsageError("--max-batch, --workers and --max-queue must be at least 1, "
                          "--max-delay-ms at least 0")
@@ -498,15 +492,13 @@ def _serve(args: argparse.Namespace) -> int:
         from .runtime.threads import set_num_threads
         set_num_threads(args.threads)
     models = server.load_models(
-        specs, trust_native_code=args.trust_native_code,
+        args.models, trust_native_code=args.trust_native_code,
         external_fallback=args.external_fallback, batching=not args.no_batching,
         max_batch=args.max_batch, max_delay=args.max_delay_ms / 1e3,
         max_queue=args.max_queue, workers=args.workers)
     for m in models:
-        dim = m.signature.batch_dim
-        rows = min(args.max_batch, m.signature.upper_bounds.get(dim) or args.max_batch)
-        how = (f"batching along {dim} up to {rows} rows" if dim and not args.no_batching
-               else "one request per invoke")
+        how = (f"batching along {m.signature.batch_dim} up to {m.max_batch} rows"
+               if m.max_batch > 1 else "one request per invoke")
         print(f"relvm serve: {m.name} ({how})", file=sys.stderr)
     print(f"relvm serve: http://{args.host}:{args.port}/v2 (Ctrl-C stops: in-flight requests "
           f"finish first)", file=sys.stderr)
@@ -527,6 +519,7 @@ def _split_weights(data: dict[str, np.ndarray]) -> tuple[dict, dict]:
 def _run(args: argparse.Namespace) -> int:
     """Run a function of an executable on inputs from .npy files (or random ones, when asked)."""
     import relvm
+    from .runtime.vm.thread import result_leaves
 
     given, dims = _pairs(args.input, "--input"), _int_pairs(args.dims, "--dims")
     exe = _load_exe(args.model, args.trust_native_code, args.external_fallback)
@@ -540,7 +533,7 @@ def _run(args: argparse.Namespace) -> int:
     except MemoryError:
         raise CliError(f"out of memory running @{args.func}") from None
     ms = (time.perf_counter() - start) * 1e3
-    leaves = [np.asarray(r) for r in _leaves(result)]
+    leaves = [np.asarray(r) for r in result_leaves(result)]
     for i, r in enumerate(leaves):
         preview = np.array2string(r.reshape(-1)[:6], precision=4, separator=", ")
         print(f"output {i} ({fn.output_name(i)}): {r.dtype}{list(r.shape)} "
@@ -725,12 +718,6 @@ def _bench_settings(items: Sequence[str] | None) -> list[dict[str, int]]:
     if any(len(v) not in (1, count) for v in values.values()):
         raise UsageError("--dims: give every name the same number of values (or one)")
     return [{k: v[i] if len(v) > 1 else v[0] for k, v in values.items()} for i in range(count)]
-
-
-def _leaves(value) -> list:
-    if isinstance(value, tuple):
-        return [x for v in value for x in _leaves(v)]
-    return [value]
 
 
 # --- argument parsing ------------------------------------------------------------------------

@@ -28,6 +28,7 @@ import numpy as np
 
 from .errors import RelvmError, RelvmInputError
 from .runtime import Executable, VirtualMachine
+from .runtime.vm.thread import result_leaves
 
 #: relvm dtype -> the type string ONNX Runtime's NodeArg.type gives.
 _ORT_TYPES = {"float32": "float", "float64": "double", "float16": "float16",
@@ -259,7 +260,7 @@ class InferenceSession:
         picks = self._output_picks(output_names)
         inputs = self._arrange(input_feed)
         with self._own_names():
-            leaves = _leaves(self._vm.invoke("main", *inputs))
+            leaves = list(result_leaves(self._vm.invoke("main", *inputs)))
         return [leaves[i] for i in picks]
 
     def io_binding(self) -> "IOBinding":
@@ -284,7 +285,7 @@ class InferenceSession:
             results = arrays
         else:  # some outputs bound by name only: the run allocates those
             with self._own_names():
-                results = _leaves(self._vm.invoke("main", *inputs))
+                results = list(result_leaves(self._vm.invoke("main", *inputs)))
             for i, a in enumerate(arrays):
                 if a is not None:
                     if a.shape != results[i].shape or a.dtype != results[i].dtype:
@@ -453,12 +454,6 @@ def _out_shape(type_text: str) -> list:
     inner = type_text[type_text.find("(") + 1:type_text.rfind(")")] if "(" in type_text else ""
     dims = [d.strip() for d in inner.split(",") if d.strip()]
     return [int(d) if d.isdigit() else d for d in dims]
-
-
-def _leaves(value: Any) -> list:
-    if isinstance(value, tuple):
-        return [x for v in value for x in _leaves(v)]
-    return [value]
 
 
 def _read_weights(path: str) -> tuple[dict, dict]:

@@ -91,6 +91,8 @@ class ServedModel:
         self.vm = VirtualMachine(exe)
         self.options = dict(max_batch=max_batch if batching else 1, max_delay=max_delay,
                             max_queue=max_queue, workers=workers)
+        #: Most rows in one invoke (1: one request per invoke).
+        self.max_batch = Batcher.rows_limit(self.signature, self.options["max_batch"])
         self.batcher: Batcher | None = None
         self.loop = None  # the event loop on_done delivers to (start)
 
@@ -114,7 +116,7 @@ class ServedModel:
     def metadata(self) -> dict:
         meta = self.signature.metadata(self.name, [self.version])
         meta["parameters"] = {"batch_dim": self.signature.batch_dim,
-                              "max_batch": self.batcher.max_batch if self.batcher else None}
+                              "max_batch": self.max_batch}
         return meta
 
 
@@ -205,6 +207,10 @@ class ModelServer:
     def _model(self, request) -> ServedModel:
         return self.lookup(request.path_params["model"], request.path_params.get("version"))
 
+    def accepting(self, model: ServedModel) -> bool:
+        """Whether ``model`` takes requests now (the server started and not stopping)."""
+        return self.ready and model.batcher is not None
+
     def lookup(self, name: str, version: str | None) -> ServedModel:
         """The model served as ``name`` (at ``version``, if given); Reply 404 if none."""
         model = self.models.get(name)
@@ -240,7 +246,7 @@ class ModelServer:
             model = self._model(request)
         except Reply as e:
             return self._error(e.status, str(e))
-        if not (self.ready and model.batcher is not None):
+        if not self.accepting(model):
             return self._error(503, f"model {model.name!r} is not ready")
         return self._json({"name": model.name, "ready": True})
 

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..errors import RelvmDeadlineError, RelvmError, RelvmOverloadedError, RelvmRuntimeError
 from ..runtime import VirtualMachine
+from ..runtime.vm.thread import result_leaves
 from .model import ModelSignature
 
 
@@ -56,12 +57,6 @@ class BatchStats:
     rows: int
     waited: tuple[float, ...]
     seconds: float
-
-
-def _leaves(value) -> list:
-    if isinstance(value, (tuple, list)):
-        return [x for v in value for x in _leaves(v)]
-    return [value]
 
 
 class Batcher:
@@ -97,8 +92,7 @@ class Batcher:
             raise RelvmError("max_batch, max_queue and workers must be at least 1, max_delay "
                              "at least 0")
         self.vm, self.sig = vm, signature
-        bound = signature.upper_bounds.get(signature.batch_dim or "")
-        self.max_batch = 1 if signature.batch_dim is None else min(max_batch, bound or max_batch)
+        self.max_batch = self.rows_limit(signature, max_batch)
         self.max_delay, self.max_queue = max_delay, max_queue
         self.on_batch, self.on_done = on_batch, on_done
         self._queue: collections.deque[Job] = collections.deque()
@@ -109,9 +103,14 @@ class Batcher:
         for t in self._threads:
             t.start()
 
-    @property
-    def batching(self) -> bool:
-        return self.max_batch > 1
+    @staticmethod
+    def rows_limit(signature: ModelSignature, max_batch: int) -> int:
+        """Most rows one invoke takes: ``max_batch``, within the batch dim's upper bound; 1
+        for a model without a batch dim."""
+        if signature.batch_dim is None:
+            return 1
+        bound = signature.upper_bounds.get(signature.batch_dim)
+        return min(max_batch, bound or max_batch)
 
     def queued(self) -> int:
         return len(self._queue)
@@ -206,7 +205,7 @@ class Batcher:
         return True
 
     def _invoke(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
-        return _leaves(self.vm.invoke(self.sig.func, *arrays))
+        return list(result_leaves(self.vm.invoke(self.sig.func, *arrays)))
 
     def _run(self, batch: list[Job]) -> None:
         start = time.perf_counter()

@@ -40,6 +40,16 @@ class Gone(Exception):
     """The client disconnected: nothing is sent."""
 
 
+def _reply(error: RelvmError) -> Reply:
+    """The HTTP reply to a RelvmError: 400 for a request relvm refuses, 504 past its deadline,
+    503 when the server cannot take it now, 500 when the model failed on it."""
+    for kind, status in ((RelvmInputError, 400), (RelvmDeadlineError, 504),
+                         (RelvmOverloadedError, 503)):
+        if isinstance(error, kind):
+            return Reply(status, str(error))
+    return Reply(500, str(error))
+
+
 def infer_route(path: str) -> tuple[str, str | None] | None:
     """(model, version or None) of an infer path, else None."""
     parts = path.split("/")
@@ -105,23 +115,20 @@ class Infer:
 
     async def _respond(self, model, scope, receive) -> tuple[bytes, list]:
         body, header = await self._body(scope, receive)
-        try:
-            req = P.decode_request(body, header)
-            arrays = model.signature.check(req.inputs)
-            picks = _outputs(model, req.outputs)
-            deadline = _deadline(req.parameters)
-        except RelvmInputError as e:
-            raise Reply(400, str(e)) from None
-        if model.batcher is None or not self.server.ready:
-            raise Reply(503, f"model {model.name!r} is not ready")
         loop = asyncio.get_running_loop()
         # Delivered by the batcher's on_done when it serves this loop; else through the
         # job's own future.
         waiter = loop.create_future() if model.loop is loop else None
         try:
+            req = P.decode_request(body, header)
+            arrays = model.signature.check(req.inputs)
+            picks = _outputs(model, req.outputs)
+            deadline = _deadline(req.parameters)
+            if not self.server.accepting(model):
+                raise RelvmOverloadedError(f"model {model.name!r} is not ready")
             job = model.batcher.submit(arrays, deadline, waiter)
-        except RelvmOverloadedError as e:
-            raise Reply(503, str(e)) from None
+        except RelvmError as e:
+            raise _reply(e) from None
         results = await _wait(job.future, waiter or asyncio.wrap_future(job.future), receive)
         outs = model.signature.outputs
         body, head = P.encode_response(model.name, model.version, req,
@@ -179,14 +186,8 @@ async def _wait(future, waiting, receive) -> list:
         if gone:
             raise Gone from None
         raise
-    except RelvmInputError as e:
-        raise Reply(400, str(e)) from None
-    except RelvmDeadlineError as e:
-        raise Reply(504, str(e)) from None
-    except RelvmOverloadedError as e:
-        raise Reply(503, str(e)) from None
     except RelvmError as e:
-        raise Reply(500, str(e)) from None
+        raise _reply(e) from None
     finally:
         timer.cancel()
         for w in watchers:

@@ -86,18 +86,20 @@ def _flat(data: Any, count: int, dtype: np.dtype, what: str) -> np.ndarray:
         # read them exactly, one by one.
         values = list(_leaves(data))
         if all(type(v) is int for v in values):
-            info = np.iinfo(dtype)
-            if min(values) < info.min or max(values) > info.max:
-                raise RelvmInputError(f"{what}: a value is out of range for {_name(dtype)}")
+            _check_range(min(values), max(values), dtype, what)
             return np.array(values, dtype=dtype.newbyteorder("="))
     if arr.size and arr.dtype.kind not in kinds:
         raise RelvmInputError(f"{what}: {_name(dtype)} data must be "
                               f"{ {'b': 'true or false', 'iu': 'integers'}.get(kinds, 'numbers')}")
     if dtype.kind in "iu" and arr.size:
-        info = np.iinfo(dtype)
-        if arr.min() < info.min or arr.max() > info.max:
-            raise RelvmInputError(f"{what}: a value is out of range for {_name(dtype)}")
+        _check_range(arr.min(), arr.max(), dtype, what)
     return arr.reshape(-1).astype(dtype.newbyteorder("="))
+
+
+def _check_range(low, high, dtype: np.dtype, what: str) -> None:
+    info = np.iinfo(dtype)
+    if low < info.min or high > info.max:
+        raise RelvmInputError(f"{what}: a value is out of range for {_name(dtype)}")
 
 
 def _leaves(data: Any):

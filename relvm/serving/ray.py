@@ -29,7 +29,6 @@ exports its own per-replica metrics too).
 
 from __future__ import annotations
 
-import os
 from typing import Any, Sequence
 
 from ..errors import RelvmError
@@ -92,16 +91,14 @@ def deployment(models: Sequence[str], *, num_replicas: int = 1, name: str = "rel
     -------
     ray.serve.Application
     """
-    from .server import model_name
+    from .server import model_file
 
     serve = _serve()
     blobs = []
     for spec in models:
-        label, _, path = spec.rpartition("=") if "=" in spec else ("", "", spec)
-        if not os.path.exists(path):
-            raise RelvmError(f"cannot read {path}: no such file")
+        label, path = model_file(spec)
         with open(path, "rb") as f:
-            blobs.append((label or model_name(path), f.read()))
+            blobs.append((label, f.read()))
     actor = dict(ray_actor_options or {"num_cpus": 1})
     threads = max(1, int(actor.get("num_cpus") or 1))
     cls = serve.ingress()(Replica)

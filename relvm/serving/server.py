@@ -9,9 +9,13 @@ from ..errors import RelvmError
 from .app import MAX_BODY_BYTES, ModelServer, ServedModel
 
 
-def model_name(path: str) -> str:
-    """A model's name from its file: ``models/mlp.rvm`` -> ``mlp``; ``NAME=PATH`` names it."""
-    return os.path.splitext(os.path.basename(path))[0]
+def model_file(spec: str) -> tuple[str, str]:
+    """(name, path) of a model given as ``PATH`` (named after its file: ``models/mlp.rvm`` ->
+    ``mlp``) or ``NAME=PATH``; RelvmError if there is no such file."""
+    name, _, path = spec.rpartition("=") if "=" in spec else ("", "", spec)
+    if not os.path.exists(path):
+        raise RelvmError(f"cannot read {path}: no such file")
+    return name or os.path.splitext(os.path.basename(path))[0], path
 
 
 def load_models(specs: Sequence[str], *, trust_native_code: bool = False,
@@ -22,10 +26,9 @@ def load_models(specs: Sequence[str], *, trust_native_code: bool = False,
 
     models = []
     for spec in specs:
-        name, _, path = spec.rpartition("=") if "=" in spec else ("", "", spec)
-        models.append(ServedModel(name or model_name(path),
-                                  load(path, trust_native_code=trust_native_code,
-                                       external_fallback=external_fallback), **options))
+        name, path = model_file(spec)
+        models.append(ServedModel(name, load(path, trust_native_code=trust_native_code,
+                                             external_fallback=external_fallback), **options))
     return models
 
 

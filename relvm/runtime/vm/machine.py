@@ -17,7 +17,7 @@ from ..bytecode.dimprog import compile_program
 from ..executable import Executable
 from .kernels import Constants
 from .entry import EntryPoint
-from .thread import Frame, InvokeStats, Profile, ThreadState, _leaves  # noqa: F401
+from .thread import Frame, InvokeStats, Profile, ThreadState, result_leaves  # noqa: F401
 from ...errors import RelvmInputError
 
 
@@ -183,7 +183,7 @@ class VirtualMachine:
     def invoke_stateful(self, func: str = "main", *args: Any, **kwargs: Any) -> None:
         """Run ``func`` and keep its results for the calling thread's ``get_outputs``."""
         result = self.invoke(func, *args, **kwargs)
-        self._local.state.outputs = list(_leaves(result))
+        self._local.state.outputs = list(result_leaves(result))
 
     def invoke_with_outputs(self, func: str, input_args: Mapping[str, Any] | Sequence[Any],
                             output_args: Sequence[Any]) -> Any:

@@ -356,7 +356,7 @@ class ThreadState:
     def _finish_outputs(self, fn: VMFunction, result: Any, outs: tuple,
                         aliased: tuple[int, ...]) -> Any:
         """Copy the results that are not already in their output arrays into them."""
-        leaves = list(_leaves(result))
+        leaves = list(result_leaves(result))
         if aliased:
             leaves = _before_overwrite(leaves, outs, aliased)
         for i, (r, out) in enumerate(zip(leaves, outs)):
@@ -501,10 +501,11 @@ def _aligned(nbytes: int, alignment: int) -> np.ndarray:
     return raw[start:start + nbytes]
 
 
-def _leaves(value: Any):
+def result_leaves(value: Any):
+    """The arrays of a call's result in order, (nested) tuples flattened."""
     if isinstance(value, tuple):
         for v in value:
-            yield from _leaves(v)
+            yield from result_leaves(v)
     else:
         yield value
 
