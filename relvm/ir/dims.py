@@ -704,24 +704,35 @@ def _eval_atom(a: Atom, env: Mapping[Sym, int]) -> int:
 
 # --- printing -------------------------------------------------------------------------------------
 
-def _mono_str(m: Monomial, c: int) -> str:
+def _mono_str(m: Monomial, c: int, negated: bool = False) -> str:
+    """A monomial as the grammar reads it back: ``*``, ``/`` and ``%`` share one precedence
+    level and group to the left, and unary minus binds tighter than all three, so a floordiv or
+    mod after the first factor (``n*(m/2)``, not ``n*m/2``) and a negated one in first place
+    (``-(n/2)``, not ``-n/2``, which reads as ``(-n)/2``) keep their parentheses."""
     if not m:
-        return str(c)
-    body = "*".join(a.text() for a in m)
-    return body if c == 1 else f"{body}*{c}"
+        return f"-{c}" if negated else str(c)
+    parts = [a.text() if i == 0 or not isinstance(a, (FloorDivAtom, ModAtom)) else f"({a.text()})"
+             for i, a in enumerate(m)]
+    if negated and isinstance(m[0], (FloorDivAtom, ModAtom)):
+        parts[0] = f"({parts[0]})"
+    body = "*".join(parts)
+    body = body if c == 1 else f"{body}*{c}"
+    return "-" + body if negated else body
 
 
 def dim_str(x: Dim) -> str:
-    """Text form: ``n*2 + 1``; ``?`` when the dim involves anything anonymous."""
+    """Text form: ``n*2 + 1``; ``?`` when the dim involves anything anonymous. The parser reads
+    the text back to the same value for every assignment of the symbols."""
     if isinstance(x, int):
         return str(x)
     if not is_expressible(x):
         return "?"
     out = ""
     for i, (m, c) in enumerate(x.terms):
-        sign = "-" if c < 0 else "+"
-        s = _mono_str(m, abs(c))
-        out = (("-" + s) if sign == "-" else s) if i == 0 else f"{out} {sign} {s}"
+        if i == 0:
+            out = _mono_str(m, abs(c), negated=c < 0)
+        else:
+            out = f"{out} {'-' if c < 0 else '+'} {_mono_str(m, abs(c))}"
     return out
 
 
