@@ -93,6 +93,25 @@ def test_shapes_taking_turns_each_get_a_replay_and_growth_retires_old_ones() -> 
 
 
 @pytest.mark.e2e
+def test_past_the_limit_the_least_recently_used_replay_goes(monkeypatch) -> None:
+    """A server cycles through every batch size up to its max batch: one shape more than the
+    limit drops only the coldest replay, not all of them."""
+    monkeypatch.setattr(replay, "MAX_REPLAYS", 4)
+    vm = _vm(MLP)
+    rng = np.random.default_rng(2)
+    vm.invoke("main", np.zeros((8, 784), np.float32))  # the pool at its largest: one epoch
+    for n in (1, 2, 3, 1, 4, 5):  # 1 is used again, so 2 is the coldest when 5 comes
+        x = rng.standard_normal((n, 784)).astype(np.float32)
+        np.testing.assert_allclose(vm.invoke("main", x), _numpy_mlp(x), rtol=1e-4, atol=1e-6)
+    ep = vm._entry("main")
+    assert list(ep.replays) == [((3, 784),), ((1, 784),), ((4, 784),), ((5, 784),)]
+    kept = {k: r for k, r in ep.replays.items()}
+    vm.invoke("main", np.ones((1, 784), np.float32))  # replayed: nothing recorded anew
+    assert ep.replays[((1, 784),)] is kept[((1, 784),)]
+    assert list(ep.replays)[-1] == ((1, 784),)
+
+
+@pytest.mark.e2e
 def test_replayed_call_checks_the_output_array_shape() -> None:
     vm = _vm(MLP)
     x = np.zeros((2, 784), np.float32)

@@ -19,6 +19,7 @@ array something else references, as the entry point does).
 from __future__ import annotations
 
 import operator
+from collections import OrderedDict
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -61,12 +62,12 @@ class EntryPoint:
         #: Replays (set by the VM, see replay.py): whether the function is replayed; for a
         #: straight-line one the live (pc, step) pairs and the registers a replay keeps (a
         #: function with ifs is planned per replay, along its call's path); input shapes ->
-        #: Replay.
+        #: Replay, least recently used first.
         self.replayable = False
         self.diverged = 0  # calls that went another way than their replay (replay.py)
         self.live_steps: tuple | None = None
         self.keep: list[bool] = []
-        self.replays: dict[tuple, Any] = {}
+        self.replays: OrderedDict[tuple, Any] = OrderedDict()
         self._last_outs: tuple = ()
         self._last_inputs: list = []
         self._last_map: dict[int, np.ndarray] = {}

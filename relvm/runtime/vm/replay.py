@@ -55,9 +55,11 @@ from ..bytecode.dimprog import reads_values
 if TYPE_CHECKING:  # pragma: no cover
     from ..executable import VMFunction
 
-#: How many input-shape signatures an entry keeps replays for; one more and all are dropped
-#: (to be made again by the calls that follow).
-MAX_REPLAYS = 16
+#: How many input-shape signatures an entry keeps replays for; one more drops the least
+#: recently used. A server's batcher runs every batch size from 1 to its max batch (64 by
+#: default), so the calls of a busy model cycle through that many shapes. A replay holds views
+#: of pooled buffers and the few per-shape values (masks, position ids), not its call's results.
+MAX_REPLAYS = 64
 #: How many calls of an entry with ifs may go another way than their replay before the entry
 #: stops replaying (see the module docstring).
 MAX_DIVERGED = 16

@@ -292,6 +292,7 @@ class ThreadState:
         r = ep.replays.get(key)
         if r is None or r.epoch != self.storage_epoch:
             return self._record(ep, inputs, bound, outs, key)
+        ep.replays.move_to_end(key)
         # The same shapes as the kept call: the prologue's checks passed for them then. The
         # replay's frame is reused; its registers are None between calls (so it holds no
         # array of an earlier call), else it is in use by a call that re-entered the VM.
@@ -346,8 +347,9 @@ class ThreadState:
                 return result
             live, keep = found
             live_steps = tuple((pc, ep.steps[pc]) for pc in live)
+        ep.replays.pop(key, None)  # a stale one for these shapes
         if len(ep.replays) >= replay.MAX_REPLAYS:
-            ep.replays.clear()
+            ep.replays.popitem(last=False)
         ep.replays[key] = replay.Replay(ep.fn, frame.regs, frame.dims, len(inputs), keep,
                                         self.storage_epoch, live_steps, self.kernel,
                                         frame.taken)
