@@ -2,7 +2,7 @@
 models: is the partitioned build ever slower than relvm alone?
 
 Run: ``PYTHONPATH=<installed relvm> python benchmarks/bench_external.py [--models a,b]
-[--threads 1 2] [--rounds N]`` from anywhere (the models come from the zoo's cache, see
+[--threads 1 2] [--shapes default|all|I ...] [--rounds N]`` from anywhere (the models come from the zoo's cache, see
 ``benchmarks/zoo/export.py``). Each model runs in a process of its own; one row per model and
 thread count: relvm ms, relvm+dnnl ms, ORT ms (medians of interleaved rounds), dnnl/relvm,
 dnnl/ORT, the largest relative difference between the two relvm builds' outputs
@@ -36,8 +36,9 @@ def _outputs(out) -> list[np.ndarray]:
     return [np.asarray(o) for o in (out if isinstance(out, (tuple, list)) else [out])]
 
 
-def measure(name: str, threads: int, rounds: int) -> dict:
-    """One model at one thread count, in this process."""
+def measure(name: str, threads: int, rounds: int, shape: int | None = None) -> dict:
+    """One model at one thread count and one of the catalog's shapes (by index; None: the
+    one ``MODELS`` names), in this process."""
     import onnxruntime as ort
 
     import relvm
@@ -45,7 +46,7 @@ def measure(name: str, threads: int, rounds: int) -> dict:
 
     relvm.set_num_threads(threads)
     model = BY_NAME[name]
-    sizes = model.shapes[MODELS[name]]
+    sizes = model.shapes[MODELS[name] if shape is None else shape]
     opts = ort.SessionOptions()
     opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
     opts.log_severity_level = 3
@@ -72,24 +73,28 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--shapes", nargs="+", default=["default"],
+                    help="the catalog's shapes to time, by index (0: batch 1 at 224x224, 1: "
+                         "batch 4, 2: 320x320 for the CNNs), 'all', or 'default' (MODELS)")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--one", help=argparse.SUPPRESS)  # name:threads, run in this process
+    ap.add_argument("--one", help=argparse.SUPPRESS)  # name:threads:shape, in this process
     args = ap.parse_args()
     if args.one:
-        name, k = args.one.split(":")
-        print(json.dumps(measure(name, int(k), args.rounds)))
+        name, k, i = args.one.split(":")
+        print(json.dumps(measure(name, int(k), args.rounds, None if i == "default" else int(i))))
         return
     print(f"{'model':22} {'shape':16} {'thr':>3} {'relvm ms':>9} {'+dnnl ms':>9} "
           f"{'ORT ms':>8} {'dnnl/relvm':>10} {'dnnl/ORT':>8} {'max rel err':>11} {'regions':>7}",
           flush=True)
     for name in args.models.split(","):
-        for k in args.threads:
-            run = subprocess.run([sys.executable, __file__, "--one", f"{name}:{k}",
+        shapes = (range(len(BY_NAME[name].shapes)) if args.shapes == ["all"] else args.shapes)
+        for i, k in ((i, k) for i in shapes for k in args.threads):
+            run = subprocess.run([sys.executable, __file__, "--one", f"{name}:{k}:{i}",
                                   "--rounds", str(args.rounds)], capture_output=True,
                                  text=True)
             if run.returncode:
                 tail = (run.stderr.strip().splitlines() or ["?"])[-1]
-                print(f"{name:22} threads={k}: failed: {tail}", flush=True)
+                print(f"{name:22} shape {i}, threads={k}: failed: {tail}", flush=True)
                 continue
             r = json.loads(run.stdout.strip().splitlines()[-1])
             print(f"{r['model']:22} {r['shape']:16} {k:3d} {r['relvm_ms']:9.1f} "
