@@ -2,11 +2,11 @@
 models: is the partitioned build ever slower than relvm alone?
 
 Run: ``PYTHONPATH=<installed relvm> python benchmarks/bench_external.py [--models a,b]
-[--threads 1 2] [--shapes default|all|I ...] [--rounds N]`` from anywhere (the models come from the zoo's cache, see
-``benchmarks/zoo/export.py``). Each model runs in a process of its own; one row per model and
-thread count: relvm ms, relvm+dnnl ms, ORT ms (medians of interleaved rounds), dnnl/relvm,
-dnnl/ORT, the largest relative difference between the two relvm builds' outputs
-(max|a - b| / max|a| per output) and the number of oneDNN regions.
+[--threads 1 2] [--shapes default|all|I ...] [--rounds N]`` from anywhere (the models come
+from the zoo's cache, see ``benchmarks/zoo/export.py``). Each model runs in a process of its
+own; one row per model, shape and thread count: relvm ms, relvm+dnnl ms, ORT ms (medians of
+interleaved rounds), dnnl/relvm, dnnl/ORT, the largest relative difference between the two
+relvm builds' outputs (max|a - b| / max|a| per output) and the number of oneDNN regions.
 """
 
 from __future__ import annotations

@@ -707,17 +707,14 @@ def _eval_atom(a: Atom, env: Mapping[Sym, int]) -> int:
 def _mono_str(m: Monomial, c: int, negated: bool = False) -> str:
     """A monomial as the grammar reads it back: ``*``, ``/`` and ``%`` share one precedence
     level and group to the left, and unary minus binds tighter than all three, so a floordiv or
-    mod after the first factor (``n*(m/2)``, not ``n*m/2``) and a negated one in first place
-    (``-(n/2)``, not ``-n/2``, which reads as ``(-n)/2``) keep their parentheses."""
+    mod with anything before it -- a factor or the minus -- keeps its parentheses (``n*(m/2)``,
+    not ``n*m/2``; ``-(n/2)``, not ``-n/2``, which reads as ``(-n)/2``)."""
+    sign = "-" if negated else ""
     if not m:
-        return f"-{c}" if negated else str(c)
-    parts = [a.text() if i == 0 or not isinstance(a, (FloorDivAtom, ModAtom)) else f"({a.text()})"
-             for i, a in enumerate(m)]
-    if negated and isinstance(m[0], (FloorDivAtom, ModAtom)):
-        parts[0] = f"({parts[0]})"
-    body = "*".join(parts)
-    body = body if c == 1 else f"{body}*{c}"
-    return "-" + body if negated else body
+        return f"{sign}{c}"
+    body = "*".join(f"({a.text()})" if isinstance(a, (FloorDivAtom, ModAtom)) and (i or negated)
+                    else a.text() for i, a in enumerate(m))
+    return sign + (body if c == 1 else f"{body}*{c}")
 
 
 def dim_str(x: Dim) -> str:

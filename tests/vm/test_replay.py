@@ -105,9 +105,9 @@ def test_past_the_limit_the_least_recently_used_replay_goes(monkeypatch) -> None
         np.testing.assert_allclose(vm.invoke("main", x), _numpy_mlp(x), rtol=1e-4, atol=1e-6)
     ep = vm._entry("main")
     assert list(ep.replays) == [((3, 784),), ((1, 784),), ((4, 784),), ((5, 784),)]
-    kept = {k: r for k, r in ep.replays.items()}
+    kept = ep.replays[((1, 784),)]
     vm.invoke("main", np.ones((1, 784), np.float32))  # replayed: nothing recorded anew
-    assert ep.replays[((1, 784),)] is kept[((1, 784),)]
+    assert ep.replays[((1, 784),)] is kept
     assert list(ep.replays)[-1] == ((1, 784),)
 
 
