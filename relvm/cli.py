@@ -754,8 +754,9 @@ def _parser() -> argparse.ArgumentParser:
     comp.add_argument("--backend", default="c", help="kernel backend: c or numpy (default: c)")
     comp.add_argument("--no-fuse", action="store_true", help="one kernel per op")
     comp.add_argument("--target", action="append", metavar="BACKEND",
-                      help="an external backend to give the regions it takes, e.g. dnnl "
-                           "(repeat for several, highest priority first)")
+                      help="an external backend to give the regions it takes, e.g. dnnl, or "
+                           "dnnl_bf16 (bfloat16 convs) (repeat for several, highest priority "
+                           "first)")
     fallback_help = ("run regions of an external backend that cannot run here on relvm's own "
                      "kernels instead of refusing")
     comp.add_argument("--external-fallback", action="store_true", help=fallback_help)

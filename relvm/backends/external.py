@@ -45,10 +45,10 @@ from ..errors import RelvmKernelError
 
 #: Backends that ship with relvm, by name -> the module that registers them on import. Names are
 #: stored in executables: never rename one.
-BUILTIN = {"dnnl": "relvm.backends.dnnl"}
+BUILTIN = {"dnnl": "relvm.backends.dnnl", "dnnl_bf16": "relvm.backends.dnnl"}
 
 #: How to install each built-in backend's library, for error messages.
-INSTALL = {"dnnl": 'pip install "relvm[dnnl]"'}
+INSTALL = {"dnnl": 'pip install "relvm[dnnl]"'}  # dnnl_bf16 says it when the library is missing
 #: What a user can do instead when a loaded executable's backend cannot run here.
 FALLBACK_HINT = ("(or load the executable with external_fallback=True, --external-fallback on "
                  "the command line, to run its regions on relvm's own kernels)")

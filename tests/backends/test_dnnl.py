@@ -12,9 +12,9 @@ import sys
 import numpy as np
 import pytest
 
-from relvm.backends.external import Region, TensorInfo
+from dnnlcases import Constants, assert_no_reference_impl, reference, region
+from relvm.backends.external import TensorInfo
 from relvm.errors import RelvmFormatError
-from relvm.ops.registry import OPS
 
 dnnl = pytest.importorskip("relvm.backends.dnnl")
 _why = dnnl.available()
@@ -23,48 +23,6 @@ if _why is not None:
         pytest.fail(f"RELVM_REQUIRE_DNNL=1 but oneDNN is unavailable: {_why}",
                     pytrace=False)
     pytest.skip(f"oneDNN unavailable: {_why}", allow_module_level=True)
-
-
-class Constants:
-    """relvm's VM Constants, counting what it is asked to prepare."""
-
-    def __init__(self, arrays):
-        self.arrays = {id(a): a for a in arrays}
-        self.made, self.calls = {}, 0
-
-    def holds(self, a):
-        return self.arrays.get(id(a)) is a
-
-    def prepared(self, a, key, make):
-        self.calls += 1
-        k = (id(a),) + key
-        if k not in self.made:
-            self.made[k] = make()
-        return self.made[k]
-
-
-def _ref(step_args, values):
-    return [values[tuple(a)] for a in step_args]
-
-
-def reference(steps, inputs, outputs):
-    values = {("in", i): x for i, x in enumerate(inputs)}
-    for j, s in enumerate(steps):
-        op = OPS[s["op"]]
-        got = op.reference(op.make_attrs(s["attrs"]), *_ref(s["args"], values))
-        values[("step", j)] = np.asarray(got)
-    return [values[tuple(r)] for r in outputs]
-
-
-def region(inputs, steps, outputs=None, constant=()):
-    """A Region from (shape per input) and steps given as (op, attrs, args, out_shape)."""
-    infos = tuple(TensorInfo("float32", tuple(s)) for s in inputs)
-    st = tuple({"op": op, "attrs": attrs, "args": [list(a) for a in args],
-                "type": {"dtype": "float32", "shape": list(shape)}}
-               for op, attrs, args, shape in steps)
-    outputs = outputs or [("step", len(st) - 1)]
-    const = tuple(i in constant for i in range(len(inputs)))
-    return Region("r", infos, st, tuple(outputs), const, tuple(None for _ in inputs))
 
 
 def run(reg, shapes_list, constant=(), seed=0, positive=False):
@@ -80,10 +38,10 @@ def run(reg, shapes_list, constant=(), seed=0, positive=False):
         if kernel is None:
             consts = Constants([xs[i] for i in constant])
             kernel = dnnl.make_kernel(art, consts)
+            first = xs
         else:  # constants keep their arrays across calls, as a VM's do
             for i in constant:
                 xs[i] = first[i]
-        first = xs if shapes is shapes_list[0] else first
         want = reference(reg.steps, xs, reg.outputs)
         outs = [np.full(w.shape, np.nan, np.float32) for w in want]
         kernel(*xs, *outs)
@@ -92,14 +50,6 @@ def run(reg, shapes_list, constant=(), seed=0, positive=False):
             np.testing.assert_allclose(o, w, rtol=1e-4, atol=1e-4 * scale)
     assert_no_reference_impl(kernel)
     return kernel, consts
-
-
-def assert_no_reference_impl(kernel):
-    """oneDNN's ``ref`` implementations are 10-100x slower than its jit ones (a residual conv
-    whose operand's layout differed from its dst's took 400 ms): every primitive of every
-    pattern must resolve to a jit/brgemm kernel."""
-    refs = [name for name in kernel.impls if name.startswith("ref")]
-    assert kernel.impls and not refs, f"reference implementations: {kernel.impls}"
 
 
 def conv_steps(attrs, x, w, out, extra=()):

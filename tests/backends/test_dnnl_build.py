@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import relvm
+from dnnlcases import CNN, CNN_WEIGHTS, w
 from isolation import run_python
 
 dnnl = pytest.importorskip("relvm.backends.dnnl")
@@ -23,29 +24,7 @@ if _why is not None:
                     "RELVM_REQUIRE_DNNL=0 to skip)", pytrace=False)
     pytest.skip(f"oneDNN unavailable: {_why}", allow_module_level=True)
 
-RNG = np.random.default_rng(0)
-
-
-def w(*shape, scale=None):
-    fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
-    return (RNG.standard_normal(shape, dtype=np.float32) / np.sqrt(fan_in)).astype(np.float32)
-
-
-CNN = """def @main(%x: Tensor[(n, 3, h, w), float32], %w0: Tensor[(32, 3, 3, 3), float32],
-          %b0: Tensor[(32), float32], %w1: Tensor[(64, 32, 3, 3), float32],
-          %b1: Tensor[(64), float32], %w2: Tensor[(64, 64, 3, 3), float32],
-          %w3: Tensor[(64, 64, 1, 1), float32], %d: Tensor[(10, 64), float32]) {
-  %0 = nn.relu(nn.bias_add(nn.conv2d(%x, %w0, padding=[1, 1, 1, 1]), %b0));
-  %1 = nn.max_pool2d(%0, pool_size=[2, 2], strides=[2, 2]);
-  %2 = nn.relu(nn.bias_add(nn.conv2d(%1, %w1, padding=[1, 1, 1, 1]), %b1));
-  %3 = nn.conv2d(%2, %w2, padding=[1, 1, 1, 1]);
-  %4 = nn.relu(add(%3, %2));
-  %5 = nn.conv2d(%4, %w3, strides=[2, 2]);
-  %6 = nn.batch_flatten(nn.global_avg_pool2d(nn.relu(%5)));
-  nn.softmax(nn.dense(%6, %d))
-}"""
-CNN_WEIGHTS = {"w0": w(32, 3, 3, 3), "b0": w(32), "w1": w(64, 32, 3, 3), "b1": w(64),
-               "w2": w(64, 64, 3, 3), "w3": w(64, 64, 1, 1), "d": w(10, 64)}
+RNG = np.random.default_rng(1)
 
 BLOCK = """def @main(%x: Tensor[(n, s, 256), float32], %wq: Tensor[(256, 256), float32],
           %wk: Tensor[(256, 256), float32], %wv: Tensor[(256, 256), float32],

@@ -11,7 +11,7 @@ import json
 import math
 
 from ...errors import RelvmFormatError
-from .compile import FORMAT, VERSION
+from .compile import FORMAT, PRECISIONS, VERSION
 
 MAX_BYTES = 1 << 20
 MAX_INPUTS, MAX_PRIMS, MAX_POST_OPS, MAX_RANK = 256, 1024, 32, 12
@@ -26,11 +26,11 @@ def _fail(msg: str):
     raise RelvmFormatError(f"dnnl artifact: {msg}", section="extern")
 
 
-def _dict(v, where: str, keys: tuple[str, ...]) -> dict:
+def _dict(v, where: str, keys: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict:
     if not isinstance(v, dict):
         _fail(f"{where} must be an object")
     missing = [k for k in keys if k not in v]
-    extra = [k for k in v if k not in keys]
+    extra = [k for k in v if k not in keys + optional]
     if missing or extra:
         _fail(f"{where}: missing {missing}, unknown {extra}" if missing else
               f"{where}: unknown fields {extra}")
@@ -167,7 +167,7 @@ def read(artifact: bytes) -> dict:
         doc = json.loads(bytes(artifact).decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         _fail(f"is not JSON ({type(e).__name__})")
-    _dict(doc, "artifact", ("format", "version", "inputs", "prims", "outputs"))
+    _dict(doc, "artifact", ("format", "version", "inputs", "prims", "outputs"), ("precision",))
     if doc["format"] != FORMAT:
         _fail(f"format must be {FORMAT!r}")
     if doc["version"] != VERSION:
@@ -187,4 +187,5 @@ def read(artifact: bytes) -> dict:
     if not isinstance(outs, list) or not 1 <= len(outs) <= MAX_INPUTS:
         _fail(f"outputs must be a list of 1 to {MAX_INPUTS} refs")
     outputs = [r.ref(o, f"outputs[{k}]") for k, o in enumerate(outs)]
-    return {"inputs": inputs, "prims": prims, "outputs": outputs}
+    precision = _choice(doc.get("precision", "f32"), "precision", PRECISIONS)
+    return {"inputs": inputs, "prims": prims, "outputs": outputs, "precision": precision}

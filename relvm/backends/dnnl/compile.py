@@ -24,12 +24,15 @@ Artifact, version 1 (``ref`` is ``["in", i]`` or ``["prim", j]`` with ``j`` an e
                {"kind": "eltwise", "src", "alg", "alpha", "beta"},
                {"kind": "binary", "src0", "src1", "alg", "along": axis | null,
                 "negate": bool}],
-     "outputs": [ref, ...]}
+     "outputs": [ref, ...], "precision": "f32" | "bf16"}
 
 A post-op is ``{"op": "eltwise", "alg", "alpha", "beta"}`` or ``{"op": "binary", "alg", "src":
 ref, "along": axis | null}``; ``along`` spreads a 1-D tensor along that axis of the result
 (bias_add), else the tensor broadcasts NumPy-style. Dilations are oneDNN's (0: none), the
-paddings per spatial axis.
+paddings per spatial axis. ``precision`` (absent in artifacts older than it: ``"f32"``) is
+``"bf16"`` for the ``dnnl_bf16`` backend: values in the region's activation layout (what convs
+and pools read and write) are stored as bfloat16 and conv weights are rounded to it; bias,
+accumulation and every other primitive stay float32.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ BINARY = {"add": "add", "multiply": "mul", "subtract": "sub", "nn.bias_add": "ad
 MAIN = ("nn.conv2d", "nn.dense", "nn.matmul", "nn.batch_matmul", "nn.max_pool2d",
         "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.layer_norm", "nn.softmax")
 FUSES_INTO = ("conv", "matmul")  # the primitives that take post-ops here
+PRECISIONS = ("f32", "bf16")
 
 
 def _pair(v, default):
@@ -242,18 +246,23 @@ class _Builder:
         self.value.append(["prim", len(self.prims) - 1])
 
 
-def compile_region(region) -> bytes:
+def compile_region(region, precision: str = "f32") -> bytes:
     """The oneDNN artifact (JSON, see the module docstring) for one region.
 
     Parameters
     ----------
     region : relvm.backends.external.Region
+    precision : {"f32", "bf16"}
+        How the region's activations and conv weights are stored (see the module docstring).
 
     Returns
     -------
     bytes
         UTF-8 JSON; ``runtime.make_kernel`` reads it.
     """
+    if precision not in PRECISIONS:
+        raise RelvmCompileError(f"dnnl: precision {precision!r} is not one of "
+                                f"{', '.join(PRECISIONS)}")
     for i, t in enumerate(region.inputs):
         if t.dtype != "float32":
             raise RelvmCompileError(f"dnnl: input {i} is {t.dtype}; only float32 is supported")
@@ -264,5 +273,6 @@ def compile_region(region) -> bytes:
     artifact = {"format": FORMAT, "version": VERSION,
                 "inputs": [{"rank": len(t.shape), "constant": bool(c)}
                            for t, c in zip(region.inputs, constant)],
-                "prims": b.prims, "outputs": [b.ref(r) for r in region.outputs]}
+                "prims": b.prims, "outputs": [b.ref(r) for r in region.outputs],
+                "precision": precision}
     return json.dumps(artifact, separators=(",", ":")).encode()

@@ -99,6 +99,19 @@ def worth(region) -> bool:
     return False
 
 
+#: dnnl_bf16: a conv region's work per element crossing its edge (see worth_bf16).
+BF16_WORK_PER_ELEMENT = 1000.0
+
+
+def worth_bf16(region) -> bool:
+    """Whether ``dnnl_bf16`` should run ``region``: a conv region doing at least
+    ``BF16_WORK_PER_ELEMENT`` flops per element crossing its edge (each such element is
+    converted to or from bfloat16 there). Any conv kind counts, depthwise and 1x1 included."""
+    work, _, edge = measure(region)
+    return any(s["op"] == "nn.conv2d" for s in region.steps) and \
+        work >= BF16_WORK_PER_ELEMENT * edge
+
+
 def worth_matmul(region) -> bool:
     """The rule for a conv-free region were oneDNN's matmul faster than relvm's: a product of
     at least ``MIN_ROWS`` rows doing ``MATMUL_WORK_PER_ELEMENT`` flops per edge element."""

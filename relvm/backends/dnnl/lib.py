@@ -57,6 +57,7 @@ typedef struct { int major; int minor; int patch; const char *hash;
 typedef struct { int arg; dnnl_memory_t memory; } dnnl_exec_arg_t;
 
 const dnnl_version_t *dnnl_version(void);
+int dnnl_get_effective_cpu_isa(void);
 dnnl_status_t dnnl_engine_create(dnnl_engine_t *engine, int kind, size_t index);
 dnnl_status_t dnnl_stream_create(dnnl_stream_t *stream, dnnl_engine_t engine, unsigned flags);
 dnnl_status_t dnnl_stream_wait(dnnl_stream_t stream);
@@ -141,7 +142,7 @@ dnnl_status_t dnnl_primitive_destroy(dnnl_primitive_t primitive);
 STATUS = {0: "success", 1: "out_of_memory", 2: "invalid_arguments", 3: "unimplemented",
           4: "last_impl_reached", 5: "runtime_error", 6: "not_required"}
 SUCCESS, UNIMPLEMENTED = 0, 3
-F32 = 3                      # dnnl_f32
+BF16, F32 = 2, 3             # dnnl_bf16, dnnl_f32
 CPU = 1                      # dnnl_cpu
 STREAM_DEFAULT = 1           # dnnl_stream_default_flags
 FORMAT_ANY = 1               # dnnl_format_tag_any
@@ -161,6 +162,8 @@ ARG_SCRATCHPAD, ARG_SCALE, ARG_SHIFT = 80, 51, 52
 ARG_FROM, ARG_TO = 1, 17
 MAX_NDIMS = 12
 RUNTIME_SYCL = 512  # DNNL_RUNTIME_SYCL, dnnl_version_t.cpu_runtime (dnnl_config.h)
+#: dnnl_cpu_isa_avx512_core_bf16: its bits are set in every ISA with AVX512_BF16 (AMX, AVX10).
+ISA_AVX512_BF16 = 0xE7
 
 
 def arg_post_op_src1(index: int) -> int:
@@ -186,6 +189,14 @@ class Library:
         engine = ffi.new("dnnl_engine_t *")
         self.check("dnnl_engine_create", lib.dnnl_engine_create(engine, CPU, 0))
         self.engine = engine[0]  # one per process, never destroyed (primitives outlive kernels)
+        # The ISA oneDNN dispatches to (ONEDNN_MAX_CPU_ISA can lower it).
+        self.isa = int(lib.dnnl_get_effective_cpu_isa())
+
+    @property
+    def bf16_native(self) -> bool:
+        """Whether oneDNN has AVX512_BF16 (or AMX) here: its bf16 convs run jit kernels at
+        about twice the float32 speed; without it they would run emulated or ``ref:any``."""
+        return self.isa & ISA_AVX512_BF16 == ISA_AVX512_BF16
 
     def check(self, call: str, status: int) -> None:
         """Raise RelvmKernelError unless ``status`` is dnnl_success."""
@@ -280,6 +291,18 @@ def available() -> str | None:
     except RelvmKernelError as e:
         return str(e)  # relvm.backends.external adds how to install it
     return None
+
+
+def available_bf16() -> str | None:
+    """None when oneDNN can run bf16 regions at speed here, else a one-line reason."""
+    why = available()
+    if why is not None:
+        from ..external import INSTALL
+        return f"{why}; {INSTALL['dnnl']}"
+    if not load().bf16_native:
+        why = (f"this CPU (oneDNN's ISA {load().isa:#x}) has no AVX512_BF16 or AMX, so "
+               "oneDNN's bf16 convolutions would not run its fast kernels")
+    return why
 
 
 def _reset_for_tests() -> None:

@@ -109,7 +109,8 @@ def conv(plan: _Plan, j: int, p: dict) -> None:
     attr, po_args = plan.attr(p["post_ops"], dst_shape, view, act=True)
     # Weights computed in the region are reordered into the layout the conv chooses at each
     # call: no jit conv reads plain OIHW weights with NHWC data.
-    w_md = plan.md(w_view_shape)
+    act_type = plan.k.act_type  # bf16 regions round weights (and activations) to bfloat16
+    w_md = plan.md(w_view_shape, dtype=act_type)
     bias_md = plan.md([o], [1]) if p["bias"] is not None else plan.ffi.NULL
     dst = _Dst(plan, j, dst_shape, view, act=True)
     ffi = plan.ffi
@@ -123,7 +124,8 @@ def conv(plan: _Plan, j: int, p: dict) -> None:
         lambda out, s_md, d_md: plan.lib.dnnl_convolution_forward_primitive_desc_create(
             out, plan.L.engine, L.FORWARD_INFERENCE, L.CONVOLUTION_DIRECT, s_md, w_md,
             bias_md, d_md, *dims, attr),
-        [(src_md, dst.md), (plan.md(_view(src_shape, view)[0]), plan.md(logical))])
+        [(src_md, dst.md), (plan.md(_view(src_shape, view)[0], dtype=act_type),
+                            plan.md(logical, dtype=act_type))])
     if chosen_src is not src_md:
         src = plan.source(p["src"], view, plan.query(pd, L.QUERY_SRC_MD))
     w_const = plan.k.is_constant(p["weights"])

@@ -121,20 +121,20 @@ class _Plan:
 
     # --- objects -------------------------------------------------------------------------------
 
-    def md(self, dims, strides=None):
-        """A float32 memory desc: plain with ``strides``, or format_tag_any when None."""
+    def md(self, dims, strides=None, dtype: int = L.F32):
+        """A memory desc of ``dtype``: plain with ``strides``, or format_tag_any when None."""
         if len(dims) > L.MAX_NDIMS:
             raise RelvmKernelError(f"dnnl: rank {len(dims)} is past oneDNN's {L.MAX_NDIMS}")
         out = self.ffi.new("dnnl_memory_desc_t *")
         d = self.ffi.new("dnnl_dims_t", [int(x) for x in dims])
         if strides is None:
             self.L.check("dnnl_memory_desc_create_with_tag",
-                         self.lib.dnnl_memory_desc_create_with_tag(out, len(dims), d, L.F32,
+                         self.lib.dnnl_memory_desc_create_with_tag(out, len(dims), d, dtype,
                                                                    L.FORMAT_ANY))
         else:
             s = self.ffi.new("dnnl_dims_t", [int(x) for x in strides])
             self.L.check("dnnl_memory_desc_create_with_strides",
-                         self.lib.dnnl_memory_desc_create_with_strides(out, len(dims), d, L.F32,
+                         self.lib.dnnl_memory_desc_create_with_strides(out, len(dims), d, dtype,
                                                                        s))
         self.mds.append(out[0])
         return out[0]
@@ -216,20 +216,23 @@ class _Plan:
 
     def act_md(self, dims):
         """The activation layout for 4-d (N, C, H, W) ``dims``: NHWC strides when oneDNN's convs
-        prefer it (:func:`activation_layout`), else plain."""
+        prefer it (:func:`activation_layout`), else plain; of the region's activation type
+        (float32, or bfloat16 for a ``"bf16"`` artifact)."""
         dims = [int(d) for d in dims]
-        if len(dims) == 4 and self.k.layout in _BLOCKED_TAGS:
+        if len(dims) != 4:
+            return self.md(dims, _contiguous_strides(dims))
+        if self.k.layout in _BLOCKED_TAGS:
             out = self.ffi.new("dnnl_memory_desc_t *")
             self.L.check("dnnl_memory_desc_create_with_tag",
                          self.lib.dnnl_memory_desc_create_with_tag(
-                             out, 4, self.ffi.new("dnnl_dims_t", dims), L.F32,
+                             out, 4, self.ffi.new("dnnl_dims_t", dims), self.k.act_type,
                              _BLOCKED_TAGS[self.k.layout]))
             self.mds.append(out[0])
             return out[0]
-        if len(dims) != 4 or self.k.layout != "nhwc":
-            return self.md(dims, _contiguous_strides(dims))
         n, c, h, w = dims
-        return self.md(dims, [h * w * c, 1, w * c, c])
+        strides = [h * w * c, 1, w * c, c] if self.k.layout == "nhwc" else \
+            _contiguous_strides(dims)
+        return self.md(dims, strides, self.k.act_type)
 
     def _located(self, v) -> bool:
         return "address" in v or "bind" in v
@@ -436,6 +439,7 @@ class _Kernel:
                 self.output_of[ref[1]] = self.n_in + k
             else:
                 self.copies.append((ref, self.n_in + k))
+        self.act_type = L.BF16 if spec["precision"] == "bf16" else L.F32
         self.layout = activation_layout(self.L)
         self.impls: list[str] = []  # oneDNN's implementation of every primitive made (tests)
         self.plans: dict[tuple, _Plan] = {}
@@ -493,4 +497,7 @@ def make_kernel(artifact: bytes, constants: Any = None):
         oneDNN's layouts once per VM.
     """
     spec = A.read(artifact)
+    if spec["precision"] == "bf16" and not L.load().bf16_native:
+        raise RelvmKernelError(f"dnnl: a bf16 region needs AVX512_BF16 or AMX; "
+                               f"{L.available_bf16()}")
     return _Kernel(spec, constants)

@@ -1,0 +1,271 @@
+"""The ``dnnl_bf16`` backend: oneDNN regions whose conv activations and weights are bfloat16.
+
+Its contract, checked exactly on single convs: the result is the float32 conv of the inputs and
+weights rounded to bfloat16 (round to nearest even), plus the float32 bias and epilogue, rounded
+to bfloat16 once at the end. Whole regions (a ResNet block, a MobileNet block) and built models
+are checked against float32 within bfloat16's error. On a CPU without AVX512_BF16 or AMX the
+backend is refused with that reason (what these tests then check), never run slowly.
+
+Fails when libdnnl.so.3 cannot be loaded where the test extra installs it (RELVM_REQUIRE_DNNL,
+tests/conftest.py); skips elsewhere.
+"""
+
+import json
+import os
+import textwrap
+
+import numpy as np
+import pytest
+
+import relvm
+from dnnlcases import CNN, CNN_WEIGHTS, Constants, assert_no_reference_impl, reference, region
+from isolation import run_python
+from relvm.errors import RelvmFormatError, RelvmKernelError
+
+dnnl = pytest.importorskip("relvm.backends.dnnl")
+_why = dnnl.available()
+if _why is not None:
+    if os.environ.get("RELVM_REQUIRE_DNNL") == "1":
+        pytest.fail(f"RELVM_REQUIRE_DNNL=1 but oneDNN is unavailable: {_why}", pytrace=False)
+    pytest.skip(f"oneDNN unavailable: {_why}", allow_module_level=True)
+
+#: Whether this CPU runs oneDNN's bf16 kernels; where it does not, each test checks the refusal.
+NATIVE = dnnl.available_bf16() is None
+RNG = np.random.default_rng(0)
+
+
+def bf16(x) -> np.ndarray:
+    """``x`` rounded to the nearest bfloat16 (ties to even), as float32."""
+    u = np.ascontiguousarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+    return u.astype(np.uint32).view(np.float32)
+
+
+def kernel_for(reg, constants):
+    art = dnnl.compile_bf16(reg)
+    assert json.loads(art)["precision"] == "bf16"
+    if not NATIVE:
+        with pytest.raises(RelvmKernelError, match="AVX512_BF16"):
+            dnnl.make_kernel(art, constants)
+        return None
+    return dnnl.make_kernel(art, constants)
+
+
+def assert_runs_bf16_kernels(kernel) -> None:
+    assert_no_reference_impl(kernel)
+    assert any("bf16" in impl for impl in kernel.impls), kernel.impls
+
+
+def test_rounding_helper_rounds_to_nearest_even() -> None:
+    one_ulp = 2.0 ** -7  # bfloat16 keeps 7 fraction bits
+    x = np.array([1.0, 1 + one_ulp / 2, 1 + 3 * one_ulp / 2, 1 + one_ulp / 2 + 2 ** -20, -2.5],
+                 np.float32)
+    assert bf16(x).tolist() == [1.0, 1.0, 1 + 2 * one_ulp, 1 + one_ulp, -2.5]
+
+
+@pytest.mark.parametrize("attrs,wshape", [
+    ({"padding": [1, 1, 1, 1]}, (8, 4, 3, 3)),
+    ({"strides": [2, 2], "padding": [0, 1, 2, 1]}, (8, 4, 3, 3)),
+    ({"dilation": [2, 2], "padding": [2, 2]}, (8, 4, 3, 3)),
+    ({"groups": 2, "padding": 1}, (8, 2, 3, 3)),
+    ({"groups": 4, "padding": 1}, (4, 1, 3, 3)),  # depthwise
+    ({}, (16, 4, 1, 1)),
+    ({"data_layout": "NHWC", "padding": 1}, (8, 4, 3, 3)),
+])
+def test_a_conv_is_the_float32_conv_of_bf16_values_rounded_once(attrs, wshape) -> None:
+    o = wshape[0]
+    nhwc = attrs.get("data_layout") == "NHWC"
+    out = ["n", "h", "w", o] if nhwc else ["n", o, "h", "w"]
+    steps = [("nn.conv2d", attrs, [("in", 0), ("in", 1)], out),
+             ("nn.bias_add", {"axis": 3 if nhwc else 1}, [("step", 0), ("in", 2)], out),
+             ("nn.relu", {}, [("step", 1)], out)]
+    reg = region([("n", "h", "w", 4) if nhwc else ("n", 4, "h", "w"), wshape, (o,)], steps,
+                 constant=(1, 2))
+    weight, bias = RNG.standard_normal(wshape, dtype=np.float32), \
+        RNG.standard_normal(o, dtype=np.float32)
+    consts = Constants([weight, bias])
+    kernel = kernel_for(reg, consts)
+    if kernel is None:
+        return
+    for shape in [(1, 9, 9), (2, 12, 7), (1, 9, 9)]:  # one kernel, specialised per shape
+        n, h, w = shape
+        x = RNG.standard_normal((n, h, w, 4) if nhwc else (n, 4, h, w), dtype=np.float32)
+        want = reference(reg.steps, [bf16(x), bf16(weight), bias], reg.outputs)[0]
+        got = np.full(want.shape, np.nan, np.float32)
+        kernel(x, weight, bias, got)
+        assert np.array_equal(got, bf16(got)), "the result is not stored as bfloat16"
+        # float32 accumulation in another order may round to the neighbouring bfloat16
+        np.testing.assert_allclose(got, bf16(want), rtol=2.0 ** -7,
+                                   atol=1e-6 * float(np.abs(want).max()))
+    assert kernel.reorders == 1  # the weight, rounded and reordered once for every shape
+    assert_runs_bf16_kernels(kernel)
+
+
+def _close_bf16(got, want, layers: int) -> None:
+    """Within bfloat16's error after ``layers`` rounded convs (2^-8 relative each, at most),
+    relative to the result's scale."""
+    for g, e in zip(got, want):
+        scale = float(np.abs(e).max())
+        err = float(np.abs(g - e).max())
+        assert err <= 2.0 ** -7 * layers * scale, (err, scale)
+
+
+def _block(name):
+    c, e = 16, 32
+    if name == "resnet":
+        steps = [
+            ("nn.conv2d", {"strides": [2, 2], "padding": [3, 3, 3, 3]},
+             [("in", 0), ("in", 1)], [1, c, 16, 16]),
+            ("nn.relu", {}, [("step", 0)], [1, c, 16, 16]),
+            ("nn.max_pool2d", {"pool_size": [3, 3], "strides": [2, 2], "padding": [1, 1]},
+             [("step", 1)], [1, c, 8, 8]),
+            ("nn.conv2d", {"padding": [1, 1, 1, 1]}, [("step", 2), ("in", 2)], [1, c, 8, 8]),
+            ("nn.relu", {}, [("step", 3)], [1, c, 8, 8]),
+            ("nn.conv2d", {"padding": [1, 1, 1, 1]}, [("step", 4), ("in", 3)], [1, c, 8, 8]),
+            ("add", {}, [("step", 5), ("step", 2)], [1, c, 8, 8]),
+            ("nn.relu", {}, [("step", 6)], [1, c, 8, 8]),
+            ("nn.global_avg_pool2d", {}, [("step", 7)], [1, c, 1, 1]),
+        ]
+        shapes = ((1, 3, 32, 32), (c, 3, 7, 7), (c, c, 3, 3), (c, c, 3, 3))
+        return region(shapes, steps, outputs=[("step", 7), ("step", 8)],
+                      constant=(1, 2, 3)), shapes, 3
+    steps = [
+        ("nn.conv2d", {}, [("in", 0), ("in", 1)], [1, e, 12, 12]),
+        ("clip", {"a_min": 0.0, "a_max": 6.0}, [("step", 0)], [1, e, 12, 12]),
+        ("nn.conv2d", {"padding": [1, 1, 1, 1], "groups": e}, [("step", 1), ("in", 2)],
+         [1, e, 12, 12]),
+        ("clip", {"a_min": 0.0, "a_max": 6.0}, [("step", 2)], [1, e, 12, 12]),
+        ("nn.conv2d", {}, [("step", 3), ("in", 3)], [1, c, 12, 12]),
+        ("add", {}, [("in", 0), ("step", 4)], [1, c, 12, 12]),
+    ]
+    shapes = ((1, c, 12, 12), (e, c, 1, 1), (e, 1, 3, 3), (c, e, 1, 1))
+    return region(shapes, steps, constant=(1, 2, 3)), shapes, 3
+
+
+@pytest.mark.parametrize("name", ["resnet", "mobilenet"])
+def test_whole_blocks_stay_within_bfloat16_error(name) -> None:
+    reg, shapes, layers = _block(name)
+    xs = [RNG.standard_normal(s, dtype=np.float32) for s in shapes]
+    xs[1:] = [(x / np.sqrt(x[0].size)).astype(np.float32) for x in xs[1:]]  # keep sizes
+    kernel = kernel_for(reg, Constants(xs[1:]))
+    if kernel is None:
+        return
+    want = reference(reg.steps, xs, reg.outputs)
+    got = [np.full(w.shape, np.nan, np.float32) for w in want]
+    kernel(*xs, *got)
+    _close_bf16(got, want, layers)
+    # the f32 backend gives float32's rounding only: the difference is bfloat16's
+    f32 = dnnl.make_kernel(dnnl.compile_region(reg), Constants(xs[1:]))
+    exact = [np.full(w.shape, np.nan, np.float32) for w in want]
+    f32(*xs, *exact)
+    assert not np.array_equal(got[0], exact[0])
+    assert_runs_bf16_kernels(kernel)
+
+
+def test_the_artifact_says_its_precision() -> None:
+    reg, _, _ = _block("mobilenet")
+    doc = json.loads(dnnl.compile_region(reg))
+    assert doc["precision"] == "f32"
+    del doc["precision"]  # artifacts saved before precisions existed read as float32
+    assert dnnl.make_kernel(json.dumps(doc).encode()).act_type == dnnl.lib.F32
+    doc["precision"] = "fp8"
+    with pytest.raises(RelvmFormatError, match="precision must be one of f32, bf16"):
+        dnnl.make_kernel(json.dumps(doc).encode())
+    with pytest.raises(relvm.RelvmCompileError, match="precision 'fp16' is not one of"):
+        dnnl.compile_region(reg, precision="fp16")
+
+
+def test_cost_model_takes_backbones_of_any_conv_kind() -> None:
+    """Depthwise and 1x1 convs count in bf16 (MobileNet-v2's backbone: 0.66x relvm's time),
+    where the float32 model refuses them (1.36x); a lone conv with a wide edge does not."""
+    mobilenet, _, _ = _block("mobilenet")
+    assert dnnl.worth_bf16(mobilenet) is False  # a 12x12 block: too little work per edge
+    c = 64
+    steps, prev = [], ("in", 0)
+    for i in range(6):  # a backbone: expand, depthwise, project, six times over
+        width = (c * 4, c * 4, c)[i % 3]
+        attrs = {"groups": c * 4, "padding": 1} if i % 3 == 1 else {}
+        steps.append(("nn.conv2d", attrs, [prev, ("in", 1 + i)], [1, width, 56, 56]))
+        prev = ("step", len(steps) - 1)
+    shapes = [(1, c, 56, 56)] + [[(c * 4, c, 1, 1), (c * 4, 1, 3, 3),
+                                  (c, c * 4, 1, 1)][i % 3] for i in range(6)]
+    backbone = region(shapes, steps, constant=tuple(range(1, 7)))
+    assert dnnl.worth_bf16(backbone) and not dnnl.worth(backbone)
+
+
+def test_built_models_run_bf16_regions_saved_and_loaded(tmp_path) -> None:
+    mod = relvm.parse(CNN)
+    if not NATIVE:
+        with pytest.raises(relvm.RelvmCompileError,
+                           match="'dnnl_bf16' cannot run here: this CPU .* no AVX512_BF16"):
+            relvm.build(mod, params=CNN_WEIGHTS, targets=["dnnl_bf16"])
+        with pytest.warns(RuntimeWarning, match="run on relvm's own kernels"):
+            exe = relvm.build(mod, params=CNN_WEIGHTS, targets=["dnnl_bf16"],
+                              external_fallback=True)
+        assert not exe.externals
+        return
+    exe = relvm.build(mod, params=CNN_WEIGHTS, targets=["dnnl_bf16"])
+    assert [a.compiler for a in exe.externals.values()] == ["dnnl_bf16"]
+    assert 'Compiler="dnnl_bf16"' in relvm.print_module(
+        relvm.partition(mod, ["dnnl_bf16"], params=CNN_WEIGHTS))
+    exe.save(tmp_path / "m.rvm")
+    alone = relvm.VirtualMachine(relvm.build(mod, params=CNN_WEIGHTS))
+    for vm in (relvm.VirtualMachine(exe), relvm.VirtualMachine(relvm.load(tmp_path / "m.rvm"))):
+        for shape in [(1, 3, 32, 32), (2, 3, 48, 40)]:
+            x = RNG.standard_normal(shape, dtype=np.float32)
+            _close_bf16([vm.invoke("main", x)], [alone.invoke("main", x)], layers=4)
+
+
+WITHOUT_BF16 = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import relvm
+
+    path, x_path = sys.argv[1], sys.argv[2]
+    try:
+        relvm.load(path)
+    except relvm.RelvmKernelError as e:
+        print("refused:", e)
+    exe = relvm.load(path, external_fallback=True)
+    np.save(x_path + ".out.npy", relvm.VirtualMachine(exe).invoke("main", np.load(x_path)))
+""")
+
+
+def test_a_cpu_without_bf16_refuses_the_backend_or_falls_back(tmp_path) -> None:
+    """ONEDNN_MAX_CPU_ISA=AVX512_CORE makes oneDNN dispatch as on a CPU without AVX512_BF16."""
+    mod = relvm.parse(CNN)
+    exe = relvm.partition(mod, ["dnnl_bf16"], params=CNN_WEIGHTS) if NATIVE else None
+    if exe is None:
+        return  # test_built_models_run_bf16_regions_saved_and_loaded checked the refusal
+    relvm.build(exe).save(tmp_path / "m.rvm")
+    x = RNG.standard_normal((2, 3, 32, 32), dtype=np.float32)
+    np.save(tmp_path / "x.npy", x)
+    proc = run_python(WITHOUT_BF16, str(tmp_path / "m.rvm"), str(tmp_path / "x.npy"),
+                      env={"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"})
+    assert proc.returncode == 0, proc.stderr
+    assert "refused: external backend 'dnnl_bf16' cannot run here: this CPU" in proc.stdout
+    assert "AVX512_BF16" in proc.stdout and "external_fallback=True" in proc.stdout
+    assert "pip install" not in proc.stdout  # the library is there: the CPU is what lacks
+    got = np.load(tmp_path / "x.npy.out.npy")  # relvm's own float32 kernels
+    want = relvm.VirtualMachine(relvm.build(mod, params=CNN_WEIGHTS)).invoke("main", x)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_the_command_line_builds_for_dnnl_bf16(tmp_path) -> None:
+    relay = tmp_path / "cnn.relay"
+    relay.write_text(CNN)
+    np.savez(tmp_path / "w.npz", **CNN_WEIGHTS)
+    rvm = str(tmp_path / "cnn.rvm")
+
+    def cli(*args):
+        return run_python("from relvm.cli import main; raise SystemExit(main())", *args)
+    done = cli("compile", str(relay), "--params", str(tmp_path / "w.npz"), "-o", rvm,
+               "--target", "dnnl_bf16")
+    if not NATIVE:
+        assert done.returncode == 1 and "Traceback" not in done.stderr
+        assert "'dnnl_bf16' cannot run here: this CPU" in done.stderr
+        return
+    assert done.returncode == 0, done.stderr
+    assert "dnnl_bf16_0: dnnl_bf16, " in cli("inspect", rvm, "--no-bytecode").stdout
+    ran = cli("run", rvm, "--random-inputs", "--dims", "n=2", "--dims", "h=32", "--dims", "w=32")
+    assert ran.returncode == 0 and "float32[2, 10]" in ran.stdout, ran.stderr

@@ -1,0 +1,84 @@
+"""What the oneDNN backend's tests share (tests/backends/test_dnnl*.py): regions written by
+hand, the ops' NumPy references run step by step over them, a stand-in for the VM's constants,
+and a small CNN with symbolic dims and its weights."""
+
+import numpy as np
+
+from relvm.backends.external import Region, TensorInfo
+from relvm.ops.registry import OPS
+
+
+class Constants:
+    """relvm's VM Constants, counting what it is asked to prepare."""
+
+    def __init__(self, arrays):
+        self.arrays = {id(a): a for a in arrays}
+        self.made, self.calls = {}, 0
+
+    def holds(self, a):
+        return self.arrays.get(id(a)) is a
+
+    def prepared(self, a, key, make):
+        self.calls += 1
+        k = (id(a),) + key
+        if k not in self.made:
+            self.made[k] = make()
+        return self.made[k]
+
+
+def _ref(step_args, values):
+    return [values[tuple(a)] for a in step_args]
+
+
+def reference(steps, inputs, outputs):
+    values = {("in", i): x for i, x in enumerate(inputs)}
+    for j, s in enumerate(steps):
+        op = OPS[s["op"]]
+        got = op.reference(op.make_attrs(s["attrs"]), *_ref(s["args"], values))
+        values[("step", j)] = np.asarray(got)
+    return [values[tuple(r)] for r in outputs]
+
+
+def region(inputs, steps, outputs=None, constant=()):
+    """A Region from (shape per input) and steps given as (op, attrs, args, out_shape)."""
+    infos = tuple(TensorInfo("float32", tuple(s)) for s in inputs)
+    st = tuple({"op": op, "attrs": attrs, "args": [list(a) for a in args],
+                "type": {"dtype": "float32", "shape": list(shape)}}
+               for op, attrs, args, shape in steps)
+    outputs = outputs or [("step", len(st) - 1)]
+    const = tuple(i in constant for i in range(len(inputs)))
+    return Region("r", infos, st, tuple(outputs), const, tuple(None for _ in inputs))
+
+
+def assert_no_reference_impl(kernel):
+    """oneDNN's ``ref`` implementations are 10-100x slower than its jit ones (a residual conv
+    whose operand's layout differed from its dst's took 400 ms): every primitive of every
+    pattern must resolve to a jit/brgemm kernel."""
+    refs = [name for name in kernel.impls if name.startswith("ref")]
+    assert kernel.impls and not refs, f"reference implementations: {kernel.impls}"
+
+
+RNG = np.random.default_rng(0)
+
+
+def w(*shape):
+    """A weight of ``shape`` scaled by its fan-in (activations keep their size)."""
+    fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
+    return (RNG.standard_normal(shape, dtype=np.float32) / np.sqrt(fan_in)).astype(np.float32)
+
+
+CNN = """def @main(%x: Tensor[(n, 3, h, w), float32], %w0: Tensor[(32, 3, 3, 3), float32],
+          %b0: Tensor[(32), float32], %w1: Tensor[(64, 32, 3, 3), float32],
+          %b1: Tensor[(64), float32], %w2: Tensor[(64, 64, 3, 3), float32],
+          %w3: Tensor[(64, 64, 1, 1), float32], %d: Tensor[(10, 64), float32]) {
+  %0 = nn.relu(nn.bias_add(nn.conv2d(%x, %w0, padding=[1, 1, 1, 1]), %b0));
+  %1 = nn.max_pool2d(%0, pool_size=[2, 2], strides=[2, 2]);
+  %2 = nn.relu(nn.bias_add(nn.conv2d(%1, %w1, padding=[1, 1, 1, 1]), %b1));
+  %3 = nn.conv2d(%2, %w2, padding=[1, 1, 1, 1]);
+  %4 = nn.relu(add(%3, %2));
+  %5 = nn.conv2d(%4, %w3, strides=[2, 2]);
+  %6 = nn.batch_flatten(nn.global_avg_pool2d(nn.relu(%5)));
+  nn.softmax(nn.dense(%6, %d))
+}"""
+CNN_WEIGHTS = {"w0": w(32, 3, 3, 3), "b0": w(32), "w1": w(64, 32, 3, 3), "b1": w(64),
+               "w2": w(64, 64, 3, 3), "w3": w(64, 64, 1, 1), "d": w(10, 64)}
