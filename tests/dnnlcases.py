@@ -82,3 +82,20 @@ CNN = """def @main(%x: Tensor[(n, 3, h, w), float32], %w0: Tensor[(32, 3, 3, 3),
 }"""
 CNN_WEIGHTS = {"w0": w(32, 3, 3, 3), "b0": w(32), "w1": w(64, 32, 3, 3), "b1": w(64),
                "w2": w(64, 64, 3, 3), "w3": w(64, 64, 1, 1), "d": w(10, 64)}
+
+BLOCK = """def @main(%x: Tensor[(n, s, 256), float32], %wq: Tensor[(256, 256), float32],
+          %wk: Tensor[(256, 256), float32], %wv: Tensor[(256, 256), float32],
+          %w1: Tensor[(1024, 256), float32], %b1: Tensor[(1024), float32],
+          %w2: Tensor[(256, 1024), float32], %g: Tensor[(256), float32],
+          %beta: Tensor[(256), float32]) {
+  %q = nn.dense(%x, %wq);
+  %k = nn.dense(%x, %wk);
+  %v = nn.dense(%x, %wv);
+  %s = nn.softmax(multiply(nn.batch_matmul(%q, %k), 0.0625f), axis=-1);
+  %a = nn.batch_matmul(%s, %v, transpose_b=False);
+  %h = nn.layer_norm(add(%a, %x), %g, %beta);
+  %f = nn.dense(nn.relu(nn.bias_add(nn.dense(%h, %w1), %b1, axis=-1)), %w2);
+  nn.layer_norm(add(%f, %h), %g, %beta)
+}"""
+BLOCK_WEIGHTS = {"wq": w(256, 256), "wk": w(256, 256), "wv": w(256, 256), "w1": w(1024, 256),
+                 "b1": w(1024), "w2": w(256, 1024), "g": 1 + w(256), "beta": w(256)}

@@ -18,9 +18,11 @@ import numpy as np
 import pytest
 
 import relvm
-from dnnlcases import CNN, CNN_WEIGHTS, Constants, assert_no_reference_impl, reference, region
+from dnnlcases import (BLOCK, BLOCK_WEIGHTS, CNN, CNN_WEIGHTS, Constants,
+                       assert_no_reference_impl, reference, region)
 from isolation import run_python
 from relvm.errors import RelvmFormatError, RelvmKernelError
+from relvm.ops.registry import OPS
 
 dnnl = pytest.importorskip("relvm.backends.dnnl")
 _why = dnnl.available()
@@ -98,6 +100,66 @@ def test_a_conv_is_the_float32_conv_of_bf16_values_rounded_once(attrs, wshape) -
         np.testing.assert_allclose(got, bf16(want), rtol=2.0 ** -7,
                                    atol=1e-6 * float(np.abs(want).max()))
     assert kernel.reorders == 1  # the weight, rounded and reordered once for every shape
+    assert_runs_bf16_kernels(kernel)
+
+
+def reference_bf16_products(steps, inputs, outputs):
+    """A region's steps run by the ops' NumPy references with every product's two operands
+    rounded to bfloat16: what a bf16 region of matmuls computes (their results stay float32)."""
+    values = {("in", i): x for i, x in enumerate(inputs)}
+    for j, step in enumerate(steps):
+        xs = [values[tuple(a)] for a in step["args"]]
+        if step["op"] in ("nn.dense", "nn.matmul", "nn.batch_matmul"):
+            xs[:2] = [bf16(x) for x in xs[:2]]
+        op = OPS[step["op"]]
+        values[("step", j)] = np.asarray(op.reference(op.make_attrs(step["attrs"]), *xs))
+    return [values[tuple(r)] for r in outputs]
+
+
+@pytest.mark.parametrize("lead", [["s"], ["b", "s"]])
+def test_a_dense_chain_multiplies_bf16_operands_in_float32(lead) -> None:
+    """A dense layer, its bias and an epilogue: the float32 product of the operands rounded to
+    bfloat16, the rest float32 (its result is not rounded: nothing after it is a conv)."""
+    steps = [("nn.dense", {}, [("in", 0), ("in", 1)], lead + [48]),
+             ("nn.bias_add", {"axis": -1}, [("step", 0), ("in", 2)], lead + [48]),
+             ("tanh", {}, [("step", 1)], lead + [48])]
+    reg = region([lead + [40], (48, 40), (48,)], steps, constant=(1, 2))
+    weight, bias = RNG.standard_normal((48, 40), dtype=np.float32), \
+        RNG.standard_normal(48, dtype=np.float32)
+    kernel = kernel_for(reg, Constants([weight, bias]))
+    if kernel is None:
+        return
+    for rows in [(17,), (3,), (17,)] if len(lead) == 1 else [(2, 17), (1, 5)]:
+        x = RNG.standard_normal(rows + (40,), dtype=np.float32)
+        want = reference_bf16_products(reg.steps, [x, weight, bias], reg.outputs)[0]
+        got = np.full(want.shape, np.nan, np.float32)
+        kernel(x, weight, bias, got)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        assert not np.allclose(got, reference(reg.steps, [x, weight, bias], reg.outputs)[0],
+                               rtol=1e-5, atol=1e-5)  # and not what float32 operands give
+    assert kernel.reorders == 1
+    assert_runs_bf16_kernels(kernel)
+
+
+def test_attention_multiplies_bf16_copies_of_computed_operands() -> None:
+    """Scores of Q and K computed in the region, masked, softmax, times V: each product
+    converts its operands at every call (K and V are not constants)."""
+    steps = [("nn.batch_matmul", {}, [("in", 0), ("in", 1)], [4, 6, 6]),
+             ("add", {}, [("step", 0), ("in", 2)], [4, 6, 6]),
+             ("nn.softmax", {"axis": -1}, [("step", 1)], [4, 6, 6]),
+             ("nn.batch_matmul", {"transpose_b": False}, [("step", 2), ("in", 3)], [4, 6, 8])]
+    reg = region([(4, 6, 8), (4, 6, 8), (1, 1, 6), (4, 6, 8)], steps)
+    kernel = kernel_for(reg, None)
+    if kernel is None:
+        return
+    xs = [RNG.standard_normal(s, dtype=np.float32) for s in ((4, 6, 8), (4, 6, 8), (1, 1, 6),
+                                                            (4, 6, 8))]
+    want = reference_bf16_products(reg.steps, xs, reg.outputs)[0]
+    got = np.full(want.shape, np.nan, np.float32)
+    kernel(*xs, got)
+    # the softmax's float32 result rounds to bfloat16 as its reference does, but an ulp of
+    # float32 apart may round to the neighbouring bfloat16 (2^-8 relative)
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=2.0 ** -8 * float(np.abs(want).max()))
     assert_runs_bf16_kernels(kernel)
 
 
@@ -193,25 +255,32 @@ def test_cost_model_takes_backbones_of_any_conv_kind() -> None:
     assert dnnl.worth_bf16(backbone) and not dnnl.worth(backbone)
 
 
-def test_built_models_run_bf16_regions_saved_and_loaded(tmp_path) -> None:
-    mod = relvm.parse(CNN)
+@pytest.mark.parametrize("case", ["cnn", "block"])
+def test_built_models_run_bf16_regions_saved_and_loaded(case, tmp_path) -> None:
+    """A CNN and a transformer block with symbolic dims: the cost model gives dnnl_bf16 their
+    convs and their products (unlike dnnl's, which leaves a transformer to relvm)."""
+    text, weights, shapes = {"cnn": (CNN, CNN_WEIGHTS, [(1, 3, 32, 32), (2, 3, 48, 40)]),
+                             "block": (BLOCK, BLOCK_WEIGHTS, [(1, 16, 256), (2, 37, 256)])}[case]
+    mod = relvm.parse(text)
     if not NATIVE:
         with pytest.raises(relvm.RelvmCompileError,
                            match="'dnnl_bf16' cannot run here: this CPU .* no AVX512_BF16"):
-            relvm.build(mod, params=CNN_WEIGHTS, targets=["dnnl_bf16"])
+            relvm.build(mod, params=weights, targets=["dnnl_bf16"])
         with pytest.warns(RuntimeWarning, match="run on relvm's own kernels"):
-            exe = relvm.build(mod, params=CNN_WEIGHTS, targets=["dnnl_bf16"],
+            exe = relvm.build(mod, params=weights, targets=["dnnl_bf16"],
                               external_fallback=True)
         assert not exe.externals
         return
-    exe = relvm.build(mod, params=CNN_WEIGHTS, targets=["dnnl_bf16"])
-    assert [a.compiler for a in exe.externals.values()] == ["dnnl_bf16"]
+    exe = relvm.build(mod, params=weights, targets=["dnnl_bf16"])
+    assert exe.externals and {a.compiler for a in exe.externals.values()} == {"dnnl_bf16"}
+    if case == "block":  # float32 oneDNN matmuls run at relvm's speed: dnnl leaves them
+        assert not relvm.build(mod, params=weights, targets=["dnnl"]).externals
     assert 'Compiler="dnnl_bf16"' in relvm.print_module(
-        relvm.partition(mod, ["dnnl_bf16"], params=CNN_WEIGHTS))
+        relvm.partition(mod, ["dnnl_bf16"], params=weights))
     exe.save(tmp_path / "m.rvm")
-    alone = relvm.VirtualMachine(relvm.build(mod, params=CNN_WEIGHTS))
+    alone = relvm.VirtualMachine(relvm.build(mod, params=weights))
     for vm in (relvm.VirtualMachine(exe), relvm.VirtualMachine(relvm.load(tmp_path / "m.rvm"))):
-        for shape in [(1, 3, 32, 32), (2, 3, 48, 40)]:
+        for shape in shapes:
             x = RNG.standard_normal(shape, dtype=np.float32)
             _close_bf16([vm.invoke("main", x)], [alone.invoke("main", x)], layers=4)
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import relvm
-from dnnlcases import CNN, CNN_WEIGHTS, w
+from dnnlcases import BLOCK, BLOCK_WEIGHTS, CNN, CNN_WEIGHTS, w
 from isolation import run_python
 
 dnnl = pytest.importorskip("relvm.backends.dnnl")
@@ -25,23 +25,6 @@ if _why is not None:
     pytest.skip(f"oneDNN unavailable: {_why}", allow_module_level=True)
 
 RNG = np.random.default_rng(1)
-
-BLOCK = """def @main(%x: Tensor[(n, s, 256), float32], %wq: Tensor[(256, 256), float32],
-          %wk: Tensor[(256, 256), float32], %wv: Tensor[(256, 256), float32],
-          %w1: Tensor[(1024, 256), float32], %b1: Tensor[(1024), float32],
-          %w2: Tensor[(256, 1024), float32], %g: Tensor[(256), float32],
-          %beta: Tensor[(256), float32]) {
-  %q = nn.dense(%x, %wq);
-  %k = nn.dense(%x, %wk);
-  %v = nn.dense(%x, %wv);
-  %s = nn.softmax(multiply(nn.batch_matmul(%q, %k), 0.0625f), axis=-1);
-  %a = nn.batch_matmul(%s, %v, transpose_b=False);
-  %h = nn.layer_norm(add(%a, %x), %g, %beta);
-  %f = nn.dense(nn.relu(nn.bias_add(nn.dense(%h, %w1), %b1, axis=-1)), %w2);
-  nn.layer_norm(add(%f, %h), %g, %beta)
-}"""
-BLOCK_WEIGHTS = {"wq": w(256, 256), "wk": w(256, 256), "wv": w(256, 256), "w1": w(1024, 256),
-                 "b1": w(1024), "w2": w(256, 1024), "g": 1 + w(256), "beta": w(256)}
 
 CASES = {"cnn": (CNN, CNN_WEIGHTS, [(1, 3, 32, 32), (2, 3, 48, 40), (3, 3, 16, 24)]),
          "block": (BLOCK, BLOCK_WEIGHTS, [(1, 16, 256), (2, 37, 256), (1, 128, 256)])}

@@ -2,9 +2,10 @@
 run by Intel's oneDNN (``libdnnl.so.3``, through its C API in cffi's ABI mode).
 
 Two backends share it: ``dnnl`` computes in float32 (results within float32 rounding of relvm's),
-``dnnl_bf16`` stores its regions' conv activations and weights as bfloat16 (float32 accumulation;
-about 2x faster convs on CPUs with AVX512_BF16 or AMX, results within ~1% of float32: the user
-asks for it by name, as OpenVINO's bf16 inference precision).
+``dnnl_bf16`` multiplies in bfloat16 -- conv activations and weights, matmul operands -- with
+float32 accumulation and float32 everywhere else: about 2x faster on CPUs with AVX512_BF16 or
+AMX, results within bfloat16's rounding (the user asks for it by name, as OpenVINO's bf16
+inference precision).
 
 Importing this package registers the backend and loads nothing native: :func:`available` and
 the runtime load the library on first use. ``patterns.py`` says what it takes, ``compile.py``

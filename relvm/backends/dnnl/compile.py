@@ -31,8 +31,9 @@ ref, "along": axis | null}``; ``along`` spreads a 1-D tensor along that axis of 
 (bias_add), else the tensor broadcasts NumPy-style. Dilations are oneDNN's (0: none), the
 paddings per spatial axis. ``precision`` (absent in artifacts older than it: ``"f32"``) is
 ``"bf16"`` for the ``dnnl_bf16`` backend: values in the region's activation layout (what convs
-and pools read and write) are stored as bfloat16 and conv weights are rounded to it; bias,
-accumulation and every other primitive stay float32.
+and pools read and write) are stored as bfloat16, conv weights are rounded to it, and matmuls
+multiply bfloat16 copies of their operands; bias, accumulation and everything else stay
+float32.
 """
 
 from __future__ import annotations

@@ -21,8 +21,11 @@ So a region is kept when oneDNN's gain can pay for its edges:
   one-layer models built with and without the region, interleaved medians), so a region only
   adds its edges and splits relvm's fusion (BERT-base at 128 tokens with its 24 such regions:
   1.00 at 1 thread, 1.06 at 2, where both libraries' thread pools hand the cores back and
-  forth at every edge). ``MATMUL_WORK_PER_ELEMENT`` stays the rule a backend with a faster
-  matmul would use (``worth_matmul``).
+  forth at every edge).
+
+``dnnl_bf16`` (bfloat16 operands, float32 accumulation) runs convs and matmuls about twice as
+fast as float32, so it keeps more (:func:`worth_bf16`): conv regions of any conv kind, and
+matmul regions (``worth_matmul`` with ``BF16_MATMUL_WORK_PER_ELEMENT``).
 
 Symbolic dims count as ``SYMBOLIC_DIM``: the ratios above hardly depend on them (a conv's work
 and its edges both grow with its image, a matmul's both with its rows).
@@ -99,25 +102,43 @@ def worth(region) -> bool:
     return False
 
 
-#: dnnl_bf16: a conv region's work per element crossing its edge (see worth_bf16).
+#: dnnl_bf16: the flops per element crossing a conv region's edge that pay for converting it
+#: to and from bfloat16 there -- counting all its work, or only its dense kxk convs' (where
+#: bfloat16 gains most; depthwise and few-channel 1x1 convs are bound by memory more than by
+#: arithmetic). YOLOv8n-like at 1 thread, relvm's time with the regions kept at a threshold
+#: on all work: 100 (42 regions) 0.86x, 250 (24) 0.85x, 500 (8) 0.92x, 1000 (1) 0.96x;
+#: MobileNet-v3 and EfficientNet-B0 (depthwise blocks cut by squeeze-excite): 1.02-1.03x at
+#: 100, nothing gained at any threshold (their runs' noise: +-10%).
 BF16_WORK_PER_ELEMENT = 1000.0
+BF16_KXK_WORK_PER_ELEMENT = 250.0
+#: dnnl_bf16's matmul regions (each matmul converts its operands at every call): at 1 thread,
+#: relvm's time with the regions kept at 100 / 300 / 1000 flops per edge element: BERT-base at
+#: 128 tokens 0.58 / 0.56 / 0.55 (25, 25, 24 regions), MiniLM 0.67 / 0.64 / 1.00 (13, 13, 0),
+#: Whisper-tiny's encoder at 30 s 0.71 / 0.72 / 0.94 (11, 11, 2); at 300 and 16 tokens BERT
+#: 0.71, MiniLM 0.94, Whisper at 5 s 0.59; at 2 threads BERT 0.63, MiniLM 0.82.
+BF16_MATMUL_WORK_PER_ELEMENT = 300.0
 
 
 def worth_bf16(region) -> bool:
-    """Whether ``dnnl_bf16`` should run ``region``: a conv region doing at least
-    ``BF16_WORK_PER_ELEMENT`` flops per element crossing its edge (each such element is
-    converted to or from bfloat16 there). Any conv kind counts, depthwise and 1x1 included."""
-    work, _, edge = measure(region)
-    return any(s["op"] == "nn.conv2d" for s in region.steps) and \
-        work >= BF16_WORK_PER_ELEMENT * edge
+    """Whether ``dnnl_bf16`` should run ``region``: a conv region whose work per element
+    crossing its edge reaches ``BF16_WORK_PER_ELEMENT``, or whose dense kxk convs' work alone
+    reaches ``BF16_KXK_WORK_PER_ELEMENT`` (any conv kind counts: a MobileNet-v2 backbone of
+    depthwise and 1x1 convs is 0.66x relvm's time in bfloat16, 1.36x in float32); a region
+    without convs by :func:`worth_matmul` at ``BF16_MATMUL_WORK_PER_ELEMENT``."""
+    work, kxk_share, edge = measure(region)
+    if not any(s["op"] == "nn.conv2d" for s in region.steps):
+        return worth_matmul(region, BF16_MATMUL_WORK_PER_ELEMENT)
+    return work >= BF16_WORK_PER_ELEMENT * edge or \
+        work * kxk_share >= BF16_KXK_WORK_PER_ELEMENT * edge
 
 
-def worth_matmul(region) -> bool:
-    """The rule for a conv-free region were oneDNN's matmul faster than relvm's: a product of
-    at least ``MIN_ROWS`` rows doing ``MATMUL_WORK_PER_ELEMENT`` flops per edge element."""
+def worth_matmul(region, per_element: float = MATMUL_WORK_PER_ELEMENT) -> bool:
+    """A conv-free region with a product of at least ``MIN_ROWS`` rows doing ``per_element``
+    flops per edge element: ``dnnl_bf16``'s rule, and float32's were its matmul faster than
+    relvm's (``MATMUL_WORK_PER_ELEMENT``)."""
     work, _, edge = measure(region)
     rows = [_rows(region.inputs[a[1]].shape if a[0] == "in"
                   else region.steps[a[1]]["type"]["shape"])
             for s in region.steps if s["op"] in ("nn.dense", "nn.matmul", "nn.batch_matmul")
             for a in s["args"][:1]]
-    return max(rows, default=0) >= MIN_ROWS and work >= MATMUL_WORK_PER_ELEMENT * edge
+    return max(rows, default=0) >= MIN_ROWS and work >= per_element * edge

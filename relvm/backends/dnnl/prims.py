@@ -162,7 +162,9 @@ def matmul(plan: _Plan, j: int, p: dict) -> None:
             batch.append(y if x == 1 else x)
         dst_shape, out_view = batch + [ad[-2], bd[-1]], None
     attr, po_args = plan.attr(p["post_ops"], dst_shape, out_view)
-    src_md = plan.md(*_view(a, a_view))
+    # bf16 regions multiply bfloat16 copies of both operands (float32 accumulation and dst).
+    act_type = plan.k.act_type
+    src_md = plan.md(*_view(a, a_view), dtype=act_type)
     w_const = plan.k.is_constant(p["weights"])
     w_dims, w_strides = _view(b, b_view)
     dst = _Dst(plan, j, dst_shape, out_view)
@@ -177,12 +179,13 @@ def matmul(plan: _Plan, j: int, p: dict) -> None:
     # Weights computed in the region (attention's K and V) are read in place when a jit
     # kernel takes their strides, else reordered at each call into the layout it chooses
     # (brgemm matmul has no kernel for a batch-broadcast transposed B with a binary post-op).
-    variants = [(plan.md(w_dims),)] if w_const else [(plan.md(w_dims, w_strides),),
-                                                     (plan.md(w_dims),)]
+    variants = [(plan.md(w_dims, dtype=act_type),)]
+    if not w_const and act_type == L.F32:
+        variants.insert(0, (plan.md(w_dims, w_strides),))
     pd, _ = _jit_pd(plan, "dnnl_matmul_primitive_desc_create",
                     lambda out, w_md: plan.lib.dnnl_matmul_primitive_desc_create(
                         out, plan.L.engine, src_md, w_md, bias_md, dst.md, attr), variants)
-    _, src = plan.plain(p["src"], a_view)
+    src = plan.source(p["src"], a_view, src_md)  # in place, or converted at each call
     wanted_w = plan.query(pd, L.QUERY_WEIGHTS_MD)
     if w_const:
         weights = plan.weights(p["weights"], b_view, wanted_w)
