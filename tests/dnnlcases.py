@@ -39,15 +39,18 @@ def reference(steps, inputs, outputs):
     return [values[tuple(r)] for r in outputs]
 
 
-def region(inputs, steps, outputs=None, constant=()):
-    """A Region from (shape per input) and steps given as (op, attrs, args, out_shape)."""
+def region(inputs, steps, outputs=None, constant=(), values=None):
+    """A Region from (shape per input) and steps given as (op, attrs, args, out_shape);
+    ``values`` maps a constant input's index to its value (what ``compile`` may read)."""
     infos = tuple(TensorInfo("float32", tuple(s)) for s in inputs)
     st = tuple({"op": op, "attrs": attrs, "args": [list(a) for a in args],
                 "type": {"dtype": "float32", "shape": list(shape)}}
                for op, attrs, args, shape in steps)
     outputs = outputs or [("step", len(st) - 1)]
     const = tuple(i in constant for i in range(len(inputs)))
-    return Region("r", infos, st, tuple(outputs), const, tuple(None for _ in inputs))
+    values = values or {}
+    return Region("r", infos, st, tuple(outputs), const,
+                  tuple(values.get(i) for i in range(len(inputs))))
 
 
 def assert_no_reference_impl(kernel):

@@ -253,18 +253,24 @@ class _Partitioner:
         steps = [(frozenset(s.rstrip("?").split("|")), s.endswith("?")) for s in pattern.ops]
         if start.op.name not in steps[0][0]:
             return None
-        chain = [start]
-        for names, optional in steps[1:]:
+        chain, at = [start], [0]  # at[k]: the pattern step chain[k] matched
+        for s, (names, optional) in enumerate(steps[1:], 1):
             users = self.users[id(chain[-1])]
             nxt = users[0] if len(users) == 1 else None
             if (nxt is not None and self.candidate(nxt) and id(nxt) not in self.group
                     and nxt.op.name in names):
                 chain.append(nxt)
+                at.append(s)
             elif not optional:
                 return None
-        if pattern.check is not None and not pattern.check([op_view(c) for c in chain]):
-            return None
-        return chain
+        # The longest match whose predicate holds: a conv's epilogue may end before an op the
+        # predicate refuses (squeeze-excite's multiply by the whole feature map).
+        for k in range(len(chain), 0, -1):
+            if not all(optional for _, optional in steps[at[k - 1] + 1:]):
+                break
+            if pattern.check is None or pattern.check([op_view(c) for c in chain[:k]]):
+                return chain[:k]
+        return None
 
     # --- merging ---------------------------------------------------------------------------
     def merge(self) -> list[_Group]:

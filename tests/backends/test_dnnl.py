@@ -147,6 +147,71 @@ def test_mobilenet_like_region_runs_jit_only():
     run(reg, [shapes], constant=(1, 2, 3, 4))
 
 
+def _activation_case(name):
+    """conv -> bias -> an activation the importer spells as several ops, or a squeeze-excite
+    gate; the inputs' values (scalars at 4, 5: what compile reads)."""
+    y, c = ("step", 1), [1, 8, 6, 6]
+    conv = [("nn.conv2d", {"padding": 1}, [("in", 0), ("in", 1)], c),
+            ("nn.bias_add", {"axis": 1}, [("step", 0), ("in", 2)], c)]
+    hardsigmoid = [("multiply", {}, [y, ("in", 4)], c), ("add", {}, [("in", 5), ("step", 2)], c),
+                   ("clip", {"a_min": 0.0, "a_max": 1.0}, [("step", 3)], c)]
+    steps = {"silu": conv + [("sigmoid", {}, [y], c), ("multiply", {}, [("step", 2), y], c)],
+             "hardswish": conv + hardsigmoid + [("multiply", {}, [y, ("step", 4)], c)],
+             "hardsigmoid": conv + hardsigmoid,
+             "silu_twice_read": conv + [("sigmoid", {}, [y], c),
+                                        ("multiply", {}, [y, ("step", 2)], c)],
+             "squeeze_excite": conv + [
+                 ("nn.global_avg_pool2d", {}, [y], [1, 8, 1, 1]),
+                 ("nn.conv2d", {}, [("step", 2), ("in", 3)], [1, 8, 1, 1]),
+                 ("multiply", {}, [("step", 3), ("in", 4)], [1, 8, 1, 1]),
+                 ("add", {}, [("step", 4), ("in", 5)], [1, 8, 1, 1]),
+                 ("clip", {"a_min": 0.0, "a_max": 1.0}, [("step", 5)], [1, 8, 1, 1]),
+                 ("multiply", {}, [y, ("step", 6)], c)]}[name]
+    shapes = [(1, 4, 6, 6), (8, 4, 3, 3), (8,), (8, 8, 1, 1), (), ()]
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal(s).astype(np.float32) for s in shapes[:4]] + \
+        [np.array(1 / 6, np.float32), np.array(0.5, np.float32)]
+    outputs = [("step", 2), ("step", 3)] if name == "silu_twice_read" else None
+    reg = region(shapes, steps, outputs=outputs, constant=(1, 2, 3, 4, 5),
+                 values={i: xs[i] for i in (1, 2, 3, 4, 5)})
+    return reg, xs
+
+
+@pytest.mark.parametrize("name,prims,post_ops", [
+    ("silu", ["conv"], ["swish"]),
+    ("hardswish", ["conv"], ["hardswish"]),
+    ("hardsigmoid", ["conv"], ["hardsigmoid"]),
+    ("silu_twice_read", ["conv", "eltwise", "binary"], []),  # the sigmoid is an output too
+    ("squeeze_excite", ["conv", "pool", "conv", "binary"], ["hardsigmoid"]),
+])
+def test_activations_spelled_as_several_ops_run_as_one_eltwise(name, prims, post_ops):
+    reg, xs = _activation_case(name)
+    art = json.loads(dnnl.compile_region(reg))
+    assert [p["kind"] for p in art["prims"]] == prims
+    got_post = [po["alg"] for p in art["prims"] for po in p.get("post_ops", [])
+                if po["op"] == "eltwise"]
+    assert got_post == post_ops
+    kernel = dnnl.make_kernel(json.dumps(art).encode(), Constants(xs[1:]))
+    want = reference(reg.steps, xs, reg.outputs)
+    outs = [np.full(w.shape, np.nan, np.float32) for w in want]
+    kernel(*xs, *outs)
+    for o, w in zip(outs, want):
+        np.testing.assert_allclose(o, w, rtol=1e-5, atol=1e-5 * float(np.abs(w).max()))
+    assert_no_reference_impl(kernel)
+
+
+def test_a_hardsigmoid_needs_constant_numbers():
+    """Without the constants' values (a region from a module whose scalars are inputs), the
+    ops stay ops."""
+    reg, xs = _activation_case("hardsigmoid")
+    reg = region([tuple(t.shape) for t in reg.inputs], [
+        (s["op"], s["attrs"], s["args"], s["type"]["shape"]) for s in reg.steps],
+        constant=(1, 2, 3))
+    art = json.loads(dnnl.compile_region(reg))
+    assert [p["kind"] for p in art["prims"]] == ["conv"]
+    assert [po["alg"] for po in art["prims"][0]["post_ops"]] == ["mul", "add", "clip"]
+
+
 @pytest.mark.parametrize("mask,fused", [((1, 1, 6), True), ((6, 6), False)])
 def test_attention_like_region_runs_jit_only(mask, fused):
     """Scores plus a mask, softmax, then the product with V. A mask along the keys only is a

@@ -80,6 +80,34 @@ def test_predicates_refuse_matches() -> None:
     assert sorted(regions(part).values()) == [["nn.conv2d"], ["nn.conv2d"]]
 
 
+def test_a_refused_chain_falls_back_to_its_longest_accepted_prefix() -> None:
+    """conv -> bias -> multiply by a bigger tensor: the predicate refuses the multiply (it
+    grows the result), and the conv and its bias are still taken, as one match."""
+    def keeps_shape(views) -> bool:
+        return all(v.output.shape == views[0].output.shape for v in views)
+    toy = X.Backend("toy", [X.Pattern("conv", ("nn.conv2d", "nn.bias_add?", "multiply?"),
+                                      keeps_shape)],
+                    compile=lambda region: b"", runtime=lambda a, c: None,
+                    worth=lambda region: True)
+    part = relvm.partition(relvm.parse("""
+def @main(%x: Tensor[(1, 4, 8, 8), float32], %w: Tensor[(4, 4, 1, 1), float32],
+          %b: Tensor[(4), float32], %y: Tensor[(1, 4, 8, 8), float32]) {
+  %0 = nn.global_avg_pool2d(%x);
+  %1 = nn.bias_add(nn.conv2d(%0, %w), %b);
+  multiply(%y, %1)
+}"""), [toy])
+    assert regions(part) == {"toy_0": ["nn.conv2d", "nn.bias_add"]}
+    assert main_ops(part) == ["nn.global_avg_pool2d", "@toy_0", "multiply"]
+    required = X.Backend("toy", [X.Pattern("conv", ("nn.conv2d", "nn.bias_add", "multiply"),
+                                           keeps_shape)],
+                         compile=lambda region: b"", runtime=lambda a, c: None)
+    assert not regions(relvm.partition(relvm.parse("""
+def @main(%x: Tensor[(1, 4, 1, 1), float32], %w: Tensor[(4, 4, 1, 1), float32],
+          %b: Tensor[(4), float32], %y: Tensor[(1, 4, 8, 8), float32]) {
+  multiply(%y, nn.bias_add(nn.conv2d(%x, %w), %b))
+}"""), [required]))  # a required step is never dropped
+
+
 def test_backends_are_tried_in_priority_order() -> None:
     first = backend("first", ("nn.conv2d",))
     second = backend("second", ("nn.conv2d", "nn.bias_add", "nn.relu"), ("nn.relu",))

@@ -17,7 +17,8 @@ MAX_BYTES = 1 << 20
 MAX_INPUTS, MAX_PRIMS, MAX_POST_OPS, MAX_RANK = 256, 1024, 32, 12
 MAX_WINDOW = 1 << 20  # kernel sizes, strides, dilations, paddings
 KINDS = ("conv", "matmul", "pool", "layer_norm", "softmax", "eltwise", "binary")
-ELTWISE_ALGS = ("relu", "tanh", "elu", "abs", "sqrt", "linear", "logistic", "exp", "log", "clip")
+ELTWISE_ALGS = ("relu", "tanh", "elu", "abs", "sqrt", "linear", "logistic", "exp", "log", "clip",
+                "swish", "hardsigmoid", "hardswish")
 BINARY_ALGS = ("add", "mul", "sub")
 POOL_ALGS = ("max", "avg_include_padding", "avg_exclude_padding")
 

@@ -3,8 +3,11 @@
 Each conv2d, dense, matmul, batch_matmul, pool, layer_norm and softmax step becomes one
 primitive. Elementwise steps and ``bias_add``/``add``/``subtract``/``multiply`` that follow a conv
 or a matmul (and read its result only once) become its bias or **post-ops**; any other one is a
-primitive of its own (eltwise, binary). The runtime (``runtime.py``) makes oneDNN objects from
-the artifact; nothing here touches the library.
+primitive of its own (eltwise, binary). Activations that the importer spells as several ops --
+SiLU ``x * sigmoid(x)``, hard-sigmoid ``clip(x * a + b, 0, 1)`` with constant a and b, and
+hard-swish ``x * hardsigmoid(x)`` -- become one eltwise (``swish``, ``hardsigmoid``,
+``hardswish``), so a post-op of the conv before them (:class:`_Activations`). The runtime
+(``runtime.py``) makes oneDNN objects from the artifact; nothing here touches the library.
 
 Artifact, version 1 (``ref`` is ``["in", i]`` or ``["prim", j]`` with ``j`` an earlier prim)::
 
@@ -39,6 +42,8 @@ float32.
 from __future__ import annotations
 
 import json
+
+import numpy as np
 
 from ...errors import RelvmCompileError
 
@@ -141,6 +146,94 @@ def _jit_broadcast(shape, out, prim) -> bool:
     return all(d == 1 for a, d in enumerate(shape) if a != channel)
 
 
+def _scalar(region, arg) -> float | None:
+    """The value of ``arg`` when it is a constant of the model holding one number."""
+    kind, i = arg
+    if kind != "in" or not (region.constant and region.constant[i]) or \
+            len(region.constants) <= i or region.constants[i] is None:
+        return None
+    try:
+        v = np.asarray(region.constants[i], dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
+    return float(v.reshape(-1)[0]) if v.size == 1 else None
+
+
+class _Activations:
+    """Activations the importer spells as several ops, each found as one oneDNN eltwise: swish
+    (``multiply(x, sigmoid(x))``: SiLU), hardsigmoid (``clip(add(multiply(x, a), b), 0, 1)``
+    with constant numbers a and b) and hardswish (``multiply(x, hardsigmoid(x))``), when their
+    inner steps feed nothing else. ``fused[j] = (x, entry)``: step j is that eltwise of ``x``;
+    the steps in ``inner`` are folded into one (never emitted); ``uses`` is corrected (x is now
+    read once, by step j)."""
+
+    def __init__(self, region, uses: list[int]):
+        self.region, self.steps, self.uses = region, region.steps, uses
+        self.fused: dict[int, tuple[list, dict]] = {}
+        self.inner: set[int] = set()
+        for j in range(len(self.steps)):
+            found = self.hardsigmoid(j) or self.product(j)
+            if found is None:
+                continue
+            x, entry, inner, reads = found
+            self.fused[j] = (x, entry)
+            for i in inner:
+                self.fused.pop(i, None)
+                self.inner.add(i)
+                uses[i] = 0
+            if x[0] == "step":
+                uses[x[1]] -= reads  # the inner steps' reads of x, beyond step j's one
+
+    def _once(self, arg, op: str) -> int | None:
+        """Step ``arg`` when it is an ``op`` whose result only the step asking reads."""
+        kind, i = arg
+        if kind == "step" and self.steps[i]["op"] == op and self.uses[i] == 1 and \
+                i not in self.inner:
+            return i
+        return None
+
+    def _with_number(self, args):
+        """(the other arg, the number) when one of two args is a constant number."""
+        for k in (0, 1):
+            v = _scalar(self.region, args[k])
+            if v is not None and _scalar(self.region, args[1 - k]) is None:
+                return list(args[1 - k]), v
+        return None, None
+
+    def hardsigmoid(self, j: int):
+        step = self.steps[j]
+        if step["op"] != "clip" or step["attrs"].get("a_min") != 0.0 or \
+                step["attrs"].get("a_max") != 1.0:
+            return None
+        add = self._once(step["args"][0], "add")
+        if add is None:
+            return None
+        scaled, beta = self._with_number(self.steps[add]["args"])
+        mul = self._once(scaled, "multiply") if scaled is not None else None
+        if mul is None:
+            return None
+        x, alpha = self._with_number(self.steps[mul]["args"])
+        if x is None:
+            return None
+        return x, {"alg": "hardsigmoid", "alpha": alpha, "beta": beta}, {add, mul}, 0
+
+    def product(self, j: int):
+        """``multiply(x, sigmoid(x))`` or ``multiply(x, hardsigmoid(x))``."""
+        step = self.steps[j]
+        if step["op"] != "multiply":
+            return None
+        for k in (0, 1):
+            x, other = list(step["args"][1 - k]), step["args"][k]
+            i = self._once(other, "sigmoid")
+            if i is not None and list(self.steps[i]["args"][0]) == x:
+                return x, {"alg": "swish", "alpha": 1.0, "beta": 0.0}, {i}, 1
+            i = self._once(other, "clip")
+            if i is not None and i in self.fused and self.fused[i][0] == x:
+                entry = dict(self.fused[i][1], alg="hardswish")
+                return x, entry, {i}, 1
+        return None
+
+
 class _Builder:
     def __init__(self, region):
         self.region = region
@@ -154,6 +247,7 @@ class _Builder:
         for kind, i in region.outputs:
             if kind == "step":
                 self.uses[i] += 2  # an output is never folded away
+        self.activations = _Activations(region, self.uses)
 
     def ref(self, arg) -> list:
         kind, i = arg
@@ -183,6 +277,13 @@ class _Builder:
         if step["type"]["dtype"] != "float32":
             raise RelvmCompileError(f"dnnl: step {j} ({op}) is {step['type']['dtype']}; "
                                     "only float32 is supported")
+        if j in self.activations.inner:
+            self.value.append(None)  # folded into a later step's eltwise
+            return
+        if j in self.activations.fused:
+            x, entry = self.activations.fused[j]
+            self.eltwise_entry(entry, x, self.ref(x))
+            return
         refs = [self.ref(a) for a in args]
         if op in MAIN:
             self.prims.append(_main(op, attrs, refs, len(step["type"]["shape"])))
@@ -196,7 +297,12 @@ class _Builder:
 
     def eltwise(self, op, attrs, arg, ref):
         alg, alpha, beta = ELTWISE[op]
-        entry = {"alg": alg, "alpha": float(alpha(attrs)), "beta": float(beta(attrs))}
+        self.eltwise_entry({"alg": alg, "alpha": float(alpha(attrs)), "beta": float(beta(attrs))},
+                           arg, ref)
+
+    def eltwise_entry(self, entry: dict, arg, ref):
+        """``entry`` ({alg, alpha, beta}) applied to step ``arg``: a post-op of its prim when
+        it may take one, else an eltwise prim."""
         p = self.foldable(arg)
         if p is not None:
             self.prims[p]["post_ops"].append({"op": "eltwise", **entry})

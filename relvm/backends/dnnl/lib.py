@@ -150,7 +150,8 @@ FORWARD_INFERENCE = 96       # dnnl_forward_inference
 SCRATCHPAD_USER = 1          # dnnl_scratchpad_mode_user
 CONVOLUTION_DIRECT = 1
 ELTWISE = {"relu": 32, "tanh": 33, "elu": 34, "abs": 36, "sqrt": 37, "linear": 38,
-           "logistic": 41, "exp": 42, "log": 45, "clip": 46}
+           "hardsigmoid": 40, "logistic": 41, "exp": 42, "swish": 44, "log": 45, "clip": 46,
+           "hardswish": 52}
 POOLING = {"max": 511, "avg_include_padding": 767, "avg_exclude_padding": 1023}
 BINARY = {"add": 131056, "mul": 131057, "sub": 131061}
 SOFTMAX_ACCURATE = 196608

@@ -5,7 +5,9 @@ A predicate refuses what oneDNN would compute differently from the op's NumPy re
 ``a_min > a_max`` (oneDNN clamps to a_min there, relvm gives a_max), layer_norm over any axis
 but the last, pooling windows that can cover only padding (relvm gives -inf / 0, oneDNN the
 lowest float / NaN), and avg pooling with both ceil_mode and count_include_pad (relvm does not
-count the extra ceil_mode padding, oneDNN does).
+count the extra ceil_mode padding, oneDNN does). A lone add, multiply or subtract is taken when
+one operand has the result's shape (SiLU's and squeeze-excite's multiplies), so that a network's
+blocks make one region rather than one per conv.
 """
 
 from __future__ import annotations
@@ -95,6 +97,17 @@ def _single_ok(views: list[OpView]) -> bool:
     return _float32(v) and len(v.output.shape) <= 12 and _epilogue_ok(v, v)
 
 
+def _binary_ok(views: list[OpView]) -> bool:
+    """A lone add/multiply/subtract (SiLU's and squeeze-excite's multiply, hard-swish's
+    scaling): one operand has the result's shape, the other broadcasts into it."""
+    v = views[0]
+    if not _float32(v) or len(v.output.shape) > 12 or len(v.inputs) != 2:
+        return False
+    out = tuple(v.output.shape)
+    return any(tuple(t.shape) == out for t in v.inputs) and \
+        all(len(t.shape) <= len(out) for t in v.inputs)
+
+
 PATTERNS = [
     Pattern("conv2d", ("nn.conv2d",) + _CHAIN, _conv_ok),
     Pattern("dense", ("nn.dense",) + _CHAIN, _chain_ok),
@@ -104,4 +117,5 @@ PATTERNS = [
     Pattern("layer_norm", ("nn.layer_norm",), _layer_norm_ok),
     Pattern("softmax", ("nn.softmax",), _softmax_ok),
     Pattern("eltwise", ("|".join(ELTWISE),), _single_ok),
+    Pattern("binary", ("add|multiply|subtract",), _binary_ok),
 ]
