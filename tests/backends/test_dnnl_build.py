@@ -202,7 +202,8 @@ MUTANTS = textwrap.dedent("""
             elif isinstance(v, (int, float)):
                 new = r.choice([0, 1, -1, v + 1, v - 1, v * 2, 2 ** 31, 64, 1e30, float("inf")])
             elif isinstance(v, str):
-                new = r.choice(["in", "prim", "relu", "add", "mul", "max", "conv", ""])
+                new = r.choice(["in", "prim", "relu", "add", "mul", "max", "conv", "", "bf16",
+                                "swish", "hardswish"])
             elif isinstance(v, list):
                 new = r.choice([[], v[:1], v + v[-1:], None, [0, 0]])
             else:

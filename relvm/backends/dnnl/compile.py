@@ -360,7 +360,7 @@ def compile_region(region, precision: str = "f32") -> bytes:
     ----------
     region : relvm.backends.external.Region
     precision : {"f32", "bf16"}
-        How the region's activations and conv weights are stored (see the module docstring).
+        "bf16": bfloat16 activations, conv weights and matmul operands (module docstring).
 
     Returns
     -------
