@@ -53,6 +53,66 @@ def region(inputs, steps, outputs=None, constant=(), values=None):
                   tuple(values.get(i) for i in range(len(inputs))))
 
 
+#: conv2d attributes and weight shapes, one per kind of conv oneDNN runs: padded, strided with
+#: uneven padding, dilated, grouped, depthwise, 1x1.
+CONV_KINDS = [
+    ({"padding": [1, 1, 1, 1]}, (8, 4, 3, 3)),
+    ({"strides": [2, 2], "padding": [0, 1, 2, 1]}, (8, 4, 3, 3)),
+    ({"dilation": [2, 2], "padding": [2, 2]}, (8, 4, 3, 3)),
+    ({"groups": 2, "padding": 1}, (8, 2, 3, 3)),
+    ({"groups": 4, "padding": 1}, (4, 1, 3, 3)),  # depthwise
+    ({}, (16, 4, 1, 1)),
+]
+
+
+def resnet_block():
+    """(region, input shapes): a ResNet stem and block as one region -- 7x7/2 stem on 3
+    channels with bias and relu, max pool, 3x3 convs with a residual add of the pool's result,
+    a strided 1x1 downsample, an average and a global average pool. Inputs 1-5 are weights."""
+    x, c = (1, 3, 32, 32), 16
+    steps = [
+        ("nn.conv2d", {"strides": [2, 2], "padding": [3, 3, 3, 3]}, [("in", 0), ("in", 1)],
+         [1, c, 16, 16]),
+        ("nn.bias_add", {"axis": 1}, [("step", 0), ("in", 2)], [1, c, 16, 16]),
+        ("nn.relu", {}, [("step", 1)], [1, c, 16, 16]),
+        ("nn.max_pool2d", {"pool_size": [3, 3], "strides": [2, 2], "padding": [1, 1]},
+         [("step", 2)], [1, c, 8, 8]),
+        ("nn.conv2d", {"padding": [1, 1, 1, 1]}, [("step", 3), ("in", 3)], [1, c, 8, 8]),
+        ("nn.relu", {}, [("step", 4)], [1, c, 8, 8]),
+        ("nn.conv2d", {"padding": [1, 1, 1, 1]}, [("step", 5), ("in", 4)], [1, c, 8, 8]),
+        ("add", {}, [("step", 6), ("step", 3)], [1, c, 8, 8]),
+        ("nn.relu", {}, [("step", 7)], [1, c, 8, 8]),
+        ("nn.conv2d", {"strides": [2, 2]}, [("step", 8), ("in", 5)], [1, 2 * c, 4, 4]),
+        ("nn.avg_pool2d", {"pool_size": [2, 2], "strides": [2, 2]}, [("step", 9)],
+         [1, 2 * c, 2, 2]),
+        ("nn.global_avg_pool2d", {}, [("step", 9)], [1, 2 * c, 1, 1]),
+    ]
+    shapes = (x, (c, 3, 7, 7), (c,), (c, c, 3, 3), (c, c, 3, 3), (2 * c, c, 1, 1))
+    return region(shapes, steps, outputs=[("step", 8), ("step", 10), ("step", 11)],
+                  constant=(1, 2, 3, 4, 5)), shapes
+
+
+def mobilenet_block():
+    """(region, input shapes): an inverted residual -- 1x1 expand, relu6, depthwise 3x3, 1x1
+    project with the block's input added -- then a strided depthwise conv. Inputs 1-4 are
+    weights."""
+    c, e = 8, 32
+    steps = [
+        ("nn.conv2d", {}, [("in", 0), ("in", 1)], [1, e, 12, 12]),
+        ("clip", {"a_min": 0.0, "a_max": 6.0}, [("step", 0)], [1, e, 12, 12]),
+        ("nn.conv2d", {"padding": [1, 1, 1, 1], "groups": e}, [("step", 1), ("in", 2)],
+         [1, e, 12, 12]),
+        ("clip", {"a_min": 0.0, "a_max": 6.0}, [("step", 2)], [1, e, 12, 12]),
+        ("nn.conv2d", {}, [("step", 3), ("in", 3)], [1, c, 12, 12]),
+        ("add", {}, [("in", 0), ("step", 4)], [1, c, 12, 12]),
+        ("nn.conv2d", {"strides": [2, 2], "padding": [1, 1, 1, 1], "groups": c},
+         [("step", 5), ("in", 4)], [1, c, 6, 6]),
+    ]
+    shapes = ((1, c, 12, 12), (e, c, 1, 1), (e, 1, 3, 3), (c, e, 1, 1), (c, 1, 3, 3))
+    return region(shapes, steps, outputs=[("step", 5), ("step", 6)],
+                  constant=(1, 2, 3, 4)), shapes
+
+
 def assert_no_reference_impl(kernel):
     """oneDNN's ``ref`` implementations are 10-100x slower than its jit ones (a residual conv
     whose operand's layout differed from its dst's took 400 ms): every primitive of every

@@ -12,7 +12,8 @@ import sys
 import numpy as np
 import pytest
 
-from dnnlcases import Constants, assert_no_reference_impl, reference, region
+from dnnlcases import (CONV_KINDS, Constants, assert_no_reference_impl, mobilenet_block,
+                       reference, region, resnet_block)
 from relvm.backends.external import TensorInfo
 from relvm.errors import RelvmFormatError
 
@@ -56,14 +57,7 @@ def conv_steps(attrs, x, w, out, extra=()):
     return [("nn.conv2d", attrs, [("in", 0), ("in", 1)], out)] + list(extra)
 
 
-@pytest.mark.parametrize("attrs,wshape", [
-    ({"padding": [1, 1, 1, 1]}, (8, 4, 3, 3)),
-    ({"strides": [2, 2], "padding": [0, 1, 2, 1]}, (8, 4, 3, 3)),
-    ({"dilation": [2, 2], "padding": [2, 2]}, (8, 4, 3, 3)),
-    ({"groups": 2, "padding": 1}, (8, 2, 3, 3)),
-    ({"groups": 4, "padding": 1}, (4, 1, 3, 3)),  # depthwise
-    ({}, (16, 4, 1, 1)),
-])
+@pytest.mark.parametrize("attrs,wshape", CONV_KINDS)
 def test_conv2d_bias_relu_symbolic(attrs, wshape):
     o = wshape[0]
     steps = [("nn.conv2d", attrs, [("in", 0), ("in", 1)], ["n", o, "h", "w"]),
@@ -96,30 +90,9 @@ def test_conv_chain_keeps_blocked_layout_between_convs():
 
 
 def test_resnet_like_region_runs_jit_only():
-    """A ResNet stem and block as one region: 7x7/2 stem on 3 channels, max pool after it,
-    3x3 convs with a residual add of the pool's result, a strided 1x1 downsample, a global
-    average pool; every value in the region's one activation layout."""
-    x, c = (1, 3, 32, 32), 16
-    steps = [
-        ("nn.conv2d", {"strides": [2, 2], "padding": [3, 3, 3, 3]}, [("in", 0), ("in", 1)],
-         [1, c, 16, 16]),
-        ("nn.bias_add", {"axis": 1}, [("step", 0), ("in", 2)], [1, c, 16, 16]),
-        ("nn.relu", {}, [("step", 1)], [1, c, 16, 16]),
-        ("nn.max_pool2d", {"pool_size": [3, 3], "strides": [2, 2], "padding": [1, 1]},
-         [("step", 2)], [1, c, 8, 8]),
-        ("nn.conv2d", {"padding": [1, 1, 1, 1]}, [("step", 3), ("in", 3)], [1, c, 8, 8]),
-        ("nn.relu", {}, [("step", 4)], [1, c, 8, 8]),
-        ("nn.conv2d", {"padding": [1, 1, 1, 1]}, [("step", 5), ("in", 4)], [1, c, 8, 8]),
-        ("add", {}, [("step", 6), ("step", 3)], [1, c, 8, 8]),
-        ("nn.relu", {}, [("step", 7)], [1, c, 8, 8]),
-        ("nn.conv2d", {"strides": [2, 2]}, [("step", 8), ("in", 5)], [1, 2 * c, 4, 4]),
-        ("nn.avg_pool2d", {"pool_size": [2, 2], "strides": [2, 2]}, [("step", 9)],
-         [1, 2 * c, 2, 2]),
-        ("nn.global_avg_pool2d", {}, [("step", 9)], [1, 2 * c, 1, 1]),
-    ]
-    shapes = (x, (c, 3, 7, 7), (c,), (c, c, 3, 3), (c, c, 3, 3), (2 * c, c, 1, 1))
-    reg = region(shapes, steps, outputs=[("step", 8), ("step", 10), ("step", 11)],
-                 constant=(1, 2, 3, 4, 5))
+    """A ResNet stem and block as one region (dnnlcases.resnet_block): every value in the
+    region's one activation layout, the residual add fused."""
+    reg, shapes = resnet_block()
     art = json.loads(dnnl.compile_region(reg))
     assert [p["kind"] for p in art["prims"]] == ["conv", "pool", "conv", "conv", "conv",
                                                  "pool", "pool"]
@@ -128,22 +101,9 @@ def test_resnet_like_region_runs_jit_only():
 
 
 def test_mobilenet_like_region_runs_jit_only():
-    """Inverted residual: 1x1 expand, relu6, depthwise 3x3 (stride 1 and 2), 1x1 project with
-    the block's input added; the region's input is read by two prims."""
-    c, e = 8, 32
-    steps = [
-        ("nn.conv2d", {}, [("in", 0), ("in", 1)], [1, e, 12, 12]),
-        ("clip", {"a_min": 0.0, "a_max": 6.0}, [("step", 0)], [1, e, 12, 12]),
-        ("nn.conv2d", {"padding": [1, 1, 1, 1], "groups": e}, [("step", 1), ("in", 2)],
-         [1, e, 12, 12]),
-        ("clip", {"a_min": 0.0, "a_max": 6.0}, [("step", 2)], [1, e, 12, 12]),
-        ("nn.conv2d", {}, [("step", 3), ("in", 3)], [1, c, 12, 12]),
-        ("add", {}, [("in", 0), ("step", 4)], [1, c, 12, 12]),
-        ("nn.conv2d", {"strides": [2, 2], "padding": [1, 1, 1, 1], "groups": c},
-         [("step", 5), ("in", 4)], [1, c, 6, 6]),
-    ]
-    shapes = ((1, c, 12, 12), (e, c, 1, 1), (e, 1, 3, 3), (c, e, 1, 1), (c, 1, 3, 3))
-    reg = region(shapes, steps, outputs=[("step", 5), ("step", 6)], constant=(1, 2, 3, 4))
+    """An inverted residual (dnnlcases.mobilenet_block); the region's input is read by two
+    prims."""
+    reg, shapes = mobilenet_block()
     run(reg, [shapes], constant=(1, 2, 3, 4))
 
 

@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 
 import relvm
-from dnnlcases import (BLOCK, BLOCK_WEIGHTS, CNN, CNN_WEIGHTS, Constants,
-                       assert_no_reference_impl, reference, region)
+from dnnlcases import (BLOCK, BLOCK_WEIGHTS, CNN, CNN_WEIGHTS, CONV_KINDS, Constants,
+                       assert_no_reference_impl, mobilenet_block, reference, region,
+                       resnet_block)
 from isolation import run_python
 from relvm.errors import RelvmFormatError, RelvmKernelError
 from relvm.ops.registry import OPS
@@ -65,15 +66,8 @@ def test_rounding_helper_rounds_to_nearest_even() -> None:
     assert bf16(x).tolist() == [1.0, 1.0, 1 + 2 * one_ulp, 1 + one_ulp, -2.5]
 
 
-@pytest.mark.parametrize("attrs,wshape", [
-    ({"padding": [1, 1, 1, 1]}, (8, 4, 3, 3)),
-    ({"strides": [2, 2], "padding": [0, 1, 2, 1]}, (8, 4, 3, 3)),
-    ({"dilation": [2, 2], "padding": [2, 2]}, (8, 4, 3, 3)),
-    ({"groups": 2, "padding": 1}, (8, 2, 3, 3)),
-    ({"groups": 4, "padding": 1}, (4, 1, 3, 3)),  # depthwise
-    ({}, (16, 4, 1, 1)),
-    ({"data_layout": "NHWC", "padding": 1}, (8, 4, 3, 3)),
-])
+@pytest.mark.parametrize("attrs,wshape",
+                         CONV_KINDS + [({"data_layout": "NHWC", "padding": 1}, (8, 4, 3, 3))])
 def test_a_conv_is_the_float32_conv_of_bf16_values_rounded_once(attrs, wshape) -> None:
     o = wshape[0]
     nhwc = attrs.get("data_layout") == "NHWC"
@@ -172,50 +166,19 @@ def _close_bf16(got, want, layers: int) -> None:
         assert err <= 2.0 ** -7 * layers * scale, (err, scale)
 
 
-def _block(name):
-    c, e = 16, 32
-    if name == "resnet":
-        steps = [
-            ("nn.conv2d", {"strides": [2, 2], "padding": [3, 3, 3, 3]},
-             [("in", 0), ("in", 1)], [1, c, 16, 16]),
-            ("nn.relu", {}, [("step", 0)], [1, c, 16, 16]),
-            ("nn.max_pool2d", {"pool_size": [3, 3], "strides": [2, 2], "padding": [1, 1]},
-             [("step", 1)], [1, c, 8, 8]),
-            ("nn.conv2d", {"padding": [1, 1, 1, 1]}, [("step", 2), ("in", 2)], [1, c, 8, 8]),
-            ("nn.relu", {}, [("step", 3)], [1, c, 8, 8]),
-            ("nn.conv2d", {"padding": [1, 1, 1, 1]}, [("step", 4), ("in", 3)], [1, c, 8, 8]),
-            ("add", {}, [("step", 5), ("step", 2)], [1, c, 8, 8]),
-            ("nn.relu", {}, [("step", 6)], [1, c, 8, 8]),
-            ("nn.global_avg_pool2d", {}, [("step", 7)], [1, c, 1, 1]),
-        ]
-        shapes = ((1, 3, 32, 32), (c, 3, 7, 7), (c, c, 3, 3), (c, c, 3, 3))
-        return region(shapes, steps, outputs=[("step", 7), ("step", 8)],
-                      constant=(1, 2, 3)), shapes, 3
-    steps = [
-        ("nn.conv2d", {}, [("in", 0), ("in", 1)], [1, e, 12, 12]),
-        ("clip", {"a_min": 0.0, "a_max": 6.0}, [("step", 0)], [1, e, 12, 12]),
-        ("nn.conv2d", {"padding": [1, 1, 1, 1], "groups": e}, [("step", 1), ("in", 2)],
-         [1, e, 12, 12]),
-        ("clip", {"a_min": 0.0, "a_max": 6.0}, [("step", 2)], [1, e, 12, 12]),
-        ("nn.conv2d", {}, [("step", 3), ("in", 3)], [1, c, 12, 12]),
-        ("add", {}, [("in", 0), ("step", 4)], [1, c, 12, 12]),
-    ]
-    shapes = ((1, c, 12, 12), (e, c, 1, 1), (e, 1, 3, 3), (c, e, 1, 1))
-    return region(shapes, steps, constant=(1, 2, 3)), shapes, 3
-
-
-@pytest.mark.parametrize("name", ["resnet", "mobilenet"])
-def test_whole_blocks_stay_within_bfloat16_error(name) -> None:
-    reg, shapes, layers = _block(name)
+@pytest.mark.parametrize("block", [resnet_block, mobilenet_block])
+def test_whole_blocks_stay_within_bfloat16_error(block) -> None:
+    reg, shapes = block()
     xs = [RNG.standard_normal(s, dtype=np.float32) for s in shapes]
-    xs[1:] = [(x / np.sqrt(x[0].size)).astype(np.float32) for x in xs[1:]]  # keep sizes
+    xs[1:] = [(x / np.sqrt(x[0].size)).astype(np.float32) if x.ndim == 4 else x
+              for x in xs[1:]]  # weights keep activations' sizes
     kernel = kernel_for(reg, Constants(xs[1:]))
     if kernel is None:
         return
     want = reference(reg.steps, xs, reg.outputs)
     got = [np.full(w.shape, np.nan, np.float32) for w in want]
     kernel(*xs, *got)
-    _close_bf16(got, want, layers)
+    _close_bf16(got, want, layers=5)
     # the f32 backend gives float32's rounding only: the difference is bfloat16's
     f32 = dnnl.make_kernel(dnnl.compile_region(reg), Constants(xs[1:]))
     exact = [np.full(w.shape, np.nan, np.float32) for w in want]
@@ -225,7 +188,7 @@ def test_whole_blocks_stay_within_bfloat16_error(name) -> None:
 
 
 def test_the_artifact_says_its_precision() -> None:
-    reg, _, _ = _block("mobilenet")
+    reg, _ = mobilenet_block()
     doc = json.loads(dnnl.compile_region(reg))
     assert doc["precision"] == "f32"
     del doc["precision"]  # artifacts saved before precisions existed read as float32
@@ -240,7 +203,7 @@ def test_the_artifact_says_its_precision() -> None:
 def test_cost_model_takes_backbones_of_any_conv_kind() -> None:
     """Depthwise and 1x1 convs count in bf16 (MobileNet-v2's backbone: 0.66x relvm's time),
     where the float32 model refuses them (1.36x); a lone conv with a wide edge does not."""
-    mobilenet, _, _ = _block("mobilenet")
+    mobilenet, _ = mobilenet_block()
     assert dnnl.worth_bf16(mobilenet) is False  # a 12x12 block: too little work per edge
     c = 64
     steps, prev = [], ("in", 0)
