@@ -38,6 +38,9 @@ _ORT_TYPES = {"float32": "float", "float64": "double", "float16": "float16",
 PROVIDERS = ("CPUExecutionProvider",)
 #: ONNX Runtime's names of execution providers that are relvm external backends.
 EXTERNAL_PROVIDERS = {"DnnlExecutionProvider": "dnnl"}
+#: relvm's options of those providers: option -> {value: the backend it picks}.
+PROVIDER_OPTIONS = {"DnnlExecutionProvider": {"precision": {"fp32": "dnnl",
+                                                            "bf16": "dnnl_bf16"}}}
 EXECUTABLE_MAGIC = b"RELVMEXE"
 
 
@@ -113,7 +116,12 @@ class InferenceSession:
         ``"CPUExecutionProvider"`` (the default), and ``"DnnlExecutionProvider"`` before it to
         give the regions oneDNN takes to relvm's oneDNN backend (``relvm.partition``; for
         models compiled here, not ``.rvm`` files); anything else is a RelvmInputError, as ORT
-        refuses providers it was not built with.
+        refuses providers it was not built with. A provider may come as ``(name, options)``.
+    provider_options : sequence of dict, optional
+        Options per provider, in the order of ``providers``. ``DnnlExecutionProvider`` takes
+        ``{"precision": "fp32" | "bf16"}`` (relvm's own option; ``"bf16"`` is the
+        ``dnnl_bf16`` backend: bfloat16 convs and matmuls on CPUs with AVX512_BF16 or AMX).
+        Options of the CPU provider are ignored; any other is a RelvmInputError.
     params : mapping or str, optional
         Weights of a ``.relay`` file or Module: a dict, or the ``.npz`` ``relvm import`` wrote.
     upper_bounds : mapping of str to int, optional
@@ -135,7 +143,7 @@ class InferenceSession:
                  upper_bounds: Mapping[str, int] | None = None,
                  trust_native_code: bool = False, **kwargs: Any):
         self._options = sess_options or SessionOptions()
-        self._providers = _check_providers(providers)
+        self._providers, self._provider_options = _check_providers(providers, provider_options)
         self._meta = ModelMetadata()
         if self._options.intra_op_num_threads:
             from .runtime.threads import set_num_threads
@@ -212,7 +220,8 @@ class InferenceSession:
 
         if isinstance(params, (str, os.PathLike)):
             params = _read_weights(os.fspath(params))[0]
-        targets = [EXTERNAL_PROVIDERS[p] for p in self._providers if p in EXTERNAL_PROVIDERS]
+        targets = [_target(p, self._provider_options[p]) for p in self._providers
+                   if p in EXTERNAL_PROVIDERS]
         return build(module, params=params, upper_bounds=bounds, targets=targets)
 
     # --- ONNX Runtime's API --------------------------------------------------------------------
@@ -233,14 +242,14 @@ class InferenceSession:
         return list(self._providers)
 
     def get_provider_options(self) -> dict:
-        return {p: {} for p in self._providers}
+        return {p: dict(self._provider_options[p]) for p in self._providers}
 
     def get_session_options(self) -> SessionOptions:
         return self._options
 
     def set_providers(self, providers: Sequence[Any] | None = None,
                       provider_options: Any = None) -> None:
-        self._providers = _check_providers(providers)
+        self._providers, self._provider_options = _check_providers(providers, provider_options)
 
     def end_profiling(self) -> str:
         return ""
@@ -403,14 +412,48 @@ class IOBinding:
 
 # --- helpers ---------------------------------------------------------------------------------
 
-def _check_providers(providers: Sequence[Any] | None) -> list[str]:
-    names = [p[0] if isinstance(p, (tuple, list)) else p for p in (providers or PROVIDERS)]
+def _check_providers(providers: Sequence[Any] | None,
+                     provider_options: Any = None) -> tuple[list[str], dict[str, dict]]:
+    """The providers' names in relvm's order and each one's options, checked."""
+    given = list(providers or PROVIDERS)
+    names = [p[0] if isinstance(p, (tuple, list)) else p for p in given]
     known = tuple(EXTERNAL_PROVIDERS) + PROVIDERS
     others = [p for p in names if p not in known]
     if others:
         raise RelvmInputError(f"relvm runs on the CPU only: provider {others[0]!r} is not "
                               f"available; available providers: {', '.join(known)}")
-    return [p for p in names if p in EXTERNAL_PROVIDERS] + list(PROVIDERS)
+    each = [p[1] if isinstance(p, (tuple, list)) and len(p) > 1 else {} for p in given]
+    if provider_options is not None:
+        if not isinstance(provider_options, (list, tuple)) or \
+                len(provider_options) != len(given):
+            raise RelvmInputError(f"provider_options must be a list of one dict per provider "
+                                  f"({len(given)})")
+        each = [{**a, **b} if isinstance(a, Mapping) and isinstance(b, Mapping) else b
+                for a, b in zip(each, provider_options)]
+    options: dict[str, dict] = {p: {} for p in PROVIDERS}
+    for name, opts in zip(names, each):
+        if not isinstance(opts, Mapping):
+            raise RelvmInputError(f"the options of {name} must be a dict, not "
+                                  f"{type(opts).__name__}")
+        if name in EXTERNAL_PROVIDERS:
+            allowed = PROVIDER_OPTIONS.get(name, {})
+            for key, value in opts.items():
+                if key not in allowed:
+                    raise RelvmInputError(f"{name} has no option {key!r}; relvm's options: "
+                                          f"{', '.join(allowed) or 'none'}")
+                if str(value) not in allowed[key]:
+                    raise RelvmInputError(f"{name} option {key}={value!r}: expected one of "
+                                          f"{', '.join(allowed[key])}")
+            options[name] = {key: str(value) for key, value in opts.items()}
+    order = [p for p in names if p in EXTERNAL_PROVIDERS] + list(PROVIDERS)
+    return order, options
+
+
+def _target(provider: str, options: dict) -> str:
+    """The external backend a provider with ``options`` builds for."""
+    precision = options.get("precision")
+    return EXTERNAL_PROVIDERS[provider] if precision is None else \
+        PROVIDER_OPTIONS[provider]["precision"][precision]
 
 
 def _check_device(device: str) -> None:

@@ -173,6 +173,15 @@ def test_an_inference_session_takes_the_dnnl_provider(tmp_path) -> None:
     for shape in [(1, 16, 20, 20), (2, 16, 9, 31)]:
         x = RNG.standard_normal(shape, dtype=np.float32)
         _close(sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0])
+    if dnnl.available_bf16() is None:  # relvm's provider option: oneDNN in bfloat16
+        bf16 = relvm.InferenceSession(path, providers=["DnnlExecutionProvider"],
+                                      provider_options=[{"precision": "bf16"}])
+        assert bf16.get_provider_options()["DnnlExecutionProvider"] == {"precision": "bf16"}
+        assert [a.compiler for a in bf16._exe.externals.values()] == ["dnnl_bf16"]
+        x = RNG.standard_normal((1, 16, 20, 20), dtype=np.float32)
+        want = ref.run(None, {"x": x})[0]
+        got = bf16.run(None, {"x": x})[0]
+        assert np.abs(got - want).max() <= 2 ** -7 * 7 * np.abs(want).max()  # 7 bf16 convs
 
 
 MUTANTS = textwrap.dedent("""

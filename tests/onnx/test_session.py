@@ -108,6 +108,26 @@ def test_only_the_cpu_provider(model_path):
         relvm.InferenceSession(model_path, providers=["CUDAExecutionProvider"])
 
 
+@pytest.mark.parametrize("providers,options,message", [
+    (["DnnlExecutionProvider"], [{"precision": "fp16"}],
+     "DnnlExecutionProvider option precision='fp16': expected one of fp32, bf16"),
+    ([("DnnlExecutionProvider", {"threads": 4})], None,
+     "DnnlExecutionProvider has no option 'threads'; relvm's options: precision"),
+    (["DnnlExecutionProvider", "CPUExecutionProvider"], [{}],
+     "provider_options must be a list of one dict per provider \\(2\\)"),
+    (["DnnlExecutionProvider"], ["bf16"], "the options of DnnlExecutionProvider must be a dict"),
+])
+def test_provider_options_are_checked(model_path, providers, options, message):
+    with pytest.raises(relvm.RelvmInputError, match=message):
+        relvm.InferenceSession(model_path, providers=providers, provider_options=options)
+
+
+def test_cpu_provider_options_are_ignored_as_ort_ignores_unknown_ones(model_path):
+    sess = relvm.InferenceSession(model_path, providers=[("CPUExecutionProvider",
+                                                          {"arena_extend_strategy": "x"})])
+    assert sess.get_provider_options() == {"CPUExecutionProvider": {}}
+
+
 def test_io_binding_writes_into_the_callers_memory(sess):
     x = RNG.standard_normal((2, 4)).astype(np.float32)
     relu = np.full((2, 3), np.nan, np.float32)
