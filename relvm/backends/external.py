@@ -141,6 +141,63 @@ class Region:
                 "outputs": [list(r) for r in self.outputs]}
 
 
+#: Ops whose work is counted in multiply-adds (any other op touches each element once).
+PRODUCTS = frozenset({"nn.conv2d", "nn.dense", "nn.matmul", "nn.batch_matmul",
+                      "nn.conv2d_transpose"})
+
+
+def _count(shape, nominal_dim: int) -> int:
+    n = 1
+    for d in shape:
+        n *= d if isinstance(d, int) else nominal_dim
+    return n
+
+
+def op_work(view: OpView, nominal_dim: int) -> int:
+    """Multiply-adds (products, convs) or elements touched (anything else) of one op, symbolic
+    dims counted as ``nominal_dim``: what cost models measure work in."""
+    out = 0 if view.output is None else _count(view.output.shape, nominal_dim)
+    ins = [t for t in view.inputs if t is not None]
+    if view.op == "nn.conv2d" and len(ins) >= 2 and len(ins[1].shape) == 4:
+        # OIHW weights: each output reads I/groups x kh x kw inputs
+        return out * _count(ins[1].shape[1:], nominal_dim)
+    if view.op in ("nn.dense", "nn.matmul", "nn.batch_matmul") and ins and ins[0].shape:
+        # k: the data's last dim, its second-last when it is transposed (matmul, batch_matmul)
+        k = ins[0].shape[-2] if view.attrs.get("transpose_a") else ins[0].shape[-1]
+        return out * (k if isinstance(k, int) else nominal_dim)
+    return max([out] + [_count(t.shape, nominal_dim) for t in ins])
+
+
+def _dense_window(view: OpView) -> bool:
+    """A conv with groups 1 and a window larger than 1x1 (a ResNet's 3x3)."""
+    w = view.inputs[1] if len(view.inputs) > 1 else None
+    return (view.op == "nn.conv2d" and view.attrs.get("groups", 1) == 1 and w is not None
+            and len(w.shape) == 4 and _count(w.shape[2:], 1) > 1)
+
+
+@dataclass(frozen=True)
+class Measure:
+    """A region's size for a cost model: ``work`` (:func:`op_work` summed), the part of it in
+    dense convs with windows larger than 1x1 (``dense_window_work``), and ``edge``, the
+    elements crossing its boundary (inputs that are not constants, and results; at least 1)."""
+
+    work: int
+    dense_window_work: int
+    edge: int
+
+
+def measure(region: Region, nominal_dim: int) -> Measure:
+    """:class:`Measure` of ``region``, symbolic dims counted as ``nominal_dim``."""
+    views = region.views()
+    works = [op_work(v, nominal_dim) for v in views]
+    constant = list(region.constant) or [False] * len(region.inputs)
+    edge = sum(_count(t.shape, nominal_dim) for t, c in zip(region.inputs, constant) if not c)
+    edge += sum(_count(views[j].output.shape, nominal_dim)
+                for kind, j in region.outputs if kind == "step")
+    return Measure(sum(works), sum(w for w, v in zip(works, views) if _dense_window(v)),
+                   max(edge, 1))
+
+
 def _always(region: Region) -> bool:
     return True
 

@@ -109,47 +109,14 @@ class _Names:
 
 # --- the cost model ------------------------------------------------------------------------------
 
-def _count(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d if isinstance(d, int) else NOMINAL_DIM
-    return n
-
-
-def _elements(t: TensorInfo | None) -> int:
-    return 0 if t is None else _count(t.shape)
-
-
-def op_work(view: OpView) -> int:
-    """Multiply-adds (products, convs) or elements touched (anything else) of one op, with
-    symbolic dims at ``NOMINAL_DIM``: the cost model's measure of work."""
-    out = _elements(view.output)
-    ins = [t for t in view.inputs if t is not None]
-    if view.op == "nn.conv2d" and len(ins) >= 2 and len(ins[1].shape) == 4:
-        # OIHW weights: each output reads I/groups x kh x kw inputs
-        return out * _count(ins[1].shape[1:])
-    if view.op in ("nn.dense", "nn.matmul", "nn.batch_matmul") and ins and ins[0].shape:
-        # k: the data's last dim, its second-last when it is transposed (matmul, batch_matmul)
-        k = ins[0].shape[-2] if view.attrs.get("transpose_a") else ins[0].shape[-1]
-        return out * (k if isinstance(k, int) else NOMINAL_DIM)
-    return max([out] + [_elements(t) for t in ins])
-
-
 def default_worth(region: Region) -> bool:
     """Whether a region is worth a boundary: it holds a product or conv, and its work is at
     least ``WORK_PER_BOUNDARY_ELEMENT`` times the elements it reads and writes (constants not
     counted: weights are prepared once)."""
-    views = region.views()
-    if not any(v.op in _PRODUCTS for v in views):
+    if not any(s["op"] in external.PRODUCTS for s in region.steps):
         return False
-    work = sum(op_work(v) for v in views)
-    moved = sum(_elements(t) for t, c in zip(region.inputs, region.constant) if not c)
-    moved += sum(_elements(views[j].output) for kind, j in region.outputs if kind == "step")
-    return work >= WORK_PER_BOUNDARY_ELEMENT * max(moved, 1)
-
-
-_PRODUCTS = frozenset({"nn.conv2d", "nn.dense", "nn.matmul", "nn.batch_matmul",
-                       "nn.conv2d_transpose"})
+    m = external.measure(region, NOMINAL_DIM)
+    return m.work >= WORK_PER_BOUNDARY_ELEMENT * m.edge
 
 
 # --- describing IR as plain data -----------------------------------------------------------------

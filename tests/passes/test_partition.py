@@ -227,17 +227,27 @@ def @main(%x: Tensor[(1, 4, 8, 8), float32], %y: Tensor[(1, 4, 8, 8), float32],
 
 
 def test_the_cost_model_counts_a_products_multiply_adds() -> None:
-    from relvm.passes.partition import NOMINAL_DIM, op_work
-
+    """relvm's one measure of work (partition's default cost model and the oneDNN one)."""
     f32 = lambda *shape: X.TensorInfo("float32", shape)  # noqa: E731
     # (8, 32) = (64, 8)^T (64, 32): 64 multiply-adds per result, whichever side is transposed
     for op in ("nn.matmul", "nn.batch_matmul"):
         view = X.OpView(op, {"transpose_a": True}, (f32(64, 8), f32(64, 32)), f32(8, 32))
-        assert op_work(view) == 8 * 32 * 64
+        assert X.op_work(view, 8) == 8 * 32 * 64
     view = X.OpView("nn.matmul", {}, (f32(8, 64), f32(64, 32)), f32(8, 32))
-    assert op_work(view) == 8 * 32 * 64
+    assert X.op_work(view, 8) == 8 * 32 * 64
     conv = X.OpView("nn.conv2d", {"groups": 4}, (f32("n", 16, 8, 8), f32(32, 4, 3, 3)),
                     f32("n", 32, 8, 8))
-    assert op_work(conv) == NOMINAL_DIM * 32 * 64 * 4 * 9
+    assert X.op_work(conv, 8) == 8 * 32 * 64 * 4 * 9
     relu = X.OpView("nn.relu", {}, (f32(4, 10),), f32(4, 10))
-    assert op_work(relu) == 40
+    assert X.op_work(relu, 8) == 40
+    # a region: a 3x3 conv (dense window), a 1x1 conv, then the result; the weights are
+    # constants, so only the data and the result cross the edge
+    steps = ({"op": "nn.conv2d", "attrs": {}, "args": [["in", 0], ["in", 1]],
+              "type": {"dtype": "float32", "shape": ["n", 4, 8, 8]}},
+             {"op": "nn.conv2d", "attrs": {}, "args": [["step", 0], ["in", 2]],
+              "type": {"dtype": "float32", "shape": ["n", 2, 8, 8]}})
+    region = X.Region("r", (f32("n", 4, 8, 8), f32(4, 4, 3, 3), f32(2, 4, 1, 1)), steps,
+                      (("step", 1),), (False, True, True))
+    m = X.measure(region, 8)
+    assert m == X.Measure(work=8 * 4 * 64 * 36 + 8 * 2 * 64 * 4,
+                          dense_window_work=8 * 4 * 64 * 36, edge=8 * 4 * 64 + 8 * 2 * 64)

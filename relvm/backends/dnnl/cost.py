@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import math
 
+from .. import external
+
 KXK_SHARE = 0.4
 CONV_WORK_PER_ELEMENT = 5000.0
 MATMUL_WORK_PER_ELEMENT = 1000.0
@@ -45,39 +47,12 @@ def _dims(shape) -> list[int]:
     return [d if isinstance(d, int) else SYMBOLIC_DIM for d in shape]
 
 
-def _count(shape) -> int:
-    return math.prod(_dims(shape))
-
-
-def _flops(step: dict, ins: list) -> tuple[float, bool]:
-    """(flops of one step, whether it is a dense conv with a window larger than 1x1)."""
-    op, attrs, out = step["op"], step["attrs"], step["type"]["shape"]
-    if op == "nn.conv2d":
-        o, i, kh, kw = _dims(ins[1])
-        groups = attrs.get("groups", 1)
-        return 2.0 * _count(out) * i * kh * kw, groups == 1 and kh * kw > 1
-    if op in ("nn.dense", "nn.matmul", "nn.batch_matmul"):
-        a = _dims(ins[0])
-        k = a[-2] if attrs.get("transpose_a") else a[-1]
-        return 2.0 * _count(out) * k, False
-    return float(_count(out)), False  # elementwise, pools, norms: one pass over the result
-
-
 def measure(region) -> tuple[float, float, float]:
-    """(work in flops, share of it in dense kxk convs, elements crossing the region's edge)."""
-    shapes: list = []
-    work = kxk = 0.0
-    for step in region.steps:
-        ins = [region.inputs[i].shape if kind == "in" else shapes[i]
-               for kind, i in step["args"]]
-        f, is_kxk = _flops(step, ins)
-        work += f
-        kxk += f if is_kxk else 0.0
-        shapes.append(step["type"]["shape"])
-    constant = list(region.constant) or [False] * len(region.inputs)
-    edge = sum(_count(t.shape) for t, c in zip(region.inputs, constant) if not c)
-    edge += sum(_count(shapes[j]) for kind, j in region.outputs if kind == "step")
-    return work, kxk / max(work, 1.0), float(max(edge, 1))
+    """(work in flops, share of it in dense kxk convs, elements crossing the region's edge):
+    relvm's one measure (``external.measure``, in multiply-adds: two flops each), symbolic
+    dims at ``SYMBOLIC_DIM``."""
+    m = external.measure(region, SYMBOLIC_DIM)
+    return 2.0 * m.work, m.dense_window_work / max(m.work, 1), float(m.edge)
 
 
 #: A conv-free region needs a product of this many rows: a classifier head's dense reads
