@@ -1,10 +1,12 @@
-"""The ``dnnl_bf16`` backend: oneDNN regions whose conv activations and weights are bfloat16.
+"""The ``dnnl_bf16`` backend: oneDNN regions whose conv activations and weights, and matmul
+operands, are bfloat16.
 
-Its contract, checked exactly on single convs: the result is the float32 conv of the inputs and
-weights rounded to bfloat16 (round to nearest even), plus the float32 bias and epilogue, rounded
-to bfloat16 once at the end. Whole regions (a ResNet block, a MobileNet block) and built models
-are checked against float32 within bfloat16's error. On a CPU without AVX512_BF16 or AMX the
-backend is refused with that reason (what these tests then check), never run slowly.
+Its contract, checked exactly: a conv gives the float32 conv of its input and weight rounded to
+bfloat16 (round to nearest even), plus the float32 bias and epilogue, rounded to bfloat16 once
+at the end; a matmul the float32 product of its operands rounded to bfloat16. Whole regions (a
+ResNet block, a MobileNet block) and built models are checked against float32 within bfloat16's
+error. On a CPU without AVX512_BF16 or AMX the backend is refused with that reason (what these
+tests then check), never run slowly.
 
 Fails when libdnnl.so.3 cannot be loaded where the test extra installs it (RELVM_REQUIRE_DNNL,
 tests/conftest.py); skips elsewhere.

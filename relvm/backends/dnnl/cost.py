@@ -100,9 +100,9 @@ def worth_bf16(region) -> bool:
     reaches ``BF16_KXK_WORK_PER_ELEMENT`` (any conv kind counts: a MobileNet-v2 backbone of
     depthwise and 1x1 convs is 0.66x relvm's time in bfloat16, 1.36x in float32); a region
     without convs by :func:`worth_matmul` at ``BF16_MATMUL_WORK_PER_ELEMENT``."""
-    work, kxk_share, edge = measure(region)
     if not any(s["op"] == "nn.conv2d" for s in region.steps):
         return worth_matmul(region, BF16_MATMUL_WORK_PER_ELEMENT)
+    work, kxk_share, edge = measure(region)
     return work >= BF16_WORK_PER_ELEMENT * edge or \
         work * kxk_share >= BF16_KXK_WORK_PER_ELEMENT * edge
 

@@ -300,8 +300,9 @@ def available_bf16() -> str | None:
     if why is not None:
         from ..external import INSTALL
         return f"{why}; {INSTALL['dnnl']}"
-    if not load().bf16_native:
-        why = (f"this CPU (oneDNN's ISA {load().isa:#x}) has no AVX512_BF16 or AMX, so "
+    lib = load()
+    if not lib.bf16_native:
+        why = (f"this CPU (oneDNN's ISA {lib.isa:#x}) has no AVX512_BF16 or AMX, so "
                "oneDNN's bf16 convolutions would not run its fast kernels")
     return why
 

@@ -293,7 +293,9 @@ class _Plan:
         return md, self.memory(md, v.get("address"), v.get("bind"))
 
     def source(self, ref, view, wanted):
-        """The memory of value ``ref`` (a weight computed in the region) in layout ``wanted``."""
+        """The memory of value ``ref`` in layout ``wanted`` (a weight computed in the region, a
+        matmul's bfloat16 operand): the value itself when it has that layout, else a copy
+        reordered at each call."""
         md, mem = self.plain(ref, view)
         if self.lib.dnnl_memory_desc_equal(md, wanted):
             return mem
@@ -497,7 +499,7 @@ def make_kernel(artifact: bytes, constants: Any = None):
         oneDNN's layouts once per VM.
     """
     spec = A.read(artifact)
-    if spec["precision"] == "bf16" and not L.load().bf16_native:
-        raise RelvmKernelError(f"dnnl: a bf16 region needs AVX512_BF16 or AMX; "
-                               f"{L.available_bf16()}")
+    why = L.available_bf16() if spec["precision"] == "bf16" else None
+    if why is not None:
+        raise RelvmKernelError(f"dnnl: a bf16 region cannot run here: {why}")
     return _Kernel(spec, constants)
