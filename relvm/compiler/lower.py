@@ -655,6 +655,16 @@ class FunctionLowering:
         elif op.name == "arange":
             statements = [("set", self.dims.new_slot(out.shape[0]), ("arange_len", 0, 1, 2))]
             args = tuple(in_regs[:3])
+        elif op.name == "dyn.resize2d":
+            sizes = out.shape[2:]
+            statements = []
+            for k, d in enumerate(sizes):
+                if not isinstance(d, int) and self.dims.slot_of(d) is None:
+                    slot = self.dims.new_slot(d)
+                    statements += [("set", slot, ("item", 1, k)),
+                                   ("check", ("max", ("slot", slot), ("const", 0)), ("slot", slot),
+                                    f"resize: size {{b}} of spatial axis {k} is negative")]
+            args = (in_regs[0], in_regs[1])
         elif op.name == "dyn.reshape":
             first = self.dims.num_slots
             for d in out.shape:

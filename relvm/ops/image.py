@@ -1,19 +1,25 @@
-"""``image.resize2d``: resize the H and W axes of NCHW data, with ONNX Resize's semantics.
+"""``image.resize2d``: resize the spatial axes of channels-first data -- ``(N, C, W)``,
+``(N, C, H, W)`` or ``(N, C, D, H, W)`` -- with ONNX Resize's semantics (the name is the 2-d
+case's, which came first; files and programs spell it so).
 
-Output size: ``size`` (static ints) when given, else ``floor(in * scale)`` per axis, computed
-exactly over the value of ``scale`` (a float32 scale ``0.6`` is the rational 5033165/8388608),
-so a symbolic ``h`` gives ``h*2`` for ``scale=2``.
+Output size: ``size`` (static ints, one per spatial axis) when given, else ``floor(in * scale)``
+per axis, as ONNX Runtime computes it (the float32 product: ``0.7 * 10`` is 7), exactly over the
+simplest fraction the float32 scale stands for (7/10), so a symbolic ``h`` gives ``h*2`` for
+``scale=2`` and ``(h*7)/10`` for 0.7. ``dyn.resize2d`` takes
+the sizes as a run-time int64 tensor instead (Resize's ``sizes`` computed from shapes): its
+result's dims are the values type inference knows for them, else fresh dims bound when it runs.
 
-Interpolation is separable, axis by axis (H, then W), as ONNX's reference defines it: each output
+Interpolation is separable, axis by axis (D, then H, then W), as ONNX defines it: each output
 position ``y`` maps to a source coordinate ``x`` by ``coordinate_transformation_mode`` with the
-axis' scale (``scale`` when given, else ``out / in``), then reads its neighbours with weights:
+axis' scale (``scale`` when given, else ``out / in``) and its integer output length, then reads
+its neighbours with weights:
 
 - ``nearest_neighbor``: the input at ``x`` rounded by ``rounding_method``, clamped to the axis.
 - ``linear``: the two inputs around ``x``; ``cubic``: the four, Keys' kernel with ``cubic_alpha``.
   Neighbours past the edge repeat the edge pixel, or with ``cubic_exclude`` get weight 0 (the
   rest renormalized). With ``antialias`` a downscaling axis stretches the kernel by ``1/scale``.
-- ``tf_crop_and_resize`` maps into ``roi`` (``[h0, w0, h1, w1]``, fractions of the axis) and
-  writes ``extrapolation_value`` where ``x`` falls outside the input.
+- ``tf_crop_and_resize`` maps into ``roi`` (starts of every spatial axis, then ends: fractions of
+  the axis) and writes ``extrapolation_value`` where ``x`` falls outside the input.
 
 An axis whose scale is 1, whose size is unchanged and whose roi is the whole axis is copied.
 Source coordinates are computed in float32, operation by operation as ONNX Runtime computes them
@@ -51,47 +57,87 @@ MODES = ("half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel", "tf_
 ROUNDING = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 
 
+def scale_fraction(scale: float) -> Fraction:
+    """The simplest fraction that rounds to ``scale``'s float32, e.g. 7/10 for 0.7.
+
+    ONNX Runtime sizes an axis ``trunc(float32(scale * in))``: the float32 product rounds
+    ``0.7f * 10`` (6.9999999) up to 7, where the exact product of the float's value floors to
+    6. Scaling by the simplest fraction the float stands for gives ONNX Runtime's (and
+    PyTorch's) sizes at every size a tensor has, and stays exact over a symbolic dim.
+    """
+    f32 = np.float32(scale)
+    exact = Fraction(float(f32))
+    if exact.denominator == 1:
+        return exact
+    # Continued-fraction convergents, simplest first; the float's own value is the last.
+    a, b = exact.numerator, exact.denominator
+    h0, h1, k0, k1 = 0, 1, 1, 0
+    while b:
+        q = a // b
+        a, b = b, a - q * b
+        h0, h1 = h1, q * h1 + h0
+        k0, k1 = k1, q * k1 + k0
+        if np.float32(h1 / k1) == f32:
+            return Fraction(h1, k1)
+    return exact
+
+
 def scaled_dim(size: D.Dim, scale: float) -> D.Dim:
-    """``floor(size * scale)``, exactly, for a symbolic or concrete ``size``."""
-    q = Fraction(scale)
-    if q < 0:
+    """ONNX Runtime's ``floor(size * scale)`` (see :func:`scale_fraction`), for a symbolic or
+    concrete ``size``."""
+    if scale < 0:
         raise OpTypeError(f"scale {scale} must not be negative")
+    q = scale_fraction(scale)
     return D.floordiv(size * q.numerator, q.denominator)
 
 
-def _check_attrs(attrs) -> None:
-    for name, n in (("size", 2), ("scale", 2), ("roi", 4)):
-        v = attrs[name]
+def spatial_axes(data: TensorType) -> int:
+    """How many spatial axes channels-first ``data`` has (1 to 3); an OpTypeError otherwise."""
+    if not 3 <= data.ndim <= 5:
+        raise OpTypeError(f"data must be (N, C, W), (N, C, H, W) or (N, C, D, H, W), got "
+                          f"{fmt_shape(data.shape)}")
+    return data.ndim - 2
+
+
+def _check_attrs(attrs, k: int) -> None:
+    for name, n in (("size", k), ("scale", k), ("roi", 2 * k)):
+        v = attrs.get(name)
         if v is not None and len(v) != n:
-            raise OpTypeError(f"{name} must have {n} entries, got {list(v)}")
-    if attrs.size is None and attrs.scale is None:
-        raise OpTypeError("give size or scale")
-    if attrs.size is not None and min(attrs.size) < 0:
-        raise OpTypeError(f"size must not be negative, got {list(attrs.size)}")
-    if attrs.scale is not None and min(attrs.scale) <= 0:
-        raise OpTypeError(f"scale must be positive, got {list(attrs.scale)}")
+            raise OpTypeError(f"{name} must have {n} entries for {k} spatial axes, got {list(v)}")
+    size, scale = attrs.get("size"), attrs.get("scale")
+    if size is not None and min(size, default=0) < 0:
+        raise OpTypeError(f"size must not be negative, got {list(size)}")
+    if scale is not None and min(scale, default=1) <= 0:
+        raise OpTypeError(f"scale must be positive, got {list(scale)}")
     if attrs.coordinate_transformation_mode == "tf_crop_and_resize" and attrs.roi is None:
         raise OpTypeError("coordinate_transformation_mode='tf_crop_and_resize' needs roi")
     if attrs.antialias and attrs.method == "nearest_neighbor":
         raise OpTypeError("antialias applies to linear and cubic, not nearest_neighbor")
 
 
-def _out_size(attrs, shape) -> tuple[D.Dim, D.Dim]:
+def out_size(attrs, shape) -> tuple[D.Dim, ...]:
+    """The spatial sizes of the result of resize2d (``size``, else ``floor(in * scale)``)."""
     if attrs.size is not None:
-        return attrs.size[0], attrs.size[1]
-    return scaled_dim(shape[2], attrs.scale[0]), scaled_dim(shape[3], attrs.scale[1])
+        return tuple(attrs.size)
+    return tuple(scaled_dim(d, s) for d, s in zip(shape[2:], attrs.scale))
 
 
-def _resize2d_type(attrs, d):
-    data = tensor_arg(d, "data")
-    check_rank(data, "data", 4)
+def _check_data(attrs, data: TensorType) -> int:
+    k = spatial_axes(data)
     if attrs.method == "nearest_neighbor":
         check_dtype(data, "data", NUMERIC, "a numeric dtype")
     else:
         check_dtype(data, "data", FLOATS, "a float dtype")
-    _check_attrs(attrs)
-    oh, ow = _out_size(attrs, data.shape)
-    return TensorType(data.shape[:2] + (oh, ow), attrs.out_dtype or data.dtype)
+    _check_attrs(attrs, k)
+    return k
+
+
+def _resize2d_type(attrs, d):
+    data = tensor_arg(d, "data")
+    _check_data(attrs, data)
+    if attrs.size is None and attrs.scale is None:
+        raise OpTypeError("give size or scale")
+    return TensorType(data.shape[:2] + out_size(attrs, data.shape), attrs.out_dtype or data.dtype)
 
 
 # --- the reference: per-axis taps, as ONNX's reference computes them ------------------------------
@@ -100,33 +146,37 @@ def _source_coords(mode: str, y: np.ndarray, scale: float, n_in: int, n_out: int
                    roi: tuple[float, float]) -> tuple[np.ndarray, np.ndarray | None]:
     """The source coordinate of each output position, and (tf_crop_and_resize) which lie outside.
 
-    Computed in float32, operation by operation as ONNX Runtime does, so a coordinate that is an
-    integer in exact arithmetic rounds the same way there (nearest-neighbour picks that pixel).
+    As the operator's text defines them, and ONNX Runtime and PyTorch compute them: the modes
+    that divide by a length divide by the *integer* output length ``n_out`` (``length_resized``),
+    never by the fractional ``n_in * scale`` (onnx's reference evaluator does, and is off by up to
+    the whole output's scale when the product is not an integer); only half_pixel_symmetric's
+    adjustment compares the two. Computed in float32, operation by operation as ONNX Runtime
+    does, so a coordinate that is an integer in exact arithmetic rounds the same way there
+    (nearest-neighbour picks that pixel).
     """
     f = np.float32
     y = y.astype(f)
     s = f(scale)
-    out_width = f(s * f(n_in))
+    length = f(n_out)
     outside = None
     half = f(0.5)
     if mode == "align_corners":
-        x = np.zeros(n_out, f) if out_width == 1 else y * f(n_in - 1) / (out_width - f(1))
+        x = np.zeros(n_out, f) if n_out == 1 else y * f(n_in - 1) / (length - f(1))
     elif mode == "asymmetric":
         x = y / s
     elif mode == "tf_crop_and_resize":
         start, end = f(roi[0]), f(roi[1])
-        if out_width == 1:
-            x = np.full(n_out, (end - start) * f(n_in - 1) / f(2), f)
+        if n_out == 1:
+            x = np.full(n_out, half * (start + end) * f(n_in - 1), f)
         else:
-            x = y * (end - start) * f(n_in - 1) / (out_width - f(1))
-        x = x + start * f(n_in - 1)
+            x = start * f(n_in - 1) + y * (end - start) * f(n_in - 1) / (length - f(1))
         outside = (x < 0) | (x > n_in - 1)
     elif mode == "pytorch_half_pixel":
-        x = np.full(n_out, -half, f) if out_width == 1 else (y + half) / s - half
+        x = np.zeros(n_out, f) if n_out == 1 else (y + half) / s - half
     elif mode == "half_pixel":
         x = (y + half) / s - half
     elif mode == "half_pixel_symmetric":
-        offset = f(n_in) / f(2) * (f(1) - f(n_out) / out_width)
+        offset = f(n_in) / f(2) * (f(1) - length / f(s * f(n_in)))
         x = offset + (y + half) / s - half
     else:  # tf_half_pixel_for_nn
         x = (y + half) / s
@@ -183,6 +233,12 @@ def _coeffs(attrs, ratio: float, scale: float) -> list[float]:
     return _cubic_coeffs(ratio, attrs.cubic_alpha)
 
 
+def axis_scale(attrs, k: int, n_in: int, n_out: int) -> float:
+    """Spatial axis ``k``'s scale: the given one, else ``out / in`` (ONNX Resize's sizes)."""
+    scale = attrs.get("scale")
+    return scale[k] if scale is not None else (n_out / n_in if n_in else 1.0)
+
+
 def axis_taps(attrs, axis: int, n_in: int, n_out: int):
     """(indices, weights, outside) of one axis: each output reads ``n`` clamped input positions.
 
@@ -190,8 +246,9 @@ def axis_taps(attrs, axis: int, n_in: int, n_out: int):
     marking positions that take ``extrapolation_value``. The C kernel computes the same taps.
     """
     k = axis - 2
-    scale = attrs.scale[k] if attrs.scale is not None else (n_out / n_in if n_in else 1.0)
-    roi = (attrs.roi[k], attrs.roi[k + 2]) if attrs.roi is not None else (0.0, 1.0)
+    scale = axis_scale(attrs, k, n_in, n_out)
+    roi = (attrs.roi[k], attrs.roi[k + len(attrs.roi) // 2]) if attrs.roi is not None \
+        else (0.0, 1.0)
     y = np.arange(n_out, dtype=np.float64)
     x, outside = _source_coords(attrs.coordinate_transformation_mode, y, scale, n_in, n_out, roi)
     floor = np.floor(x)
@@ -223,16 +280,18 @@ def axis_taps(attrs, axis: int, n_in: int, n_out: int):
     return index, weights, outside
 
 
-def _identity_axis(attrs, k: int, n_in: int, n_out: int) -> bool:
-    scale = attrs.scale[k] if attrs.scale is not None else (n_out / n_in if n_in else 1.0)
+def identity_axis(attrs, k: int, n_in: int, n_out: int) -> bool:
+    """Whether spatial axis ``k`` is copied as it is (scale 1, same size, the whole roi)."""
+    scale = axis_scale(attrs, k, n_in, n_out)
+    half = len(attrs.roi) // 2 if attrs.roi is not None else 0
     whole = attrs.roi is None or (math.isclose(attrs.roi[k], 0.0)
-                                  and math.isclose(attrs.roi[k + 2], 1.0))
+                                  and math.isclose(attrs.roi[k + half], 1.0))
     return math.isclose(scale, 1.0) and n_in == n_out and whole
 
 
 def _resize_axis(attrs, x: np.ndarray, axis: int, n_out: int) -> np.ndarray:
     n_in = x.shape[axis]
-    if _identity_axis(attrs, axis - 2, n_in, n_out):
+    if identity_axis(attrs, axis - 2, n_in, n_out):
         return x
     shape = list(x.shape)
     shape[axis] = n_out
@@ -248,11 +307,11 @@ def _resize_axis(attrs, x: np.ndarray, axis: int, n_out: int) -> np.ndarray:
     return out
 
 
-def _resize2d_ref(attrs, x):
-    oh, ow = _out_size(attrs, x.shape)
+def resize_to(attrs, x: np.ndarray, sizes) -> np.ndarray:
+    """``x`` resized to spatial ``sizes``: axis by axis in float64, rounded once."""
     out = x.astype(np.float64)
-    out = _resize_axis(attrs, out, 2, int(oh))
-    out = _resize_axis(attrs, out, 3, int(ow))
+    for axis, n_out in enumerate(sizes, start=2):
+        out = _resize_axis(attrs, out, axis, int(n_out))
     dtype = np_dtype(attrs.out_dtype or x.dtype.name)
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
@@ -260,17 +319,56 @@ def _resize2d_ref(attrs, x):
     return np.asarray(out).astype(dtype)
 
 
+def _resize2d_ref(attrs, x):
+    if attrs.size is None and attrs.scale is None:
+        raise ValueError("image.resize2d: give size or scale")
+    return resize_to(attrs, x, out_size(attrs, x.shape))
+
+
+#: The attributes of both resize ops but the sizes: how positions map and what is read.
+SAMPLING_ATTRS = [
+    attr("layout", choice("NCHW"), "NCHW"),
+    attr("method", choice(*METHODS), "nearest_neighbor"),
+    attr("coordinate_transformation_mode", choice(*MODES), "half_pixel"),
+    attr("rounding_method", choice(*ROUNDING), "round_prefer_floor"),
+    attr("cubic_alpha", FLOAT, -0.75), attr("cubic_exclude", INT, 0),
+    attr("extrapolation_value", FLOAT, 0.0), attr("antialias", BOOL, False),
+    attr("out_dtype", DTYPE_OR_EMPTY, "")]
+
+
 register("image.resize2d", inputs=("data",), infer=_resize2d_type, reference=_resize2d_ref,
          pattern=OPAQUE,
          attrs=[attr("size", OPT_INTS, None), attr("scale", OPT_FLOATS, None),
-                attr("roi", OPT_FLOATS, None), attr("layout", choice("NCHW"), "NCHW"),
-                attr("method", choice(*METHODS), "nearest_neighbor"),
-                attr("coordinate_transformation_mode", choice(*MODES), "half_pixel"),
-                attr("rounding_method", choice(*ROUNDING), "round_prefer_floor"),
-                attr("cubic_alpha", FLOAT, -0.75), attr("cubic_exclude", INT, 0),
-                attr("extrapolation_value", FLOAT, 0.0), attr("antialias", BOOL, False),
-                attr("out_dtype", DTYPE_OR_EMPTY, "")],
-         doc="resize H and W of NCHW data (nearest, linear, cubic) as ONNX Resize does")
+                attr("roi", OPT_FLOATS, None), *SAMPLING_ATTRS],
+         doc="resize the 1 to 3 spatial axes of (N, C, ...) data (nearest, linear, cubic) as "
+             "ONNX Resize does")
+
+
+# --- dyn.resize2d: sizes computed at run time --------------------------------------------------
+
+def _dyn_resize2d_type(attrs, d, sizes):
+    data, s = tensor_arg(d, "data"), tensor_arg(sizes, "sizes")
+    k = _check_data(attrs, data)
+    check_rank(s, "sizes", 1)
+    check_dtype(s, "sizes", ("int64",), "dtype int64")
+    if differ(s.shape[0], k):
+        raise OpTypeError(f"sizes {fmt_shape(s.shape)} must hold one size per spatial axis ({k})")
+    return TensorType(data.shape[:2] + tuple(D.fresh() for _ in range(k)),
+                      attrs.out_dtype or data.dtype)
+
+
+def _dyn_resize2d_ref(attrs, x, sizes):
+    sizes = [int(v) for v in np.asarray(sizes).reshape(-1)]
+    require(len(sizes) == x.ndim - 2 and min(sizes, default=0) >= 0,
+            f"dyn.resize2d: sizes {sizes} must be {x.ndim - 2} non-negative sizes")
+    return resize_to(attrs, x, sizes)
+
+
+register("dyn.resize2d", inputs=("data", "sizes"), infer=_dyn_resize2d_type,
+         reference=_dyn_resize2d_ref, pattern=OPAQUE, data_dependent=True, shape_inputs=(1,),
+         attrs=[attr("roi", OPT_FLOATS, None), *SAMPLING_ATTRS],
+         doc="image.resize2d to spatial sizes given as a run-time 1-d int64 tensor (ONNX Resize's "
+             "sizes computed from shapes)")
 
 
 # --- col2im ---------------------------------------------------------------------------------------

@@ -529,6 +529,12 @@ def refine(op: Op, attrs, args: Sequence[Expr], inferred: Type) -> Type:
         if shape is None:
             return inferred
         refined = TensorType(shape, inferred.dtype)
+    elif op.name == "dyn.resize2d":
+        sizes = values[1]
+        if sizes is None or sizes.ndim != 1 or sizes.shape[0] != inferred.ndim - 2 or \
+                any(isinstance(d, int) and d < 0 for d in sizes.tolist()):
+            return inferred
+        refined = TensorType(inferred.shape[:2] + tuple(sizes.tolist()), inferred.dtype)
     else:
         return inferred
     for k in ins:

@@ -90,13 +90,8 @@ for _attrs in RESIZE:
 def test_resize_matches_ort(attrs, scales):
     x = np.random.default_rng(3).standard_normal((1, 2, 7, 9)).astype(np.float32)
     s = np.array(scales, np.float32)
-    # With align_corners ONNX divides by the fractional output length (scale * in); ONNX
-    # Runtime by the integer one, and fails onnx's *_align_corners downsampling cases for it.
-    fractional = any(float(k * np.float32(v)) % 1 for k, v in zip((7, 9), scales[2:]))
-    oracle = "reference" if attrs["coordinate_transformation_mode"] == "align_corners" \
-        and fractional else "ort"
     compare(single_node("Resize", [x, None, s], attrs, constants=(2,)), [x, None, s], atol=1e-4,
-            constants=(2,), oracle=oracle)
+            constants=(2,))
 
 
 # ONNX Runtime has no layout=1 (the conformance cases *_batchwise cover it).

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import dims as D
-from .converters import converter, norm_axis, scalar
+from ...ops.image import scale_fraction
+from .converters import converter, make_tuple, norm_axis, scalar
 from .importer import Node
 from .ops_shape import dim_scalar, fit_at_run_time, pad_by
 
@@ -572,9 +573,13 @@ def upsample(n: Node):
 
 @converter("Resize")
 def resize(n: Node):
+    """Resize of (N, C, ...) data with 1 to 3 spatial axes (N and C keep their sizes). Sizes
+    that are numbers make ``image.resize2d``'s ``size``; sizes computed from shapes (or fed at
+    run time) make ``dyn.resize2d``, whose dims are those the sizes' symbolic values say."""
     rank = n.rank(0)
-    if rank != 4:
-        raise n.fail(f"only 4-d (NCHW) inputs are supported, got rank {rank}")
+    if not 3 <= rank <= 5:
+        raise n.fail(f"only (N, C, ...) inputs with 1 to 3 spatial axes are supported, got rank "
+                     f"{rank}")
     shape = n.shape(0)
     mode = n.attr("mode", "nearest")
     if mode not in _METHODS:
@@ -590,12 +595,13 @@ def resize(n: Node):
     if n.has(scale_input) and n.known(scale_input).size:
         scales = _full_rank(n, [float(s) for s in n.known(scale_input)], axes, rank, [1.0] * rank)
     sizes = None
-    if size_input is not None and n.has(size_input):
+    run_time = size_input is not None and n.has(size_input)
+    if run_time:
         target = n.sym(size_input)
-        if target is None or not all(isinstance(d, int) for d in target):
-            n.const(size_input, "sizes")
-        sizes = _full_rank(n, [int(d) for d in target], axes, rank, list(shape))
-    if (scales is None) == (sizes is None):
+        if target is not None and all(isinstance(d, int) for d in target.reshape(-1)):
+            sizes = _full_rank(n, [int(d) for d in target], axes, rank, list(shape))
+            run_time = False
+    if (scales is None) == (sizes is None and not run_time):
         raise n.fail("give exactly one of scales and sizes")
     roi = None
     if ctm == "tf_crop_and_resize":
@@ -603,7 +609,7 @@ def resize(n: Node):
         k = len(r) // 2
         starts = _full_rank(n, r[:k], axes, rank, [0.0] * rank)
         ends = _full_rank(n, r[k:], axes, rank, [1.0] * rank)
-        roi = [starts[2], starts[3], ends[2], ends[3]]
+        roi = starts[2:] + ends[2:]
     attrs = dict(method=_METHODS[mode], coordinate_transformation_mode=ctm,
                  rounding_method=n.attr("nearest_mode", "round_prefer_floor"),
                  cubic_alpha=float(n.attr("cubic_coeff_a", -0.75)),
@@ -612,12 +618,17 @@ def resize(n: Node):
                  antialias=bool(n.attr("antialias", 0)), roi=roi)
     policy = n.attr("keep_aspect_ratio_policy", "stretch")
     x = n.x(0)
+    if run_time:
+        if policy != "stretch":  # the sizes are bounds to fit in, read at import
+            n.const(size_input, f"sizes, for keep_aspect_ratio_policy={policy!r}")
+        x, spatial = _run_time_sizes(n, x, axes, rank)
+        return n.call("dyn.resize2d", x, spatial, **attrs)
     if sizes is not None:
         same = [D.prove_equal(s, d) for s, d in zip(sizes[:2], shape[:2])]
         if False in same:
             raise n.fail(f"resizing N or C is not supported (sizes {sizes})")
         if None in same:  # symbolic N or C: they must equal the sizes (checked at run time)
-            x = n.call("reshape", x, newshape=[int(sizes[0]), int(sizes[1]), 0, 0])
+            x = n.call("reshape", x, newshape=[int(sizes[0]), int(sizes[1])] + [0] * (rank - 2))
         if policy != "stretch":
             attrs.update(_keep_aspect(n, sizes, shape, axes or list(range(rank)), policy))
         else:
@@ -628,10 +639,45 @@ def resize(n: Node):
         attrs["scale"] = scales[2:]
         if roi is not None:
             if not all(isinstance(d, int) for d in shape[2:]):
-                raise n.fail("tf_crop_and_resize with scales needs static H and W")
-            attrs["size"] = [int(np.floor(d * (roi[k + 2] - roi[k]) * s))
-                             for k, (d, s) in enumerate(zip(shape[2:], scales[2:]))]
+                raise n.fail("tf_crop_and_resize with scales needs static spatial dims (ONNX "
+                             "Runtime sizes the output from the roi's float product)")
+            k, q = rank - 2, scale_fraction  # the fractions the floats stand for, as scales
+            attrs["size"] = [int(d * (q(roi[i + k]) - q(roi[i])) * q(s))
+                             for i, (d, s) in enumerate(zip(shape[2:], scales[2:]))]
     return n.call("image.resize2d", x, **attrs)
+
+
+def _run_time_sizes(n: Node, x, axes, rank: int):
+    """``x``, and an int64 tensor of the spatial sizes, from Resize's ``sizes`` (one entry per
+    axis, or per ``axes``): an axis not listed keeps its size. N and C must keep theirs, which
+    is proved from the sizes' symbolic values or else checked when the model runs."""
+    sizes = n.x(3)
+    if n.dtype(3) != "int64":
+        sizes = n.call("cast", sizes, dtype="int64")
+    count = rank if axes is None else len(axes)
+    if n.rank(3) != 1 or D.prove_equal(n.shape(3)[0], count) is False:
+        raise n.fail(f"sizes {D.shape_str(n.shape(3))} must hold one entry per axis ({count})")
+    where = list(range(rank)) if axes is None else axes
+    known = n.sym(3)
+    pieces, kept = [], []
+    for axis in range(rank):
+        if axis not in where:
+            if axis >= 2:
+                pieces.append(n.call("reshape", dim_scalar(n, x, axis), newshape=[1]))
+            continue
+        i = where.index(axis)
+        entry = n.call("strided_slice", sizes, begin=[i], end=[i + 1], axes=[0])
+        if axis >= 2:
+            pieces.append(entry)
+        elif known is None or not D.prove_equal(known[i], n.shape(0)[axis]):
+            kept.append(n.call("equal", n.call("reshape", entry, newshape=[]),
+                               dim_scalar(n, x, axis)))
+    for same in kept:
+        x = n.call("guard", x, same, message=f"{n.describe()}: the sizes resize N or C, which "
+                                             "is not supported")
+    spatial = pieces[0] if len(pieces) == 1 else \
+        n.call("concatenate", make_tuple(pieces), axis=0)
+    return x, spatial
 
 
 def _keep_aspect(n: Node, sizes, shape, axes, policy: str) -> dict:

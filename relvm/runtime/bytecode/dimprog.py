@@ -14,6 +14,7 @@ Expressions::
 
     ("const", c)            ("slot", k)              ("shape", arg, axis)
     ("value", arg)          # an int scalar tensor's value
+    ("item", arg, index)    # entry ``index`` of a 1-d int tensor (a run-time size list)
     (op, a, b)              # op in add sub mul floordiv mod max min bcast
     ("nonzero", arg)        # number of non-zero elements (argwhere's row count)
     ("unique", arg, axis)   # number of distinct entries (axis -1) or slices along axis
@@ -82,7 +83,7 @@ BINARY = {
 #: compiles.
 EXPRESSIONS: dict[str, tuple[str, ...]] = {
     "const": ("int",), "slot": ("slot",), "shape": ("arg", "int"), "value": ("arg",),
-    "nonzero": ("arg",), "unique": ("arg", "int"), "arange_len": ("arg", "arg", "arg"),
+    "item": ("arg", "int"), "nonzero": ("arg",), "unique": ("arg", "int"), "arange_len": ("arg", "arg", "arg"),
     **{op: ("e", "e") for op in BINARY},
 }
 STATEMENTS: dict[str, tuple[str, ...]] = {
@@ -92,7 +93,7 @@ STATEMENTS: dict[str, tuple[str, ...]] = {
     "reshape_allowzero": ("arg", "arg", "slot"),
 }
 #: Tags that read tensor values, not only shapes: a program using one depends on data.
-READS_VALUES = frozenset({"value", "nonzero", "unique", "arange_len", "reshape",
+READS_VALUES = frozenset({"value", "item", "nonzero", "unique", "arange_len", "reshape",
                           "reshape_allowzero"})
 
 
@@ -136,6 +137,13 @@ def unique_count(x: Any, axis: int) -> int:
     return len(np.unique(rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1])))))
 
 
+def _item(x: Any, index: int) -> int:
+    flat = np.asarray(x).reshape(-1)
+    if not 0 <= index < flat.size:
+        raise DimError(f"entry {index} of a size list of {flat.size} entries")
+    return int(flat[index])
+
+
 def compile_expr(e: tuple) -> Callable[[list, Sequence[Any]], int]:
     """A closure ``f(dims, args) -> int`` evaluating expression ``e``."""
     tag = e[0]
@@ -151,6 +159,9 @@ def compile_expr(e: tuple) -> Callable[[list, Sequence[Any]], int]:
     if tag == "value":
         i = int(e[1])
         return lambda dims, args: int(np.asarray(args[i]).item())
+    if tag == "item":
+        i, index = int(e[1]), int(e[2])
+        return lambda dims, args: _item(args[i], index)
     if tag == "nonzero":
         i = int(e[1])
         return lambda dims, args: int(np.count_nonzero(args[i]))
@@ -321,6 +332,8 @@ def format_expr(e: tuple, slot_names: Sequence[str] = ()) -> str:
         return f"shape(${e[1]})[{e[2]}]"
     if tag in ("value", "nonzero"):
         return f"{tag}(${e[1]})"
+    if tag == "item":
+        return f"item(${e[1]})[{e[2]}]"
     if tag == "arange_len":
         return "arange_len(" + ", ".join(f"${a}" for a in e[1:4]) + ")"
     sym = {"add": "+", "sub": "-", "mul": "*", "floordiv": "/", "mod": "%"}.get(tag)
