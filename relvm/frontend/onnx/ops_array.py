@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import dims as D
-from .converters import MAX_MADE_CONSTANT, check_made_size, converter, norm_axis, scalar
+from .converters import MAX_MADE_CONSTANT, check_made_size, converter, norm_axis, prod, scalar
 from .importer import Node
 
 
@@ -61,13 +61,26 @@ def tile(n: Node):
 
 @converter("OneHot")
 def one_hot(n: Node):
-    depth_values = np.asarray(n.const(1, "depth")).reshape(-1)
-    if depth_values.size != 1:
-        raise n.fail(f"depth must hold one value, got {depth_values.size}")
-    depth = int(depth_values[0])
-    if depth < 1:
-        raise n.fail(f"depth must be positive, got {depth}")
-    check_made_size(n, depth, "depth's positions")
+    """Known depths make a constant of positions; a depth computed at run time (from a shape,
+    as the legacy exporter writes ``F.one_hot(x, y.size(0))``) an ``arange`` of it, whose
+    length is exact where the depth is known as a dim."""
+    if n.known(1) is not None:
+        depth_values = np.asarray(n.known(1)).reshape(-1)
+        if depth_values.size != 1:
+            raise n.fail(f"depth must hold one value, got {depth_values.size}")
+        depth = int(depth_values[0])
+        if depth < 1:
+            raise n.fail(f"depth must be positive, got {depth}")
+        check_made_size(n, depth, "depth's positions")
+        depth_t = scalar(n, depth, "int64")
+    else:
+        if D.prove_equal(prod(n.shape(1)), 1) is False:
+            raise n.fail(f"depth must hold one value, got shape {D.shape_str(n.shape(1))}")
+        depth = None
+        depth_t = n.x(1)
+        if n.dtype(1) != "int64":
+            depth_t = n.call("cast", depth_t, dtype="int64")
+        depth_t = n.call("reshape", depth_t, newshape=[])
     values_shape = n.shape(2)
     # A symbolic length is checked when the program runs (the reshape of each half to a scalar).
     if len(values_shape) != 1 or isinstance(values_shape[0], int) and values_shape[0] != 2:
@@ -81,11 +94,18 @@ def one_hot(n: Node):
         idx = n.call("cast", idx, dtype="int64")  # floats truncate, as ONNX Runtime's do
     # A negative index counts from the end once; anything else outside [0, depth) matches no
     # position, and its row is all off_value.
+    if depth is None:  # checked on the indices, so the positions keep the depth's value
+        idx = n.call("guard", idx, n.call("greater", depth_t, scalar(n, 0, "int64")),
+                     message=f"{n.describe()}: depth computed at run time is not positive")
     negative = n.call("less", idx, scalar(n, 0, "int64"))
-    idx = n.call("where", negative, n.call("add", idx, scalar(n, depth, "int64")), idx)
+    idx = n.call("where", negative, n.call("add", idx, depth_t), idx)
     idx = n.call("expand_dims", idx, axis=axis)
-    positions = n.constant(np.arange(depth, dtype=np.int64).reshape(
-        (depth,) + (1,) * (rank - 1 - axis)))
+    trailing = (1,) * (rank - 1 - axis)
+    if depth is not None:
+        positions = n.constant(np.arange(depth, dtype=np.int64).reshape((depth,) + trailing))
+    else:
+        positions = n.call("arange", scalar(n, 0, "int64"), depth_t, scalar(n, 1, "int64"))
+        positions = n.call("reshape", positions, newshape=[-1, *trailing])
     hot = n.call("equal", idx, positions)
     values = n.x(2)
     off = n.call("reshape", n.call("strided_slice", values, begin=[0], end=[1]), newshape=[])

@@ -630,15 +630,17 @@ def pad(n: Node):
 
 
 def _pad_at_run_time(n: Node, axes: list[int], mode: str, value):
-    """Constant padding by widths computed at run time (``[0, kv - q]`` from shapes): a block
-    of ``value`` concatenated before and after along each axis whose width is not a number
-    (its dims exact where the width is known as a dim expression); numbers pad as usual."""
+    """Padding by widths computed at run time (``[0, kv - q]``, "pad to a multiple of 8" from
+    shapes). Constant mode concatenates a block of ``value`` before and after along each axis
+    whose width is not a number; edge, reflect and wrap gather along it, from indices
+    ``-before .. size + after`` clamped, reflected or wrapped into the axis. Dims are exact
+    where the width is known as a dim expression; numbers pad as usual."""
     rank = n.rank(0)
     if n.rank(1) != 1 or n.shape(1)[0] != 2 * len(axes):
         raise n.fail(f"pads {D.shape_str(n.shape(1))} must hold two entries per axis "
                      f"({len(axes)} axes)")
-    if mode != "constant":  # edge, reflect and wrap read the widths at import
-        n.const(1, f"pads, for mode {mode!r}")
+    if mode not in ("constant", "edge", "reflect", "wrap"):
+        raise n.fail(f"mode {mode!r} is not supported")
     known = n.sym(1)
     pads_t = n.x(1)
     if n.dtype(1) != "int64":
@@ -646,10 +648,13 @@ def _pad_at_run_time(n: Node, axes: list[int], mode: str, value):
     x = n.x(0)
     static = [[0, 0] for _ in range(rank)]
     for k, axis in enumerate(axes):
+        widths, numbers = [], []
         for side, at in enumerate((k, k + len(axes))):
             w = None if known is None else known[at]
             if isinstance(w, (int, np.integer)) and w >= 0:
                 static[axis][side] = int(w)
+                widths.append(scalar(n, int(w), "int64"))
+                numbers.append(True)
                 continue
             width = n.call("take", pads_t, scalar(n, at, "int64"), axis=0)
             if w is None or not D.prove_nonnegative(w):
@@ -658,10 +663,41 @@ def _pad_at_run_time(n: Node, axes: list[int], mode: str, value):
                                message=f"{n.describe()}: a pad width computed at run time "
                                        "is negative (cropping by a computed width is not "
                                        "supported)")
-            x = pad_by(n, x, axis, side == 0, width, value)
-    if any(max(w) for w in static):
-        x = n.call("nn.pad", x, value, pad_width=static, pad_mode="constant")
-    return x
+            widths.append(width)
+            numbers.append(False)
+            if mode == "constant":
+                x = pad_by(n, x, axis, side == 0, width, value)
+        if mode != "constant" and not all(numbers):
+            x = _gather_pad(n, x, axis, mode, *widths)
+            static[axis] = [0, 0]
+    if not any(max(w) for w in static):
+        return x
+    if mode == "wrap":
+        return _wrap_pad(n, x, static)
+    if mode != "constant":
+        value = scalar(n, 0, n.dtype(0))
+    return n.call("nn.pad", x, value, pad_width=static, pad_mode=mode)
+
+
+def _gather_pad(n: Node, x, axis: int, mode: str, before, after):
+    """``x`` padded along ``axis`` in edge, reflect or wrap mode by run-time int64 scalars: one
+    gather of the indices ``-before .. size + after`` mapped into the axis."""
+    i64 = lambda v: scalar(n, v, "int64")  # noqa: E731
+    size = dim_scalar(n, x, axis)
+    index = n.call("arange", n.call("negative", before), n.call("add", size, after), i64(1))
+    if mode == "edge":
+        return n.call("take", x, index, axis=axis, mode="clip")
+    if mode == "wrap":
+        return n.call("take", x, index, axis=axis, mode="wrap")
+    for width in (before, after):  # reflect: as the static pad, widths shorter than the axis
+        x = n.call("guard", x, n.call("less", width, size),
+                   message=f"{n.describe()}: a reflect pad width computed at run time is not "
+                           "shorter than the axis it pads")
+    period = n.call("maximum", n.call("multiply", i64(2), n.call("subtract", size, i64(1))),
+                    i64(1))
+    folded = n.call("floor_mod", index, period)
+    index = n.call("minimum", folded, n.call("subtract", period, folded))
+    return n.call("take", x, index, axis=axis, mode="fast")
 
 
 def pad_by(n: Node, x, axis: int, before: bool, width, value):
