@@ -287,27 +287,37 @@ for n in (4, 40, 400):                          # for every sequence length
   a run-time shape for ConstantOfShape and Expand, which then broadcasts with `add`), and
   `arange` + `take` (Slice with run-time starts/ends, Split into `num_outputs` parts of a
   symbolic dim). Their results have `?` dims.
-- **What must be static.** Inputs that decide a rank or an attribute are read at import and
-  must be constants (initializers, Constant nodes, or computed from them): axes (Squeeze,
-  Unsqueeze, Reduce*, Slice), Resize scales/sizes, Dropout's training_mode, the windows' size
-  and every input of MelWeightMatrix (the result is made a constant). Otherwise the error
-  names the node and input, and `needs_constant` lists the graph inputs to pass as
-  `from_onnx(model, freeze={name: value})`. Split sizes and constant-mode Pad widths may be
-  computed from symbolic dims (`[0, kv - q]`, as the expansions of Attention and
-  RotaryEmbedding compute them) or fed at run time: each part is a slice between running sums
-  of the sizes, each width a filled block concatenated on; bounds and widths known as dims
-  keep exact dims (a pad by `h` is `h*2` long), others give a `?` dim, and a width that is
-  negative at run time is an error naming the node (ONNX crops there). `auto_pad=SAME_*` with
-  a stride above 1 over a symbolic dim pads odd and even sizes differently: the input is
-  padded by widths computed at run time (zeros for Conv, the lowest value for MaxPool, and
-  AveragePool without `count_include_pad` divides a sum by a count of real elements).
-  ConvTranspose's `output_shape` or `auto_pad` over symbolic dims (or a symbolic kernel):
-  the full transposed convolution, cut to the target when it runs (the padding total split
-  as ONNX says: the smaller half first for SAME_UPPER, the larger for NOTSET and SAME_LOWER;
-  a shortfall zeros at the end). Resize's `keep_aspect_ratio_policy` needs static spatial
-  dims; Squeeze without axes over symbolic dims drops the dims known to be 1 and checks when
-  it runs that no other is 1 (that would change the rank); the last dim of GatherND's
-  and ScatterND's indices (the length of an index tuple) must be static, as it decides a rank.
+- **Sizes computed at run time.** Sizes an export computes from shapes, or feeds as inputs,
+  stay run-time values, sized by data-dependent ops the VM sizes from values; dims known as
+  dim expressions stay exact (a pad by `h` is `h*2` long), others are `?`:
+  - Resize's `sizes` (`F.interpolate(x, size=y.shape[-2:])`): `dyn.resize2d`, whose result has
+    the sizes' dims (`(n, 3, p, q)` for `y`'s `p` and `q`); sizes that would resize N or C, or
+    are negative, are an error naming the node when it runs.
+  - Pad widths in every mode: constant pads a filled block on, edge, reflect and wrap gather
+    from indices clamped, reflected or wrapped into the axis (reflect: widths shorter than
+    the axis, as for numbers); a width negative at run time is an error (ONNX crops there).
+  - OneHot's depth: an `arange` of it; Split sizes: slices between running sums of the sizes.
+  - `auto_pad=SAME_*` with a stride above 1 over a symbolic dim pads odd and even sizes
+    differently: the input is padded by widths computed at run time (zeros for Conv, the
+    lowest value for MaxPool, and AveragePool without `count_include_pad` divides a sum by a
+    count of real elements). ConvTranspose's `output_shape` or `auto_pad` over symbolic dims
+    (or a symbolic kernel): the full transposed convolution, cut to the target when it runs
+    (the padding total split as ONNX says: the smaller half first for SAME_UPPER, the larger
+    for NOTSET and SAME_LOWER; a shortfall zeros at the end). Squeeze without axes over
+    symbolic dims drops the dims known to be 1 and checks when it runs that no other is 1.
+- **What must be known at import**, each with its reason. Otherwise the error names the node
+  and input (`... must be a constant, but it is a run-time value`), and `needs_constant` lists
+  the graph inputs to pass as `from_onnx(model, freeze={name: value})`:
+  - a rank: `axes` of Squeeze, Unsqueeze, Reduce*, Slice, Pad, Resize; Slice's `steps`
+    (a step's sign decides the direction); Tile's `repeats` (numbers or dims), the target of
+    CenterCropPad and the `size` of AffineGrid; the last dim of GatherND's and ScatterND's
+    indices (the length of an index tuple);
+  - Resize's `scales` and `roi`: they fix how positions map (`floor(in * scale)` and the
+    source coordinates, computed once per shape), and exporters write them as constants;
+    `keep_aspect_ratio_policy` reads `sizes` and the spatial dims at import (its rounding);
+  - Dropout's `training_mode` and `ratio` (inference runs the evaluation graph);
+  - the windows' `size` and every input of MelWeightMatrix: the result is made a constant;
+  - SequenceInsert/SequenceErase `position` on sequences whose length is known at import.
 - **If.** A condition known at import keeps only the taken branch. Otherwise both branches
   are converted and the result has their joined type (dims that differ become `?`). When the
   branches differ in rank or element type (a dim squeezed only when it is 1, then a test of
@@ -370,7 +380,7 @@ run-time shape rule for them. The list ops (`relvm/ops/lists.py`: `list.construc
 | op | semantics |
 |---|---|
 | `nn.conv2d_transpose(data, weight)` | Relay's op: NCHW data, IOHW weight `(C_in, C_out/groups, kH, kW)`; out = `(in-1)*stride + dilation*(k-1) + 1 + output_padding - pad_before - pad_after`; `output_padding` extends the bottom/right. |
-| `image.resize2d(data)` | ONNX Resize over H and W of NCHW: `size` (static) or `scale` (output `floor(in*scale)` exactly over the float's value, so `h*2` stays symbolic); nearest (4 rounding modes), linear, cubic (`cubic_alpha`, `cubic_exclude`), `antialias`, 7 coordinate transformations (`roi`/`extrapolation_value` for tf_crop_and_resize). Separable, axis by axis, as onnx's reference; source coordinates computed in float32 as ONNX Runtime does. |
+| `image.resize2d(data)`, `dyn.resize2d(data, sizes)` | ONNX Resize over the 1 to 3 spatial axes of `(N, C, ...)` data: `size` (static), `scale` (output `floor(in*scale)` as ONNX Runtime sizes it, exactly over the simplest fraction the float32 stands for, so `h*2` and `(h*7)/10` stay symbolic) or, for `dyn.resize2d`, sizes computed at run time (dims from their symbolic values, else bound when it runs); nearest (4 rounding modes), linear, cubic (`cubic_alpha`, `cubic_exclude`), `antialias`, 7 coordinate transformations (`roi`/`extrapolation_value` for tf_crop_and_resize), dividing by the integer output length as the operator's text and ONNX Runtime do (onnx's reference divides by the fractional one). Separable, axis by axis; source coordinates computed in float32 as ONNX Runtime does. |
 | `image.grid_sample(data, grid)` | ONNX GridSample, opsets 16, 20 and 22 (opset 16's `bilinear` and `bicubic` are `linear` and `cubic`): data `(N, C, d1, ..., dk)` with k = 1 to 3, a grid `(N, o1, ..., ok, k)` of coordinates in [-1, 1], innermost axis first → `(N, C, o1, ..., ok)`; nearest (ties to even), N-linear, N-cubic (Keys, A = -0.75); zeros, border or reflection padding; `align_corners`. Positions op by op in the grid's dtype, as onnx's reference computes them; with cubic and border padding onnx's reference clamps the position where ONNX Runtime (and PyTorch) clamp each tap, and relvm follows the reference. The C kernel computes a block of points' taps once for every channel. |
 | `nn.lstm(data, weight_ih, weight_hh, bias, sequence_lens, initial_h, initial_c, peephole)` | ONNX LSTM (layout 0, gates `iofc`) over the whole sequence → `(Y, Y_h, Y_c)`; forward/reverse/bidirectional, per-direction activations with alpha/beta, `clip`, `input_forget`. An empty `sequence_lens` means full length; `initial_*` may have batch 1 (broadcast). |
 | `nn.gru(data, weight_ih, weight_hh, bias, sequence_lens, initial_h)` | ONNX GRU (gates `zrh`) → `(Y, Y_h)`, with `linear_before_reset`; same conventions. |
