@@ -1,12 +1,13 @@
 /* DFTs (fft.h). A plan factors n into radices (4s first, then 2, 3, 5 and other primes) and
- * holds the n twiddles w^k, w = exp(-+2 pi i / n); a transform is a recursive decimation in
- * time: each radix-p stage runs p sub-transforms of n / p points (every p-th input) into
- * consecutive blocks of the output, then one butterfly pass combines them in place, reading
- * its twiddles from the table at the stage's stride. A length with a prime factor past
- * MAX_RADIX (the generic butterfly costs p operations a point) goes through Bluestein's
- * chirp-z transform instead: n points times a chirp, convolved with the chirp through FFTs of
- * a power of two M >= 2n - 1, times the chirp again. All arithmetic is in double, whatever
- * the data's dtype: float32 results are rounded once. */
+ * holds the n twiddles w^k, w = exp(-+2 pi i / n), and each stage's own in the order its
+ * butterflies read them; a transform is a recursive decimation in time: each radix-p stage runs
+ * p sub-transforms of n / p points (every p-th input) into consecutive blocks of the output,
+ * then one butterfly pass combines them in place. A length with a prime factor past MAX_RADIX
+ * (the generic butterfly costs p operations a point) goes through Bluestein's chirp-z
+ * transform instead: n points times a chirp, convolved with the chirp through FFTs of a length
+ * M >= 2n - 1 of radices 2, 3 and 5, times the chirp again. Real lines are transformed two at
+ * a time, as the real and imaginary parts of one complex line, and separated by symmetry.
+ * All arithmetic is in double, whatever the data's dtype: float32 results are rounded once. */
 #include "fft.h"
 
 #include <math.h>
@@ -31,6 +32,9 @@ struct relvm_fft_plan {
     int inverse, nfactors;
     int64_t factors[2 * MAX_FACTORS]; /* (radix p, points after it m) per stage */
     cpx *twiddles;                    /* n of them; NULL under Bluestein */
+    /* stage s's w^(q k stride) at [k (p - 1) + q - 1], k < m, 0 < q < p (in `twiddles`'
+     * allocation, after the n) */
+    cpx *stage[MAX_FACTORS];
     /* Bluestein: the chirp c[k] = exp(-+pi i k^2 / n), and the FFT of the convolution's
      * kernel conj(c[|j|]) of length m (scaled by 1 / m), through the forward plan `sub`. */
     struct relvm_fft_plan *sub;
@@ -69,21 +73,20 @@ static int factorize(struct relvm_fft_plan *p) {
     return 1;
 }
 
-/* --- butterflies: out holds p blocks of m points, combined in place ------------------------ */
+/* --- butterflies: out holds p blocks of m points, combined in place; tw the stage's ---------- */
 
-static void butterfly2(cpx *out, const cpx *tw, int64_t stride, int64_t m) {
+static void butterfly2(cpx *out, const cpx *tw, int64_t m) {
     for (int64_t k = 0; k < m; ++k) {
-        const cpx t = cmul(out[m + k], tw[k * stride]);
+        const cpx t = cmul(out[m + k], tw[k]);
         out[m + k] = csub(out[k], t);
         out[k] = cadd(out[k], t);
     }
 }
 
-static void butterfly3(cpx *out, const cpx *tw, int64_t stride, int64_t m) {
-    const double e = tw[stride * m].im; /* sin(-+2 pi / 3) */
+static void butterfly3(cpx *out, const cpx *tw, int64_t m, double e /* sin(-+2 pi / 3) */) {
     for (int64_t k = 0; k < m; ++k) {
-        const cpx a = out[k], b = cmul(out[m + k], tw[k * stride]),
-                  c = cmul(out[2 * m + k], tw[2 * k * stride]);
+        const cpx a = out[k], b = cmul(out[m + k], tw[2 * k]),
+                  c = cmul(out[2 * m + k], tw[2 * k + 1]);
         const cpx s = cadd(b, c), d = cscale(csub(b, c), e);
         const cpx h = {a.re - 0.5 * s.re, a.im - 0.5 * s.im};
         out[k] = cadd(a, s);
@@ -92,11 +95,11 @@ static void butterfly3(cpx *out, const cpx *tw, int64_t stride, int64_t m) {
     }
 }
 
-static void butterfly4(cpx *out, const cpx *tw, int64_t stride, int64_t m, int inverse) {
+static void butterfly4(cpx *out, const cpx *tw, int64_t m, int inverse) {
     for (int64_t k = 0; k < m; ++k) {
-        const cpx a = out[k], b = cmul(out[m + k], tw[k * stride]),
-                  c = cmul(out[2 * m + k], tw[2 * k * stride]),
-                  d = cmul(out[3 * m + k], tw[3 * k * stride]);
+        const cpx a = out[k], b = cmul(out[m + k], tw[3 * k]),
+                  c = cmul(out[2 * m + k], tw[3 * k + 1]),
+                  d = cmul(out[3 * m + k], tw[3 * k + 2]);
         const cpx ac = cadd(a, c), a_c = csub(a, c), bd = cadd(b, d), b_d = csub(b, d);
         /* -i (b - d) forward, +i (b - d) inverse */
         const cpx r = inverse ? (cpx){-b_d.im, b_d.re} : (cpx){b_d.im, -b_d.re};
@@ -107,13 +110,13 @@ static void butterfly4(cpx *out, const cpx *tw, int64_t stride, int64_t m, int i
     }
 }
 
-static void butterfly5(cpx *out, const cpx *tw, int64_t stride, int64_t m) {
-    const cpx ya = tw[stride * m], yb = tw[2 * stride * m]; /* w^(n/5), w^(2n/5) */
+/* ya, yb: w^(n/5), w^(2n/5) */
+static void butterfly5(cpx *out, const cpx *tw, int64_t m, cpx ya, cpx yb) {
     for (int64_t k = 0; k < m; ++k) {
-        const cpx s0 = out[k], s1 = cmul(out[m + k], tw[k * stride]),
-                  s2 = cmul(out[2 * m + k], tw[2 * k * stride]),
-                  s3 = cmul(out[3 * m + k], tw[3 * k * stride]),
-                  s4 = cmul(out[4 * m + k], tw[4 * k * stride]);
+        const cpx s0 = out[k], s1 = cmul(out[m + k], tw[4 * k]),
+                  s2 = cmul(out[2 * m + k], tw[4 * k + 1]),
+                  s3 = cmul(out[3 * m + k], tw[4 * k + 2]),
+                  s4 = cmul(out[4 * m + k], tw[4 * k + 3]);
         const cpx s7 = cadd(s1, s4), s10 = csub(s1, s4), s8 = cadd(s2, s3), s9 = csub(s2, s3);
         out[k] = cadd(s0, cadd(s7, s8));
         const cpx s5 = {s0.re + s7.re * ya.re + s8.re * yb.re,
@@ -130,7 +133,8 @@ static void butterfly5(cpx *out, const cpx *tw, int64_t stride, int64_t m) {
 }
 
 /* Any odd prime p <= MAX_RADIX: each output a direct p-point sum, twiddle and kernel in one
- * table entry (w^(q * stride * (k + j m)) = twiddle w^(q stride k) times the p-point root). */
+ * entry of the whole table (w^(q * stride * (k + j m)) = twiddle w^(q stride k) times the
+ * p-point root). */
 static void butterfly_generic(cpx *out, const cpx *tw, int64_t stride, int64_t m, int64_t p,
                               int64_t n) {
     cpx in[MAX_RADIX];
@@ -150,23 +154,23 @@ static void butterfly_generic(cpx *out, const cpx *tw, int64_t stride, int64_t m
     }
 }
 
-/* out[0 .. p m) = the DFT of in[0], in[stride], ..., in[(p m - 1) stride]. */
+/* out[0 .. p m) = the DFT of in[0], in[stride], ..., in[(p m - 1) stride], stage s on. */
 static void transform(const struct relvm_fft_plan *plan, cpx *out, const cpx *in, int64_t stride,
-                      const int64_t *factors) {
-    const int64_t p = factors[0], m = factors[1];
+                      int s) {
+    const int64_t p = plan->factors[2 * s], m = plan->factors[2 * s + 1], n = plan->n;
     if (m == 1) {
         for (int64_t j = 0; j < p; ++j) out[j] = in[j * stride];
     } else {
         for (int64_t j = 0; j < p; ++j)
-            transform(plan, out + j * m, in + j * stride, stride * p, factors + 2);
+            transform(plan, out + j * m, in + j * stride, stride * p, s + 1);
     }
-    const cpx *tw = plan->twiddles;
+    const cpx *all = plan->twiddles, *tw = plan->stage[s];
     switch (p) {
-    case 2: butterfly2(out, tw, stride, m); break;
-    case 3: butterfly3(out, tw, stride, m); break;
-    case 4: butterfly4(out, tw, stride, m, plan->inverse); break;
-    case 5: butterfly5(out, tw, stride, m); break;
-    default: butterfly_generic(out, tw, stride, m, p, plan->n); break;
+    case 2: butterfly2(out, tw, m); break;
+    case 3: butterfly3(out, tw, m, all[n / 3].im); break;
+    case 4: butterfly4(out, tw, m, plan->inverse); break;
+    case 5: butterfly5(out, tw, m, all[n / 5], all[2 * n / 5]); break;
+    default: butterfly_generic(out, all, stride, m, p, n); break;
     }
 }
 
@@ -180,7 +184,7 @@ static void execute(const struct relvm_fft_plan *plan, const cpx *in, cpx *out, 
         return;
     }
     if (!plan->sub) {
-        transform(plan, out, in, 1, plan->factors);
+        transform(plan, out, in, 1, 0);
         return;
     }
     const int64_t n = plan->n, m = plan->m;
@@ -210,10 +214,22 @@ RELVM_EXPORT int relvm_fft_plan_bluestein(const struct relvm_fft_plan *plan) {
     return plan->sub != NULL;
 }
 
+/* The least 2^a 3^b 5^c >= n: Bluestein's convolution length (513 -> 540, not 1024). */
+static int64_t smooth_size(int64_t n) {
+    int64_t best = 1;
+    while (best < n) best *= 2;
+    for (int64_t f5 = 1; f5 < best; f5 *= 5)
+        for (int64_t f35 = f5; f35 < best; f35 *= 3) {
+            int64_t x = f35;
+            while (x < n) x *= 2;
+            if (x < best) best = x;
+        }
+    return best;
+}
+
 static int make_bluestein(struct relvm_fft_plan *p) {
     const int64_t n = p->n;
-    int64_t m = 1;
-    while (m < 2 * n - 1) m *= 2;
+    const int64_t m = smooth_size(2 * n - 1);
     p->m = m;
     p->sub = relvm_fft_plan_new(m, 0);
     p->chirp = malloc((size_t)n * sizeof(cpx));
@@ -249,9 +265,21 @@ RELVM_EXPORT struct relvm_fft_plan *relvm_fft_plan_new(int64_t n, int inverse) {
     p->n = n;
     p->inverse = inverse != 0;
     if (factorize(p)) {
-        p->twiddles = malloc((size_t)n * sizeof(cpx));
+        const int sign = p->inverse ? 1 : -1;
+        int64_t staged = 0;
+        for (int s = 0; s < p->nfactors; ++s) staged += (p->factors[2 * s] - 1) * p->factors[2 * s + 1];
+        p->twiddles = malloc((size_t)(n + staged) * sizeof(cpx));
         if (!p->twiddles) goto fail;
-        for (int64_t k = 0; k < n; ++k) p->twiddles[k] = unit_root(k, n, p->inverse ? 1 : -1);
+        for (int64_t k = 0; k < n; ++k) p->twiddles[k] = unit_root(k, n, sign);
+        cpx *next = p->twiddles + n;
+        int64_t stride = 1;
+        for (int s = 0; s < p->nfactors; stride *= p->factors[2 * s], ++s) {
+            const int64_t radix = p->factors[2 * s], m = p->factors[2 * s + 1];
+            p->stage[s] = next;
+            for (int64_t k = 0; k < m; ++k)
+                for (int64_t q = 1; q < radix; ++q)
+                    *next++ = p->twiddles[q * k * stride];
+        }
         return p;
     }
     if (make_bluestein(p)) return p;
@@ -289,10 +317,27 @@ static cpx *buffers(const struct relvm_fft_plan *plan) {
     return (cpx *)relvm_scratch_floats(count * sizeof(cpx) / sizeof(float));
 }
 
+/* Bin k of the real lines whose transforms are the real and imaginary parts of z (one complex
+ * transform of n points holding two real lines): a = (z[k] + conj z[n-k]) / 2,
+ * b = (z[k] - conj z[n-k]) / 2i. */
+static inline void split_pair(const cpx *z, int64_t n, int64_t k, cpx *a, cpx *b) {
+    const cpx u = z[k], v = z[k ? n - k : 0];
+    *a = (cpx){0.5 * (u.re + v.re), 0.5 * (u.im - v.im)};
+    *b = (cpx){0.5 * (u.im + v.im), 0.5 * (v.re - u.re)};
+}
+
+/* Where line l of a dft_job starts in x and in y (elements). */
+static inline void line_at(const struct dft_job *j, int64_t l, int64_t *in, int64_t *out) {
+    const int64_t o = l / j->inner, i = l % j->inner;
+    *in = (o * j->n_in * j->inner + i) * j->cin;
+    *out = (o * j->n_out * j->inner + i) * j->cout;
+}
+
 static void dft_lines(void *ctx, int64_t begin, int64_t end) {
     struct dft_job *j = ctx;
     const struct relvm_fft_plan *plan = j->plan;
-    const int64_t n = plan->n, inner = j->inner, cin = j->cin, cout = j->cout;
+    const int64_t n = plan->n, cin = j->cin, cout = j->cout;
+    const int64_t step = j->inner * cin, out_step = j->inner * cout;
     cpx *line = buffers(plan);
     if (!line) {
         __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
@@ -300,12 +345,17 @@ static void dft_lines(void *ctx, int64_t begin, int64_t end) {
     }
     cpx *spectrum = line + n, *work = spectrum + n;
     const int64_t given = j->hermitian ? relvm_min64(j->n_in, n / 2 + 1) : relvm_min64(j->n_in, n);
-    for (int64_t l = begin; l < end; ++l) {
-        const int64_t o = l / inner, i = l % inner;
-        const int64_t base = (o * j->n_in * inner + i) * cin, step = inner * cin;
+    for (int64_t l = begin; l < end;) {
+        /* two real lines at once: the second as the imaginary part */
+        const int pair = cin == 1 && l + 1 < end;
+        int64_t base, out_base, base2 = 0, out_base2 = 0;
+        line_at(j, l, &base, &out_base);
+        if (pair) line_at(j, l + 1, &base2, &out_base2);
         for (int64_t t = 0; t < given; ++t) {
             line[t].re = load(j->x, j->f32, base + t * step);
-            line[t].im = cin == 2 ? load(j->x, j->f32, base + t * step + 1) : 0.0;
+            line[t].im = cin == 2 ? load(j->x, j->f32, base + t * step + 1)
+                         : pair   ? load(j->x, j->f32, base2 + t * step)
+                                  : 0.0;
         }
         if (j->hermitian) {
             for (int64_t t = given; t <= n / 2; ++t) line[t] = (cpx){0.0, 0.0};
@@ -314,11 +364,17 @@ static void dft_lines(void *ctx, int64_t begin, int64_t end) {
             for (int64_t t = given; t < n; ++t) line[t] = (cpx){0.0, 0.0};
         }
         execute(plan, line, spectrum, work);
-        const int64_t out_base = (o * j->n_out * inner + i) * cout, out_step = inner * cout;
         for (int64_t k = 0; k < j->n_out; ++k) {
-            store(j->y, j->f32, out_base + k * out_step, spectrum[k].re * j->scale);
-            if (cout == 2) store(j->y, j->f32, out_base + k * out_step + 1, spectrum[k].im * j->scale);
+            cpx a = spectrum[k], b;
+            if (pair) {
+                split_pair(spectrum, n, k, &a, &b);
+                store(j->y, j->f32, out_base2 + k * out_step, b.re * j->scale);
+                store(j->y, j->f32, out_base2 + k * out_step + 1, b.im * j->scale);
+            }
+            store(j->y, j->f32, out_base + k * out_step, a.re * j->scale);
+            if (cout == 2) store(j->y, j->f32, out_base + k * out_step + 1, a.im * j->scale);
         }
+        l += pair ? 2 : 1;
     }
 }
 
@@ -353,20 +409,43 @@ static void stft_frames(void *ctx, int64_t begin, int64_t end) {
         return;
     }
     cpx *spectrum = line + n, *work = spectrum + n;
-    for (int64_t l = begin; l < end; ++l) {
-        const int64_t b = l / j->frames, f = l % j->frames;
-        const int64_t base = (b * j->length + f * j->step) * cin;
+    for (int64_t l = begin; l < end;) {
+        const int pair = cin == 1 && l + 1 < end; /* two real frames at once */
+        const int64_t base = ((l / j->frames) * j->length + (l % j->frames) * j->step) * cin;
+        const int64_t base2 =
+            pair ? ((l + 1) / j->frames * j->length + (l + 1) % j->frames * j->step) * cin : 0;
         for (int64_t t = 0; t < n; ++t) {
             const double w = load(j->window, j->f32, t);
             line[t].re = load(j->x, j->f32, base + t * cin) * w;
-            line[t].im = cin == 2 ? load(j->x, j->f32, base + t * cin + 1) * w : 0.0;
+            line[t].im = (cin == 2 ? load(j->x, j->f32, base + t * cin + 1)
+                          : pair   ? load(j->x, j->f32, base2 + t)
+                                   : 0.0) * w;
         }
         execute(plan, line, spectrum, work);
-        const int64_t out_base = l * j->n_out * 2;
+        float *y32 = (float *)j->y + l * j->n_out * 2;
+        double *y64 = (double *)j->y + l * j->n_out * 2;
         for (int64_t k = 0; k < j->n_out; ++k) {
-            store(j->y, j->f32, out_base + 2 * k, spectrum[k].re);
-            store(j->y, j->f32, out_base + 2 * k + 1, spectrum[k].im);
+            cpx a = spectrum[k], b;
+            if (pair) {
+                split_pair(spectrum, n, k, &a, &b);
+                const int64_t at = (j->n_out + k) * 2; /* frame l + 1 */
+                if (j->f32) {
+                    y32[at] = (float)b.re;
+                    y32[at + 1] = (float)b.im;
+                } else {
+                    y64[at] = b.re;
+                    y64[at + 1] = b.im;
+                }
+            }
+            if (j->f32) {
+                y32[2 * k] = (float)a.re;
+                y32[2 * k + 1] = (float)a.im;
+            } else {
+                y64[2 * k] = a.re;
+                y64[2 * k + 1] = a.im;
+            }
         }
+        l += pair ? 2 : 1;
     }
 }
 
