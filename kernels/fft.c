@@ -267,7 +267,8 @@ RELVM_EXPORT struct relvm_fft_plan *relvm_fft_plan_new(int64_t n, int inverse) {
     if (factorize(p)) {
         const int sign = p->inverse ? 1 : -1;
         int64_t staged = 0;
-        for (int s = 0; s < p->nfactors; ++s) staged += (p->factors[2 * s] - 1) * p->factors[2 * s + 1];
+        for (int s = 0; s < p->nfactors; ++s)
+            staged += (p->factors[2 * s] - 1) * p->factors[2 * s + 1];
         p->twiddles = malloc((size_t)(n + staged) * sizeof(cpx));
         if (!p->twiddles) goto fail;
         for (int64_t k = 0; k < n; ++k) p->twiddles[k] = unit_root(k, n, sign);
@@ -359,7 +360,8 @@ static void dft_lines(void *ctx, int64_t begin, int64_t end) {
         }
         if (j->hermitian) {
             for (int64_t t = given; t <= n / 2; ++t) line[t] = (cpx){0.0, 0.0};
-            for (int64_t t = n / 2 + 1; t < n; ++t) line[t] = (cpx){line[n - t].re, -line[n - t].im};
+            for (int64_t t = n / 2 + 1; t < n; ++t)
+                line[t] = (cpx){line[n - t].re, -line[n - t].im};
         } else {
             for (int64_t t = given; t < n; ++t) line[t] = (cpx){0.0, 0.0};
         }
