@@ -41,7 +41,9 @@ OPS = ("Conv ConvTranspose Gemm MatMul Relu LeakyRelu PRelu Sigmoid Tanh Gelu Er
        "ConvInteger QLinearConv "
        "BitCast TfIdfVectorizer DeformConv MelWeightMatrix "
        "NonMaxSuppression Det MaxUnpool Col2Im TensorScatter "
-       "Loop Scan").split()
+       "Loop Scan "
+       # issue 46
+       "DFT STFT").split()
 
 #: TensorProto element types of the counted cases: float32, int32, int64, bool.
 COUNTED_TYPES = {1, 6, 7, 9}
@@ -162,6 +164,9 @@ XFAIL.update({
     "test_affine_grid_3d_align_corners_expanded": "the expansion's If branches differ in rank "
                                                   "(a scalar and a 1-element tensor): issue 19, "
                                                   "item 3",
+    **{f"test_dft_inverse{v}": "the expected imaginary parts are complex64 rounding noise "
+       "(1.9e-7 from NumPy's complex64 ifft, past the case's atol of 1e-7) where relvm's "
+       "double arithmetic gives exactly 0" for v in ("", "_opset19")},
 })
 
 _FRACTIONAL = ("onnx's expected output divides by the fractional output length (in * scale); "
@@ -184,6 +189,8 @@ XFAIL_SYMBOLIC.update({
                                       "statically empty axis gives ONNX's False",
     "test_reduce_min_empty_set": "relvm's min of an empty axis is a run-time error; only a "
                                  "statically empty axis gives ONNX's inf",
+    "test_stft_with_window": "the window is a graph input: its length is the frame length, "
+                             "which decides the output's shape and must be static",
     "test_resize_downsample_sizes_nearest_not_larger": _KEEP_ASPECT,
     "test_resize_downsample_sizes_nearest_not_smaller": _KEEP_ASPECT,
     "test_resize_upsample_sizes_nearest_not_larger": _KEEP_ASPECT,

@@ -52,5 +52,5 @@ def kernel(*ops: str, dtypes: Iterable[str], dtype_of=first_input, accepts=None,
 
 
 from . import (attention, dynamic, elementwise, gather_scatter, image,  # noqa: E402,F401
-               linalg, nn, packed, quantized, recurrent, reduce, scan, text,
-               transform, vision)
+               linalg, nn, packed, quantized, recurrent, reduce, scan, signal,
+               text, transform, vision)

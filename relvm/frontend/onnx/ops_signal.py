@@ -1,11 +1,12 @@
 """Window functions -- HannWindow, HammingWindow, BlackmanWindow -- and MelWeightMatrix, made
 constants at import (their inputs must be known then), computed as onnx's reference does and
-rounded once to the output dtype."""
+rounded once to the output dtype; DFT and STFT, as signal.dft and signal.stft."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from ...ir import dims as D
 from .converters import check_made_size, converter
 from .importer import ONNX_DTYPES, Node
 
@@ -81,3 +82,68 @@ def mel_weight_matrix(n: Node):
         if right > centre:
             out[centre:right, i] = (right - np.arange(centre, right)) / (right - centre)
     return n.constant(out.astype(dtype))
+
+
+def _dft_length(n: Node, size: D.Dim, irfft: bool) -> int | None:
+    """DFT's ``dft_length`` as signal.dft's ``length``: None when absent, or when it is the
+    length the transform has anyway (torch.fft.rfft exports ``Shape(x)[axis]``, a symbolic
+    dim); otherwise it decides the output's shape and must be a constant."""
+    if not n.has(1):
+        return None
+    known = n.sym(1)
+    if known is not None and known.size == 1 and n.known(1) is None:
+        default = 2 * (size - 1) if irfft else size
+        if D.prove_equal(known.reshape(-1)[0], default):
+            return None
+    length = np.asarray(n.const(1, "dft_length"))
+    if length.size != 1:
+        raise n.fail(f"dft_length must be one value, got shape {length.shape}")
+    return int(length.reshape(()))
+
+
+@converter("DFT")
+def dft(n: Node):
+    """``signal.dft``. Opset 20 takes the axis as an input (default -2), which must be a
+    constant; opset 17 as an attribute (default 1)."""
+    if n.opset >= 20:
+        axis = int(_scalar_const(n, 2, "axis")) if n.has(2) else -2
+    else:
+        axis = int(n.attr("axis", 1))
+    inverse, onesided = bool(n.attr("inverse", 0)), bool(n.attr("onesided", 0))
+    shape = n.shape(0)
+    size = shape[axis] if len(shape) >= 2 and -len(shape) <= axis < len(shape) - 1 else 0
+    length = _dft_length(n, size, inverse and onesided)
+    return n.call("signal.dft", n.x(0), axis=axis, length=length, onesided=onesided,
+                  inverse=inverse)
+
+
+@converter("STFT")
+def stft(n: Node):
+    """``signal.stft``. ``frame_step`` and ``frame_length`` decide the output's shape: they must
+    be constants, as must the window's length. Without a window the frame is rectangular (a
+    window of ones); without both, the frame is the whole signal, whose length must then be
+    static."""
+    step = int(_scalar_const(n, 1, "frame_step"))
+    frame_length = int(_scalar_const(n, 3, "frame_length")) if n.has(3) else None
+    dtype = n.dtype(0)
+    if n.has(2):
+        window = n.x(2)
+        size = n.shape(2)[0] if n.rank(2) == 1 else None
+        if size is not None and not D.is_static(size):
+            raise n.fail(f"the window's length {D.dim_str(size)} (the frame length) must be "
+                         "static")
+        if frame_length is not None and size is not None and size != frame_length:
+            raise n.fail(f"the window has {size} values but frame_length is {frame_length}")
+    else:
+        if frame_length is None:
+            shape = n.shape(0)
+            frame_length = shape[1] if len(shape) == 3 else None
+            if not isinstance(frame_length, int):
+                raise n.fail("without a window or frame_length the frame is the whole signal, "
+                             f"whose length must then be static: signal {shape}")
+        if frame_length < 1:
+            raise n.fail(f"frame_length must be at least 1, got {frame_length}")
+        check_made_size(n, frame_length, "the rectangular window")
+        window = n.constant(np.ones(frame_length), dtype)
+    return n.call("signal.stft", n.x(0), window, frame_step=step,
+                  onesided=bool(n.attr("onesided", 1)))
