@@ -157,6 +157,18 @@ def test_bad_steps_and_plans_are_refused_at_load(path, value, message) -> None:
 
 
 @pytest.mark.e2e
+@pytest.mark.filterwarnings("ignore::relvm.runtime.vm.kernels.UntrustedCodeWarning")
+def test_a_step_retargeted_to_an_op_with_attributes_gets_its_defaults() -> None:
+    """A step changed to ``nn.leaky_relu`` with no ``alpha`` (as a fuzzed file had it): the
+    kernels generated here from the descriptions read the op's default, never a KeyError."""
+    data = with_meta(_mlp_bytes(), _set(f"{STEPS}.2.op", "nn.leaky_relu"))
+    exe = relvm.load_bytes(data)  # its signature no longer matches: kernels made here
+    x = np.linspace(-1, 1, 2 * 784, dtype="f4").reshape(2, 784)
+    got = relvm.VirtualMachine(exe).invoke("main", x)
+    assert got.shape == (2, 10) and np.isfinite(got).all()
+
+
+@pytest.mark.e2e
 def test_a_fused_entry_has_one_output() -> None:
     def two(meta) -> None:
         meta["kernels"][0]["outputs"] = ["float32", "float32"]

@@ -211,7 +211,7 @@ def _compile_again(exe: Executable) -> bytes:
         plan = _plan(entry)
         if not plan:
             continue
-        steps = entry.attrs["steps"]
+        steps = _checked_steps(entry)
         anchor = next((o[1] for o in plan["operands"] if o[0] < 0), None)
         rank = entry.output_ranks[0] if entry.output_ranks else None
         if rank is None:
@@ -222,6 +222,22 @@ def _compile_again(exe: Executable) -> bytes:
         except CannotGenerate as e:
             raise RelvmFormatError(f"kernel {entry.name!r}: {e}", section="meta") from None
     return compile_library(PRELUDE + "".join(sources))
+
+
+def _checked_steps(entry: KernelEntry) -> list[dict]:
+    """A fused entry's steps as the generator reads them, each op's attributes checked against
+    its schema and completed with its defaults: a file's step names an op, not its attributes
+    (a step changed to ``nn.leaky_relu`` without an ``alpha``)."""
+    from ...ops.fused import steps_from_json
+    from ...ops.registry import AttrError
+
+    raw = entry.attrs["steps"]
+    try:
+        checked = steps_from_json(raw)
+    except (KeyError, ValueError, TypeError, AttrError) as e:
+        raise RelvmFormatError(f"kernel {entry.name!r}: its steps are malformed ({e})",
+                               section="meta") from None
+    return [dict(s, attrs={**dict(c.attrs), **s["attrs"]}) for s, c in zip(raw, checked)]
 
 
 def _first_line(e: Exception) -> str:
