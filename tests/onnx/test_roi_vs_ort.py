@@ -31,10 +31,8 @@ def make_model(nodes, inputs, outputs, opset, initializers=()):
 
 
 def ort_run(m, feeds):
-    options = ort.SessionOptions()
-    options.log_severity_level = 3  # its warning on max mode's known summation
-    session = ort.InferenceSession(m.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
+    ort.set_default_logger_severity(3)  # its warning on max mode's summation, on every session
+    session = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
     return session.run(None, feeds)
 
 
@@ -133,9 +131,13 @@ def detector_head():
                       [("aligned", F32, None), ("pooled", F32, None)], 16, const)
 
 
-def test_symbolic_model_runs_at_three_sizes():
+def test_symbolic_model_runs_at_three_sizes(tmp_path):
+    """One build for every size, also once saved and loaded (the runtime alone)."""
     m = detector_head()
-    vm = relvm_vm(m)
+    mod, params = from_onnx(m)
+    exe = relvm.build(mod, params=params)
+    exe.save(tmp_path / "head.rvm")
+    vm, loaded = relvm.VirtualMachine(exe), relvm.VirtualMachine(relvm.load(tmp_path / "head.rvm"))
     for n, c, h, w, boxes in [(1, 3, 8, 10, 5), (2, 5, 17, 13, 9), (3, 2, 6, 24, 14)]:
         x = RNG.standard_normal((n, c, h, w)).astype(np.float32)
         lo = RNG.uniform(-4, 2 * max(h, w), (n, boxes, 2))
@@ -143,10 +145,12 @@ def test_symbolic_model_runs_at_three_sizes():
         scores = RNG.uniform(0, 1, (n, 1, boxes)).astype(np.float32)
         feeds = {"x": x, "boxes": b.astype(np.float32), "scores": scores}
         want = ort_run(m, feeds)
-        got = vm.invoke("main", *feeds.values())
-        assert 0 < len(want[0]) and got[0].shape == want[0].shape
-        for g, w_ in zip(got, want):
-            np.testing.assert_array_equal(g, w_)
+        assert 0 < len(want[0])
+        for machine in (vm, loaded):
+            got = machine.invoke("main", *feeds.values())
+            for g, w_ in zip(got, want):
+                assert g.shape == w_.shape
+                np.testing.assert_array_equal(g, w_)
 
 
 def test_bad_batch_index_is_a_run_time_error():
