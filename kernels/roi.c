@@ -5,10 +5,11 @@
  * twice), and sums and maxima go in ONNX Runtime's order.
  *
  * RoiAlign's bilinear weights are separable: each roi's samples are computed once per axis
- * (the rows a sample reads and their weights, along y; the columns, along x) and a sample's
- * four weights are the products ONNX Runtime's pre_calc stores, formed as each channel reads
- * them. So a roi's tables grow with out_h * grid_h + out_w * grid_w, not their product (an
- * adaptive grid over a large roi would otherwise hold millions of samples). */
+ * (the rows a sample reads and their weights, along y; the columns, along x). From those, a
+ * roi of at most TAPS_MAX samples tabulates each sample's four pixels and weights once for all
+ * its channels, as ONNX Runtime's pre_calc does; a larger one (an adaptive grid over a large
+ * roi, which would hold millions of samples) forms the same products as each channel reads
+ * them, so its tables grow with out_h * grid_h + out_w * grid_w, not their product. */
 #include "roi.h"
 
 #include <math.h>
@@ -38,6 +39,11 @@ struct roi_align_job {
     int failed;    /* RELVM_NO_MEMORY in some task (atomic) */
 };
 
+/* Samples of a roi whose four taps each (positions and weights) are tabulated once for all
+ * channels, as ONNX Runtime's pre_calc does; a roi of more samples (an adaptive grid over a
+ * large roi) forms each sample's weights from its axes' as each channel reads them. */
+#define TAPS_MAX 4096
+
 /* std::max(a, b) as ONNX Runtime's max mode calls it: b if a < b, else a (NaN a wins). */
 #define STD_MAX(a, b) ((a) < (b) ? (b) : (a))
 
@@ -49,6 +55,19 @@ struct roi_align_job {
         T l, h;                                                                                \
         int empty;                                                                             \
     };                                                                                         \
+    struct taps_##SFX { /* a sample's four pixels and weights (0 and 0 for an empty one) */    \
+        int64_t pos[4];                                                                        \
+        T w[4];                                                                                \
+    };                                                                                         \
+                                                                                               \
+    /* One bin's value from its samples' four weighted pixels t[0..3] (ONNX Runtime's order). */ \
+    static inline T pool_##SFX(int mode_max, T acc, int first, const T *t) {                   \
+        if (mode_max) {                                                                        \
+            const T m = STD_MAX(STD_MAX(STD_MAX(t[0], t[1]), t[2]), t[3]);                     \
+            return first ? m : STD_MAX(acc, m);                                                \
+        }                                                                                      \
+        return acc + (((t[0] + t[1]) + t[2]) + t[3]);                                          \
+    }                                                                                          \
                                                                                                \
     /* A roi's geometry along x (axis 0) and y (axis 1): start, bin size, roi size. */         \
     static void geometry_##SFX(const struct roi_align_job *j, int64_t k, T *start, T *bin,     \
@@ -92,10 +111,37 @@ struct roi_align_job {
             }                                                                                  \
     }                                                                                          \
                                                                                                \
-    /* Roi k over every channel, its tables in ys and xs. */                                   \
+    /* Every sample's taps from the axes' tables, bin by bin, row-major within a bin. */      \
+    static void tabulate_##SFX(const struct sample_##SFX *ys, const struct sample_##SFX *xs,   \
+                               int64_t oh, int64_t ow, int64_t gh, int64_t gw, int64_t width,  \
+                               struct taps_##SFX *t) {                                         \
+        for (int64_t ph = 0; ph < oh; ++ph)                                                    \
+            for (int64_t pw = 0; pw < ow; ++pw)                                                \
+                for (int64_t iy = 0; iy < gh; ++iy)                                            \
+                    for (int64_t ix = 0; ix < gw; ++ix, ++t) {                                 \
+                        const struct sample_##SFX *sy = ys + ph * gh + iy;                     \
+                        const struct sample_##SFX *sx = xs + pw * gw + ix;                     \
+                        if (sy->empty | sx->empty) {                                           \
+                            memset(t, 0, sizeof *t);                                           \
+                            continue;                                                          \
+                        }                                                                      \
+                        const int64_t r0 = sy->low * width, r1 = sy->high * width;             \
+                        t->pos[0] = r0 + sx->low;                                              \
+                        t->pos[1] = r0 + sx->high;                                             \
+                        t->pos[2] = r1 + sx->low;                                              \
+                        t->pos[3] = r1 + sx->high;                                             \
+                        t->w[0] = sy->h * sx->h;                                               \
+                        t->w[1] = sy->h * sx->l;                                               \
+                        t->w[2] = sy->l * sx->h;                                               \
+                        t->w[3] = sy->l * sx->l;                                               \
+                    }                                                                          \
+    }                                                                                          \
+                                                                                               \
+    /* Roi k over every channel: its axes' tables in ys and xs, its taps in taps when they    \
+     * fit (TAPS_MAX). */                                                                      \
     static void roi_##SFX(const struct roi_align_job *j, int64_t k, struct sample_##SFX *ys,   \
-                          struct sample_##SFX *xs) {                                           \
-        const int64_t oh = j->out_h, ow = j->out_w, width = j->width;                          \
+                          struct sample_##SFX *xs, struct taps_##SFX *taps) {                  \
+        const int64_t oh = j->out_h, ow = j->out_w, width = j->width, plane = j->height * width; \
         T start[2], bin[2], size[2];                                                           \
         geometry_##SFX(j, k, start, bin, size);                                                \
         const int64_t gh = grid_##SFX(j, size[1], oh), gw = grid_##SFX(j, size[0], ow);        \
@@ -106,9 +152,26 @@ struct roi_align_job {
         }                                                                                      \
         axis_##SFX(start[1], bin[1], oh, gh, j->height, ys);                                   \
         axis_##SFX(start[0], bin[0], ow, gw, width, xs);                                       \
-        const T count = (T)(gh * gw);                                                          \
-        const T *x = (const T *)j->x + j->batch[k] * j->channels * j->height * width;          \
-        for (int64_t c = 0; c < j->channels; ++c, x += j->height * width) {                    \
+        const int64_t samples = gh * gw, mode_max = j->mode_max;                               \
+        const T count = (T)samples;                                                            \
+        const T *x = (const T *)j->x + j->batch[k] * j->channels * plane;                      \
+        if (oh * ow * samples <= TAPS_MAX) {                                                   \
+            tabulate_##SFX(ys, xs, oh, ow, gh, gw, width, taps);                               \
+            for (int64_t c = 0; c < j->channels; ++c, x += plane) {                            \
+                const struct taps_##SFX *t = taps;                                             \
+                for (int64_t b = 0; b < oh * ow; ++b, ++y) {                                   \
+                    T acc = 0;                                                                 \
+                    for (int64_t s = 0; s < samples; ++s, ++t) {                               \
+                        const T v[4] = {t->w[0] * x[t->pos[0]], t->w[1] * x[t->pos[1]],        \
+                                        t->w[2] * x[t->pos[2]], t->w[3] * x[t->pos[3]]};       \
+                        acc = pool_##SFX(mode_max, acc, s == 0, v);                            \
+                    }                                                                          \
+                    *y = mode_max ? acc : acc / count;                                         \
+                }                                                                              \
+            }                                                                                  \
+            return;                                                                            \
+        }                                                                                      \
+        for (int64_t c = 0; c < j->channels; ++c, x += plane) {                                \
             for (int64_t ph = 0; ph < oh; ++ph)                                                \
                 for (int64_t pw = 0; pw < ow; ++pw, ++y) {                                     \
                     T acc = 0;                                                                 \
@@ -117,24 +180,19 @@ struct roi_align_job {
                         const T *r0 = x + sy->low * width, *r1 = x + sy->high * width;         \
                         for (int64_t ix = 0; ix < gw; ++ix) {                                  \
                             const struct sample_##SFX *sx = xs + pw * gw + ix;                 \
-                            T t1, t2, t3, t4;                                                  \
+                            T v[4];                                                            \
                             if (sy->empty | sx->empty) { /* weights 0 at position 0 */         \
-                                t1 = t2 = t3 = t4 = (T)0 * x[0];                               \
+                                v[0] = v[1] = v[2] = v[3] = (T)0 * x[0];                       \
                             } else {                                                           \
-                                t1 = (sy->h * sx->h) * r0[sx->low];                            \
-                                t2 = (sy->h * sx->l) * r0[sx->high];                           \
-                                t3 = (sy->l * sx->h) * r1[sx->low];                            \
-                                t4 = (sy->l * sx->l) * r1[sx->high];                           \
+                                v[0] = (sy->h * sx->h) * r0[sx->low];                          \
+                                v[1] = (sy->h * sx->l) * r0[sx->high];                         \
+                                v[2] = (sy->l * sx->h) * r1[sx->low];                          \
+                                v[3] = (sy->l * sx->l) * r1[sx->high];                         \
                             }                                                                  \
-                            if (j->mode_max) {                                                 \
-                                const T m = STD_MAX(STD_MAX(STD_MAX(t1, t2), t3), t4);         \
-                                acc = (iy | ix) ? STD_MAX(acc, m) : m;                         \
-                            } else {                                                           \
-                                acc += ((t1 + t2) + t3) + t4;                                  \
-                            }                                                                  \
+                            acc = pool_##SFX(mode_max, acc, (iy | ix) == 0, v);                \
                         }                                                                      \
                     }                                                                          \
-                    *y = j->mode_max ? acc : acc / count;                                      \
+                    *y = mode_max ? acc : acc / count;                                         \
                 }                                                                              \
         }                                                                                      \
     }                                                                                          \
@@ -144,12 +202,14 @@ struct roi_align_job {
         struct roi_align_job *j = ctx;                                                         \
         struct sample_##SFX *ys = malloc((size_t)j->table * sizeof *ys),                       \
                             *xs = malloc((size_t)j->table * sizeof *xs);                       \
-        if (ys && xs)                                                                          \
-            for (int64_t k = begin; k < end; ++k) roi_##SFX(j, k, ys, xs);                     \
+        struct taps_##SFX *taps = malloc(TAPS_MAX * sizeof *taps);                             \
+        if (ys && xs && taps)                                                                  \
+            for (int64_t k = begin; k < end; ++k) roi_##SFX(j, k, ys, xs, taps);               \
         else                                                                                   \
             __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);                                 \
         free(ys);                                                                              \
         free(xs);                                                                              \
+        free(taps);                                                                            \
     }                                                                                          \
                                                                                                \
     /* Every roi's grids checked; the largest table in *table. -1 or the first bad roi. */     \

@@ -9,7 +9,8 @@
  * int64). mode_max: the max of each sample's weighted corners, else the samples' average;
  * half_pixel: coordinates less 0.5, else rois of at least one pixel; sampling_ratio 0: an
  * adaptive grid of ceil(roi / out) per axis, at most max_grid. Each roi's sampling positions
- * and weights are computed once for all its channels; threaded over rois.
+ * and weights are computed once for all its channels (per sample up to 4096 samples, else per
+ * axis); threaded over rois.
  * RELVM_BAD_INDEX for a batch index outside [0, n), RELVM_TOO_LARGE for an adaptive grid that
  * is not finite or above max_grid: *bad_roi is that roi (batch indices are checked first, then
  * grids, each in roi order). RELVM_NO_MEMORY; RELVM_UNSUPPORTED for another dtype or a

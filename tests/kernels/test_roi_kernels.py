@@ -150,3 +150,14 @@ def test_max_roi_pool_errors(c_kernel):
             run(x, rois, out)
     with pytest.raises(ValueError, match=r"rois \(num_rois, 5\)"):
         run(x, np.zeros((2, 4), np.float32), out)
+
+
+@pytest.mark.parametrize("ratio", [9, 10])  # 7 * 7 * 81 samples tabulated, 7 * 7 * 100 not
+@pytest.mark.parametrize("mode", ["avg", "max"])
+def test_roi_align_tabulated_and_per_axis_samples(check, rng, rand, ratio, mode):
+    """A roi's taps are tabulated up to 4096 samples, else formed from its axes' tables: the
+    same numbers either way."""
+    x = rand((2, 3, 12, 14))
+    x[0, 1, 0, 0] = np.nan  # read by every empty sample
+    check(ALIGN, dict(output_height=7, output_width=7, sampling_ratio=ratio, mode=mode),
+          [x, rois_for(rng, 16, 12, 14), rng.integers(0, 2, 16)], rtol=0, atol=0)
