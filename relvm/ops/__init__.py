@@ -4,7 +4,7 @@ from . import (conv, dynamic, elementwise, gather_scatter, indexing, nn,  # noqa
                pool, reduce, transform)  # (registration)
 # ops the ONNX importer needs
 from . import (attention, conv_transpose, deform_conv, grid_sample, image,  # noqa: F401
-               linalg, lists, norm, quantized, recurrent, scan, signal, text,
+               linalg, lists, norm, quantized, recurrent, roi, scan, signal, text,
                vision)
 from .registry import OPS, Op, get_op
 

@@ -2,8 +2,8 @@
 
 The cases are onnx's own (``onnx.backend.test``; the wheel builds them in memory). A case
 belongs to an op by its node (or, for ``*_expanded`` cases, by the case it expands); relvm runs
-every case of the ops issues 7 and 19 list. The counted cases are those whose inputs and outputs
-are all float32, int64, int32 or bool tensors.
+every case of the ops issues 7, 19 and 46 list. The counted cases are those whose inputs and
+outputs are all float32, int64, int32 or bool tensors.
 
 ``XFAIL`` gives the reason of every case expected to fail, on both runs; ``XFAIL_SYMBOLIC`` the
 cases that pass with static shapes but not when every input dim is symbolic. The test modules
@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-#: The op types issues 7 and 19 ask for.
+#: The op types issues 7, 19 and 46 ask for.
 OPS = ("Conv ConvTranspose Gemm MatMul Relu LeakyRelu PRelu Sigmoid Tanh Gelu Erf HardSigmoid "
        "HardSwish Clip Add Sub Mul Div Pow Sqrt Exp Log Neg Abs Where Equal Less Greater Max Min "
        "Cast Softmax LogSoftmax ReduceMean ReduceSum ReduceMax ArgMax MaxPool AveragePool "
@@ -43,7 +43,7 @@ OPS = ("Conv ConvTranspose Gemm MatMul Relu LeakyRelu PRelu Sigmoid Tanh Gelu Er
        "NonMaxSuppression Det MaxUnpool Col2Im TensorScatter "
        "Loop Scan "
        # issue 46
-       "DFT STFT").split()
+       "DFT STFT RoiAlign MaxRoiPool").split()
 
 #: TensorProto element types of the counted cases: float32, int32, int64, bool.
 COUNTED_TYPES = {1, 6, 7, 9}

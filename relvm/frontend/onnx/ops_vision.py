@@ -1,5 +1,5 @@
 """Ops added for issue 19's remaining coverage: NonMaxSuppression, Det, Col2Im,
-TensorScatter."""
+TensorScatter; and for issue 46: RoiAlign, MaxRoiPool."""
 
 from __future__ import annotations
 
@@ -75,3 +75,39 @@ def tensor_scatter(n: Node):
     starts = n.x(2) if n.has(2) else scalar(n, 0, "int64")
     return n.call("tensor_scatter", n.x(0), n.x(1), starts, axis=int(n.attr("axis", -2)),
                   circular=mode == "circular")
+
+
+@converter("RoiAlign")
+def roi_align(n: Node):
+    """``vision.roi_align``: opset 16's coordinate_transformation_mode, whose default is
+    half_pixel; before it, ONNX Runtime computes as output_half_pixel."""
+    mode = str(n.attr("mode", "avg")).lower()  # ONNX Runtime lowers it too
+    if mode not in ("avg", "max"):
+        raise n.fail(f"mode must be 'avg' or 'max', got {mode!r}")
+    coordinates = n.attr("coordinate_transformation_mode",
+                         "half_pixel" if n.opset >= 16 else "output_half_pixel")
+    if coordinates not in ("half_pixel", "output_half_pixel"):
+        raise n.fail("coordinate_transformation_mode must be 'half_pixel' or "
+                     f"'output_half_pixel', got {coordinates!r}")
+    if n.dtype(0) not in ("float32", "float64"):
+        raise n.fail(f"X must be float32 or float64, got {n.dtype(0)}")
+    sizes = {k: int(n.attr(k, d)) for k, d in
+             (("output_height", 1), ("output_width", 1), ("sampling_ratio", 0))}
+    for k, v in sizes.items():
+        if v < 0:
+            raise n.fail(f"{k} must be 0 or more, got {v}")
+    return n.call("vision.roi_align", n.x(0), n.x(1), n.x(2), mode=mode,
+                  spatial_scale=float(n.attr("spatial_scale", 1.0)),
+                  coordinate_transformation_mode=coordinates, **sizes)
+
+
+@converter("MaxRoiPool")
+def max_roi_pool(n: Node):
+    """``vision.max_roi_pool`` (float32: the one dtype ONNX Runtime computes it in)."""
+    pooled = n.attr("pooled_shape")
+    if pooled is None or len(pooled) != 2 or min(int(v) for v in pooled) < 1:
+        raise n.fail(f"pooled_shape must be two sizes of 1 or more, got {pooled}")
+    if n.dtype(0) != "float32":
+        raise n.fail(f"X must be float32 (as in ONNX Runtime), got {n.dtype(0)}")
+    return n.call("vision.max_roi_pool", n.x(0), n.x(1), pooled_shape=[int(v) for v in pooled],
+                  spatial_scale=float(n.attr("spatial_scale", 1.0)))
