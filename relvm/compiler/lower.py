@@ -346,11 +346,12 @@ class FunctionLowering:
         def describe(d: D.Dim, value: str) -> str:
             if isinstance(d, int):
                 return str(d)
-            text = D.dim_str(d).replace("{", "{{").replace("}", "}}")
+            text = _short_dim(d).replace("{", "{{").replace("}", "}}")
             sym, coeff, const = _linear(d)
             if sym is not None and (coeff, const) == (1, 0) and sym.key in self.origins:
                 return f"{self.origins[sym.key]} ({text})"
-            known = [f"{s.text()} is {self.origins[s.key]}" for s in D.free_symbols(d)
+            known = [f"{s.text()} is {self.origins[s.key]}"
+                     for s in sorted(D.free_symbols(d), key=lambda s: s.text())
                      if s.key in self.origins]
             return f"{text} = {value}" + (f" ({', '.join(known)})" if known else "")
         need = "equal" if kind == "equal" else "broadcast against"
@@ -675,6 +676,21 @@ class FunctionLowering:
         else:
             raise RelvmCompileError(f"{op.name}: no run-time shape rule for this data-dependent op")
         self.emit("ComputeDims", self.program.dim_program(statements), args)
+
+
+#: Past this many characters a dim is named by its symbols, not spelled out: a dynamo
+#: export's dims nest floor-divisions a thousand characters deep (Swin at 72x88), and what
+#: a user needs is which inputs' dims clash, and their values.
+LONG_DIM = 60
+
+
+def _short_dim(d: D.Dim) -> str:
+    """``d`` as text, or ``a dim computed from h, w`` when spelling it out would be long."""
+    text = D.dim_str(d)
+    if len(text) <= LONG_DIM:
+        return text
+    names = sorted(s.text() for s in D.free_symbols(d))
+    return f"a dim computed from {', '.join(names)}" if names else "a computed dim"
 
 
 def _at(node: Expr) -> str:

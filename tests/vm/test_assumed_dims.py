@@ -103,3 +103,21 @@ def @main(%x: Tensor[(n, 4), float32], %y: Tensor[(n, 4), float32]) {
   add(%x, %y)
 }"""))
     assert "broadcast" not in exe.bytecode and "== 16" not in exe.bytecode
+
+
+def test_a_long_computed_dim_is_named_by_its_inputs_not_spelled_out() -> None:
+    """Issue 46: a dynamo export's dims nest floor-divisions a thousand characters deep; the
+    message names the inputs and dims that clash and their sizes instead."""
+    vm = _vm("""
+def @main(%x: Tensor[(1, 1, h, w), float32], %y: Tensor[(k), float32]) {
+  %0 = image.resize2d(%x, scale=[0.7, 0.3]);
+  %1 = image.resize2d(%0, scale=[1.3, 1.7]);
+  %2 = image.resize2d(%1, scale=[0.45, 2.3]);
+  add(reshape(%2, newshape=[-1]), %y)
+}""")
+    with pytest.raises(relvm.RelvmInputError) as info:
+        vm.invoke("main", np.ones((1, 1, 37, 41), np.float32), np.ones(5, np.float32))
+    message = str(info.value)
+    assert message == ("@main: a dim computed from h, w = 644 (h is input %x dim 2, w is input "
+                       "%x dim 3) is 644, but add at line 6, column 3 needs it to broadcast "
+                       "against input %y dim 0 (k) = 5")
