@@ -102,7 +102,9 @@ static inline __attribute__((always_inline)) int axis_taps(
     const double lo = j->align ? 0.0 : -0.5, hi = j->align ? (double)size - 1.0 : size - 0.5;
     if (method == RELVM_GRID_NEAREST) x = round_half_even(x);
     if (x < lo || x > hi) {
-        if (padding == RELVM_GRID_BORDER) {
+        /* border moves the position, but cubic clamps each tap instead (as ONNX Runtime and
+         * PyTorch do: four taps around the position, each read at the nearest edge pixel) */
+        if (padding == RELVM_GRID_BORDER && method != RELVM_GRID_CUBIC) {
             x = x < 0.0 ? 0.0 : ((double)size - 1.0 < x ? (double)size - 1.0 : x);
         } else if (padding == RELVM_GRID_REFLECTION) {
             x = reflect(x, lo, hi);

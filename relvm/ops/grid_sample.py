@@ -10,15 +10,17 @@ reference, ``onnx/reference/ops/op_grid_sample.py``, op by op in the grid's dtyp
 ``align_corners`` maps -1 and 1 to the centres of the edge pixels, ``x = (g + 1) / 2 * (L - 1)``;
 otherwise to their outer edges, ``x = ((g + 1) * L - 1) / 2``. The axis spans ``[lo, hi]``:
 ``[0, L - 1]``, or ``[-0.5, L - 0.5]``. With ``nearest`` ``x`` is first rounded half to even. A
-position outside ``[lo, hi]`` moves: ``border`` clamps it to ``[0, L - 1]``, ``reflection``
-reflects it off ``lo`` and ``hi`` until it is inside (in float64, then rounded to the grid's
-dtype), ``zeros`` leaves it. Then ``nearest`` reads pixel ``x``; ``linear`` the pixels
-``floor(x)`` and ``floor(x) + 1`` with weights ``1 - t``, ``t`` (``t = x - floor(x)``), and
-``cubic`` the four from ``floor(x) - 1`` with Keys' weights at ``A = -0.75``, axis by axis
-(N-linear, N-cubic: the innermost axis first). A pixel outside the axis reads 0 (``zeros``),
-the nearest edge pixel (``border``) or its reflection off ``lo`` and ``hi`` (``reflection``).
-(So ``cubic`` with ``border`` reads the edge pixel for a position past ``[lo, hi]``; ONNX Runtime
-and PyTorch instead clamp each tap of the unclamped position, and differ there.)
+position outside ``[lo, hi]`` moves: ``border`` clamps it to ``[0, L - 1]`` (not for
+``cubic``, below), ``reflection`` reflects it off ``lo`` and ``hi`` until it is inside (in
+float64, then rounded to the grid's dtype), ``zeros`` leaves it. Then ``nearest`` reads pixel
+``x``; ``linear`` the pixels ``floor(x)`` and ``floor(x) + 1`` with weights ``1 - t``, ``t``
+(``t = x - floor(x)``), and ``cubic`` the four from ``floor(x) - 1`` with Keys' weights at
+``A = -0.75``, axis by axis (N-linear, N-cubic: the innermost axis first). A pixel outside the
+axis reads 0 (``zeros``), the nearest edge pixel (``border``) or its reflection off ``lo`` and
+``hi`` (``reflection``). So ``cubic`` with ``border`` reads the four taps around the unclamped
+position, each at the nearest edge pixel, as ONNX Runtime and PyTorch do (onnx's reference
+evaluator clamps the position first, 0.2-0.3 of the data's scale apart past the edge; its
+conformance cases for it follow the reference).
 
 Where ONNX's reference is silent or undefined, relvm gives: a NaN position (a NaN coordinate,
 or an infinite one reflected) samples NaN; an infinite one under ``zeros`` reads nothing (0),
@@ -116,12 +118,13 @@ def axis_taps(attrs, g: np.ndarray, size: int):
     pixel (a ``zeros`` tap outside the axis reads 0); ``nan`` marks positions that sample NaN.
     """
     lo, hi = (0.0, size - 1.0) if attrs.align_corners else (-0.5, size - 0.5)
+    n_taps = TAPS[attrs.method]
     with np.errstate(invalid="ignore", over="ignore"):
         x = _positions(g, size, attrs.align_corners)
         if attrs.method == "nearest":
             x = np.rint(x)
         outside = (x < lo) | (x > hi)
-        if attrs.padding_mode == "border":
+        if attrs.padding_mode == "border" and n_taps != 4:  # cubic clamps each tap instead
             x = np.where(outside, np.clip(x, 0, size - 1), x).astype(x.dtype)
         elif attrs.padding_mode == "reflection":
             x = np.where(outside, reflect(x.astype(np.float64), lo, hi), x).astype(x.dtype)

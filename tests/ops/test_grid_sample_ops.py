@@ -140,7 +140,7 @@ def grid_sample_loop(x, grid, method, padding, align):
                 if method == "nearest":
                     v = ft(np.rint(v))
                 if v < lo or v > hi:
-                    if padding == "border":
+                    if padding == "border" and method != "cubic":  # cubic: each tap clamps
                         v = ft(min(max(float(v), 0.0), size - 1.0))
                     elif padding == "reflection":
                         v = ft(_mirror(float(v), lo, hi))
