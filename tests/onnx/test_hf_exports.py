@@ -11,7 +11,6 @@ without them these tests skip with one line saying so, except under ``RELVM_REQU
 
 from __future__ import annotations
 
-import os
 import warnings
 from pathlib import Path
 
@@ -19,21 +18,12 @@ import numpy as np
 import pytest
 
 import relvm
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+from hfextra import need
 
 
-def _need(module: str):
-    if os.environ.get("RELVM_REQUIRE_HF") == "1":
-        return __import__(module)  # CI installed the extra: a missing package fails
-    return pytest.importorskip(module, reason=f"{module} is not installed "
-                                              f'(pip install ".[test,hf]")')
-
-
-torch = _need("torch")
-transformers = _need("transformers")
-_need("onnxscript")
+torch = need("torch")
+transformers = need("transformers")
+need("onnxscript")
 ort = pytest.importorskip("onnxruntime")
 from relvm.frontend.onnx import from_onnx  # noqa: E402
 

@@ -11,7 +11,6 @@ these tests skip with one line saying so, except under ``RELVM_REQUIRE_HF=1`` (s
 
 from __future__ import annotations
 
-import os
 import warnings
 from pathlib import Path
 
@@ -19,18 +18,12 @@ import numpy as np
 import pytest
 
 import relvm
+from hfextra import need
 
 
-def _need(module: str):
-    if os.environ.get("RELVM_REQUIRE_HF") == "1":
-        return __import__(module)  # CI installed the extra: a missing package fails
-    return pytest.importorskip(module, reason=f"{module} is not installed "
-                                              f'(pip install ".[test,hf]")')
-
-
-torch = _need("torch")
-_need("onnxscript")
-onnx = _need("onnx")
+torch = need("torch")
+need("onnxscript")
+onnx = need("onnx")
 ort = pytest.importorskip("onnxruntime")
 from relvm.frontend.onnx import from_onnx  # noqa: E402
 
