@@ -19,8 +19,7 @@ float64, then rounded to the grid's dtype), ``zeros`` leaves it. Then ``nearest`
 axis reads 0 (``zeros``), the nearest edge pixel (``border``) or its reflection off ``lo`` and
 ``hi`` (``reflection``). So ``cubic`` with ``border`` reads the four taps around the unclamped
 position, each at the nearest edge pixel, as ONNX Runtime and PyTorch do (onnx's reference
-evaluator clamps the position first, 0.2-0.3 of the data's scale apart past the edge; its
-conformance cases for it follow the reference).
+evaluator clamps the position first, which reads other pixels past the edge).
 
 Where ONNX's reference is silent or undefined, relvm gives: a NaN position (a NaN coordinate,
 or an infinite one reflected) samples NaN; an infinite one under ``zeros`` reads nothing (0),
@@ -118,20 +117,19 @@ def axis_taps(attrs, g: np.ndarray, size: int):
     pixel (a ``zeros`` tap outside the axis reads 0); ``nan`` marks positions that sample NaN.
     """
     lo, hi = (0.0, size - 1.0) if attrs.align_corners else (-0.5, size - 0.5)
-    n_taps = TAPS[attrs.method]
+    n = TAPS[attrs.method]
     with np.errstate(invalid="ignore", over="ignore"):
         x = _positions(g, size, attrs.align_corners)
         if attrs.method == "nearest":
             x = np.rint(x)
         outside = (x < lo) | (x > hi)
-        if attrs.padding_mode == "border" and n_taps != 4:  # cubic clamps each tap instead
+        if attrs.padding_mode == "border" and n != 4:  # cubic clamps each tap instead
             x = np.where(outside, np.clip(x, 0, size - 1), x).astype(x.dtype)
         elif attrs.padding_mode == "reflection":
             x = np.where(outside, reflect(x.astype(np.float64), lo, hi), x).astype(x.dtype)
         nan = np.isnan(x)
         # Past a few pixels outside every tap reads 0 under zeros (an infinite position too).
         x = np.clip(np.where(nan, 0, x), -5.0, size + 4.0).astype(np.float64)
-        n = TAPS[attrs.method]
         if n == 1:
             first, weights = x, [np.ones_like(x)]
         else:

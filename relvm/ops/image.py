@@ -239,6 +239,13 @@ def axis_scale(attrs, k: int, n_in: int, n_out: int) -> float:
     return scale[k] if scale is not None else (n_out / n_in if n_in else 1.0)
 
 
+def axis_roi(attrs, k: int) -> tuple[float, float]:
+    """Spatial axis ``k``'s roi (start, end): ``roi`` holds every axis' start, then every end."""
+    if attrs.roi is None:
+        return 0.0, 1.0
+    return attrs.roi[k], attrs.roi[k + len(attrs.roi) // 2]
+
+
 def axis_taps(attrs, axis: int, n_in: int, n_out: int):
     """(indices, weights, outside) of one axis: each output reads ``n`` clamped input positions.
 
@@ -247,8 +254,7 @@ def axis_taps(attrs, axis: int, n_in: int, n_out: int):
     """
     k = axis - 2
     scale = axis_scale(attrs, k, n_in, n_out)
-    roi = (attrs.roi[k], attrs.roi[k + len(attrs.roi) // 2]) if attrs.roi is not None \
-        else (0.0, 1.0)
+    roi = axis_roi(attrs, k)
     y = np.arange(n_out, dtype=np.float64)
     x, outside = _source_coords(attrs.coordinate_transformation_mode, y, scale, n_in, n_out, roi)
     floor = np.floor(x)
@@ -282,11 +288,9 @@ def axis_taps(attrs, axis: int, n_in: int, n_out: int):
 
 def identity_axis(attrs, k: int, n_in: int, n_out: int) -> bool:
     """Whether spatial axis ``k`` is copied as it is (scale 1, same size, the whole roi)."""
-    scale = axis_scale(attrs, k, n_in, n_out)
-    half = len(attrs.roi) // 2 if attrs.roi is not None else 0
-    whole = attrs.roi is None or (math.isclose(attrs.roi[k], 0.0)
-                                  and math.isclose(attrs.roi[k + half], 1.0))
-    return math.isclose(scale, 1.0) and n_in == n_out and whole
+    start, end = axis_roi(attrs, k)
+    whole = math.isclose(start, 0.0) and math.isclose(end, 1.0)
+    return math.isclose(axis_scale(attrs, k, n_in, n_out), 1.0) and n_in == n_out and whole
 
 
 def _resize_axis(attrs, x: np.ndarray, axis: int, n_out: int) -> np.ndarray:

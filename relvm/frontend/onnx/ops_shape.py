@@ -648,13 +648,12 @@ def _pad_at_run_time(n: Node, axes: list[int], mode: str, value):
     x = n.x(0)
     static = [[0, 0] for _ in range(rank)]
     for k, axis in enumerate(axes):
-        widths, numbers = [], []
+        widths, computed = [], False
         for side, at in enumerate((k, k + len(axes))):
             w = None if known is None else known[at]
             if isinstance(w, (int, np.integer)) and w >= 0:
                 static[axis][side] = int(w)
                 widths.append(scalar(n, int(w), "int64"))
-                numbers.append(True)
                 continue
             width = n.call("take", pads_t, scalar(n, at, "int64"), axis=0)
             if w is None or not D.prove_nonnegative(w):
@@ -664,10 +663,10 @@ def _pad_at_run_time(n: Node, axes: list[int], mode: str, value):
                                        "is negative (cropping by a computed width is not "
                                        "supported)")
             widths.append(width)
-            numbers.append(False)
+            computed = True
             if mode == "constant":
                 x = pad_by(n, x, axis, side == 0, width, value)
-        if mode != "constant" and not all(numbers):
+        if mode != "constant" and computed:
             x = _gather_pad(n, x, axis, mode, *widths)
             static[axis] = [0, 0]
     if not any(max(w) for w in static):

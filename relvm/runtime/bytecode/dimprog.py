@@ -83,7 +83,8 @@ BINARY = {
 #: compiles.
 EXPRESSIONS: dict[str, tuple[str, ...]] = {
     "const": ("int",), "slot": ("slot",), "shape": ("arg", "int"), "value": ("arg",),
-    "item": ("arg", "int"), "nonzero": ("arg",), "unique": ("arg", "int"), "arange_len": ("arg", "arg", "arg"),
+    "item": ("arg", "int"), "nonzero": ("arg",), "unique": ("arg", "int"),
+    "arange_len": ("arg", "arg", "arg"),
     **{op: ("e", "e") for op in BINARY},
 }
 STATEMENTS: dict[str, tuple[str, ...]] = {

@@ -225,19 +225,14 @@ def _compile_again(exe: Executable) -> bytes:
 
 
 def _checked_steps(entry: KernelEntry) -> list[dict]:
-    """A fused entry's steps as the generator reads them, each op's attributes checked against
-    its schema and completed with its defaults: a file's step names an op, not its attributes
-    (a step changed to ``nn.leaky_relu`` without an ``alpha``)."""
-    from ...ops.fused import steps_from_json
-    from ...ops.registry import AttrError
+    """A fused entry's steps as the generator reads them, each op's attributes completed with
+    its defaults. The verifier checked them against each op's schema at load, which accepts
+    a missing attribute that has a default (a step changed to ``nn.leaky_relu`` without an
+    ``alpha``); the generator reads them all."""
+    from ...ops.registry import OPS
 
-    raw = entry.attrs["steps"]
-    try:
-        checked = steps_from_json(raw)
-    except (KeyError, ValueError, TypeError, AttrError) as e:
-        raise RelvmFormatError(f"kernel {entry.name!r}: its steps are malformed ({e})",
-                               section="meta") from None
-    return [dict(s, attrs={**dict(c.attrs), **s["attrs"]}) for s, c in zip(raw, checked)]
+    return [dict(s, attrs={**{a.name: a.default for a in OPS[s["op"]].attrs}, **s["attrs"]})
+            for s in entry.attrs["steps"]]
 
 
 def _first_line(e: Exception) -> str:
