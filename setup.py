@@ -18,7 +18,7 @@ SERVE = ["starlette>=0.37", "uvicorn[standard]>=0.29", "prometheus-client>=0.20"
 
 setup(
     name="relvm",
-    version="0.4.0",
+    version="0.5.0",
     description="A bytecode virtual machine for dynamic-shape neural network inference",
     python_requires=">=3.10",
     packages=find_packages(include=["relvm", "relvm.*"]) + ["relvm.grammar"],

@@ -26,7 +26,7 @@ from .runtime.file.loader import load, load_bytes
 from .runtime.threads import get_num_threads, set_num_threads
 from .session import InferenceSession, IOBinding, NodeArg, RunOptions, SessionOptions
 
-__version__ = "0.4.0"
+__version__ = "0.5.0"
 
 
 def parse(text: str, constants: Any = None, *, source_name: str | None = None):

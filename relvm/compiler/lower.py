@@ -13,7 +13,7 @@ Memory planning (``memplan.py``) runs afterwards on the finished instruction lis
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -323,12 +323,12 @@ class FunctionLowering:
         statements = []
         entry_only = len(self._memo) == 1
         for kind, a, b in node.assumed:
-            if isinstance(a, int):  # the message names the run-time dim first
+            if isinstance(a, int) and kind != "le":  # the message names the run-time dim first
                 a, b = b, a
             symbols = D.free_symbols(a) | D.free_symbols(b)
             if not all(self.dims.knows(s) for s in symbols):
                 continue
-            tag = "check" if kind == "equal" else "broadcast"
+            tag = {"equal": "check", "broadcast": "broadcast", "le": "le"}[kind]
             key = (tag, D.dim_key(a), D.dim_key(b))
             if key in self.checked:
                 continue
@@ -354,6 +354,16 @@ class FunctionLowering:
                      for s in sorted(D.free_symbols(d), key=lambda s: s.text())
                      if s.key in self.origins]
             return f"{text} = {value}" + (f" ({', '.join(known)})" if known else "")
+        if kind == "le":  # a bound on a run-time dim: say what it is and the least it needs
+            least = describe(b, "{b}")
+            most = str(a) if isinstance(a, int) else describe(a, "{a}")
+            return (f"{least}{'' if '{b}' in least else ' is {b}'}, but {what} needs at least "
+                    f"{most}{'' if isinstance(a, int) or '{a}' in most else ' = {a}'}")
+        divisor = _divisor(a) if kind == "equal" and b == 0 else None
+        if divisor is not None:  # x % k == 0: a dim that must be a multiple of k
+            x = describe(divisor[0], "?")
+            return (f"{x.split(' = ?')[0]} is not a multiple of {divisor[1]} (the remainder is "
+                    f"{{a}}), but {what} needs it to be")
         need = "equal" if kind == "equal" else "broadcast against"
         left = describe(a, "{a}")
         right = describe(b, "{b}")
@@ -702,6 +712,17 @@ def _op_description(op: Op) -> str:
     if isinstance(op, FusedOp):
         return " -> ".join(s.op.name for s in op.steps)
     return op.name
+
+
+def _divisor(d: D.Dim) -> tuple[D.Dim, int] | None:
+    """``(x, k)`` if ``d`` is exactly ``x % k`` for a constant ``k``, else None."""
+    if isinstance(d, int) or len(d.terms) != 1:
+        return None
+    (mono, coeff), = d.terms
+    if coeff != 1 or len(mono) != 1 or not isinstance(mono[0], D.ModAtom):
+        return None
+    x, k = mono[0].children()
+    return (x, k) if isinstance(k, int) else None
 
 
 def _linear(d: D.Dim) -> tuple[D.Sym | None, int, int]:

@@ -503,7 +503,8 @@ def prove_equal(a: Dim, b: Dim) -> bool | None:
 
 # --- assumptions: what type inference accepted without proof ----------------------------------------
 
-#: ``("equal", a, b)``: a == b; ``("broadcast", a, b)``: a and b broadcast (equal, or one is 1).
+#: ``("equal", a, b)``: a == b; ``("broadcast", a, b)``: a and b broadcast (equal, or one is 1);
+#: ``("le", a, b)``: a <= b (an index within a length, a window within its padded input).
 Assumption = tuple
 _assumed: contextvars.ContextVar[list | None] = contextvars.ContextVar("assumed", default=None)
 
@@ -541,6 +542,22 @@ def equal_or_assumed(a: Dim, b: Dim) -> bool:
     if proof is None:
         assume("equal", a, b)
     return proof is not False
+
+
+def at_most(a: Dim, b: Dim) -> bool:
+    """False when ``a > b`` for every value of the symbols; else True, recording the assumption
+    ``a <= b`` when that depends on run-time values. Relations use it for every bound a kernel's
+    memory accesses rely on (gather's indices no longer than its data, a window within its
+    padded input), so that it is checked at run time, not skipped for symbolic dims."""
+    a, b = _coerce(a), _coerce(b)
+    if prove_nonnegative(b - a):
+        return True
+    if prove_nonnegative(a - b - 1):
+        return False
+    found = _assumed.get()
+    if found is not None:
+        found.append(("le", a, b))
+    return True
 
 
 def prove_nonnegative(x: Dim) -> bool:

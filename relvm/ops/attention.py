@@ -26,16 +26,15 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import dims as D
-from ..ir.types import TensorType
-from .common import FLOATS, check_dtype, check_rank, differ, fmt_shape, require, same_dtype, \
-    tensor_arg
+from .common import (FLOATS, cannot_broadcast_to, check_dtype, check_rank, differ, fmt_shape,
+                     require, same_dtype, tensor_arg)
 from .registry import BOOL, FLOAT, INT, OPAQUE, OpTypeError, attr, choice, register
 
 _FLOAT = (FLOATS, "a float dtype")
 
 
 def _broadcasts(d, want) -> bool:
-    return not (D.prove_equal(d, 1) is False and D.prove_equal(d, want) is False)
+    return not cannot_broadcast_to(d, want)
 
 
 def _attention_softmax_type(attrs, s, b, p):
@@ -50,8 +49,7 @@ def _attention_softmax_type(attrs, s, b, p):
     if bias.ndim and not all(_broadcasts(d, w) for d, w in zip(bias.shape[:-1], lead)):
         raise OpTypeError(f"bias {fmt_shape(bias.shape)} does not broadcast over the (batch, "
                           f"heads, q) of scores {fmt_shape(scores.shape)}")
-    if bias.ndim and all(isinstance(d, int) for d in (bias.shape[-1], scores.shape[3])) \
-            and bias.shape[-1] > scores.shape[3]:
+    if bias.ndim and not D.at_most(bias.shape[-1], scores.shape[3]):
         raise OpTypeError(f"bias {fmt_shape(bias.shape)} has more keys than scores "
                           f"{fmt_shape(scores.shape)}")
     check_rank(positions, "positions", 2)
@@ -132,7 +130,7 @@ def _rotary_type(attrs, d, c, s):
     if attrs.rotary_dim < 0 or attrs.rotary_dim % 2:
         raise OpTypeError(f"rotary_dim must be even and not negative, got {attrs.rotary_dim}")
     rotary = attrs.rotary_dim or head
-    if isinstance(head, int) and (rotary > head or rotary % 2):
+    if not D.at_most(rotary, head) or isinstance(head, int) and rotary % 2:
         raise OpTypeError(f"rotary_dim {rotary} must be even and at most the head size {head}")
     for name, t in (("cos", cos), ("sin", sin)):
         if not _broadcasts(t.shape[0], b) or differ(t.shape[1], seq) \

@@ -122,7 +122,9 @@ def differ(a: Dim, b: Dim) -> bool:
 
 def cannot_broadcast_to(d: Dim, want: Dim) -> bool:
     """True only when ``d`` provably is neither 1 nor ``want``; else the relation goes on
-    assuming it broadcasts to ``want``, and records it."""
+    assuming it broadcasts to ``want``, and records it (to a ``want`` of 1: that it is 1)."""
+    if D.prove_equal(want, 1) is True:
+        return not D.equal_or_assumed(d, 1)
     if D.prove_equal(d, 1) is False and D.prove_equal(d, want) is False:
         return True
     D.assume("broadcast", d, want)

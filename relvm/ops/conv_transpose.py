@@ -50,7 +50,7 @@ def _out_dims(attrs, data, kernel, strides, dilation, out_pad, pads) -> list:
     out = []
     for size, k, s, dl, o, p in zip(data.shape[2:], kernel, strides, dilation, out_pad, pads):
         n = _out_len(size, k, s, dl, o, p)
-        if isinstance(n, int) and n < 0:
+        if not D.at_most(0, n):
             raise OpTypeError(f"padding {attrs.padding} crops more than the output of data "
                               f"{fmt_shape(data.shape)} holds")
         out.append(n)

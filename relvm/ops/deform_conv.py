@@ -63,7 +63,7 @@ def _deform_type(attrs, d, w, o, m):
     for size, k, s, dl, p in zip(data.shape[2:], (kh, kw), strides, dilation, pads):
         room = size + p[0] + p[1] - (dl * (k - 1) + 1)
         out.append(window_len(size, k, s, dl, p))
-        if D.is_static(room) and room < 0:
+        if not D.at_most(0, room):
             raise OpTypeError(f"the kernel does not fit in the padded input: data "
                               f"{fmt_shape(data.shape)}, weight {fmt_shape(weight.shape)}")
     want = (data.shape[0], og * kh * kw * 2, out[0], out[1])

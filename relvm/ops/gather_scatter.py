@@ -27,6 +27,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..ir import dims as D
 from ..ir.dims import Dim
 from ..ir.types import TensorType
 from .common import check_dtype, differ, fmt_shape, normalize_axis, same_dtype, tensor_arg
@@ -57,10 +58,6 @@ def _index_tensor(t, name: str = "indices") -> TensorType:
     return idx
 
 
-def _surely_larger(a: Dim, b: Dim) -> bool:
-    return isinstance(a, int) and isinstance(b, int) and a > b
-
-
 # --- gather and scatter_elements: one index per element, along one axis --------------------------
 
 def _elements_axis(attrs, data: Sequence[Dim], indices: Sequence[Dim], what: str) -> int:
@@ -72,7 +69,7 @@ def _elements_axis(attrs, data: Sequence[Dim], indices: Sequence[Dim], what: str
         raise OpTypeError(f"cannot {what} along an axis of rank-0 data")
     axis = normalize_axis(attrs.axis, len(data))
     for d, (n, i) in enumerate(zip(data, indices)):
-        if d != axis and _surely_larger(i, n):
+        if d != axis and not D.at_most(i, n):
             raise OpTypeError(f"indices {fmt_shape(indices)} are longer than data "
                               f"{fmt_shape(data)} along axis {d}")
     return axis

@@ -327,9 +327,10 @@ def _pad_widths(attrs, data: TensorType) -> tuple[tuple[int, int], ...]:
 
 def _check_pad_source(mode: str, size: Dim, width: tuple[int, int], axis: int, data) -> None:
     """``edge`` needs a non-empty axis and ``reflect`` pads shorter than the axis (if padded)."""
-    if mode == "constant" or max(width) == 0 or not D.is_static(size):
+    if mode == "constant" or max(width) == 0:
         return
-    if (mode == "edge" and size < 1) or (mode == "reflect" and max(width) >= size):
+    if (mode == "edge" and not D.at_most(1, size)) or (mode == "reflect" and
+                                                        not D.at_most(max(width) + 1, size)):
         raise OpTypeError(f"pad_mode={mode!r} cannot pad axis {axis} of data "
                           f"{fmt_shape(data.shape)} by {list(width)}")
 

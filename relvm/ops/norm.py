@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.types import TensorType
+from ..ir import dims as D
 from .common import FLOATS, check_dtype, check_rank, differ, fmt_shape, normalize_axis, require, \
     same_dtype, tensor_arg
 from .registry import BOOL, FLOAT, INT, OPAQUE, AttrKind, OpTypeError, attr, register
@@ -80,7 +80,7 @@ def _channel_norm_type(attrs, d, g, b, groups=None):
     if groups is not None:
         if groups < 1:
             raise OpTypeError(f"num_groups must be positive, got {groups}")
-        if isinstance(channels, int) and channels % groups:
+        if not D.equal_or_assumed(D.mod(channels, groups), 0):
             raise OpTypeError(f"num_groups={groups} does not divide the {channels} channels")
     return data
 

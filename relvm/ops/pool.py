@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir import dims as D
 from ..ir.types import TensorType, TupleType
 from .common import FLOATS, check_dtype, check_rank, differ, fmt_shape, require, tensor_arg
 from .registry import (BOOL, INT_OR_INTS, INTS, OPAQUE, OPT_INTS, OpTypeError, attr, choice,
@@ -191,7 +192,7 @@ def _unpool_type(attrs, data, indices):
     unpooled = unpool_sizes(attrs, t.shape[2:])
     out = unpool_out_sizes(attrs, t.shape[2:])
     for u, o in zip(unpooled, out):
-        if isinstance(u, int) and isinstance(o, int) and u > o:
+        if not D.at_most(u, o):
             raise OpTypeError(f"output_size {list(out)} is smaller than the unpooled size "
                               f"{list(unpooled)}")
     return TensorType(t.shape[:2] + out, t.dtype)

@@ -87,7 +87,7 @@ def _topk_result(t: TensorType, axis: int, k: D.Dim) -> TupleType:
 def _topk_type(attrs, data):
     t, axis = _topk_data(attrs, data)
     k, dim = attrs.k, t.shape[axis]
-    if k < 0 or isinstance(dim, int) and k > dim:
+    if k < 0 or not D.at_most(k, dim):
         raise OpTypeError(f"k {k} must be in [0, {D.dim_str(dim)}], the length of axis {axis} "
                           f"of data {fmt_shape(t.shape)}")
     return _topk_result(t, axis, k)

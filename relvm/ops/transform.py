@@ -98,7 +98,7 @@ def _exact_div(num: Dim, den: Dim, what: str) -> Dim:
     if den == 0:
         raise OpTypeError(f"{what}: cannot divide by a zero dim")
     rem = D.mod(num, den)
-    if isinstance(rem, int) and rem != 0:
+    if not D.equal_or_assumed(rem, 0):
         raise OpTypeError(f"{what}: {D.dim_str(num)} is not a multiple of {D.dim_str(den)}")
     return D.floordiv(num, den)
 
@@ -408,7 +408,7 @@ def _split_sizes(dim: Dim, spec: int | Sequence[int], what: str) -> tuple[Dim, .
     bounds = (0,) + tuple(spec)
     if any(hi <= lo for lo, hi in zip(bounds, spec)):
         raise OpTypeError(f"{what}: indices must be positive and strictly ascending")
-    if spec and isinstance(dim, int) and spec[-1] >= dim:
+    if spec and not D.at_most(spec[-1] + 1, dim):
         raise OpTypeError(f"{what}: index {spec[-1]} is not below the dim {dim}")
     return tuple(hi - lo for lo, hi in zip(bounds, spec)) + (dim - bounds[-1],)
 

@@ -37,7 +37,7 @@ from .registry import BOOL, OPAQUE, OpTypeError, attr, register
 
 def _one_element(t: TensorType, name: str, dtypes: tuple[str, ...]) -> None:
     check_dtype(t, name, dtypes, "dtype " + " or ".join(dtypes))
-    if t.ndim > 1 or (t.ndim == 1 and D.prove_equal(t.shape[0], 1) is False):
+    if t.ndim > 1 or (t.ndim == 1 and not D.equal_or_assumed(t.shape[0], 1)):
         raise OpTypeError(f"{name} must hold one value (a scalar or shape (1,)), got "
                           f"{fmt_shape(t.shape)}")
 

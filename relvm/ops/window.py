@@ -72,7 +72,7 @@ def spatial_out(data: TensorType, kernel: tuple[Dim, Dim], strides, dilation, pa
     out = []
     for size, k, s, d, p in zip(data.shape[2:], kernel, strides, dilation, pad_pairs(padding)):
         room = size + p[0] + p[1] - (d * (k - 1) + 1)
-        if D.is_static(room) and room < 0:
+        if not D.at_most(0, room):
             raise OpTypeError(f"{what} {tuple(kernel)} with dilation {tuple(dilation)} does not "
                               f"fit in the padded input: data {fmt_shape(data.shape)}, padding "
                               f"{list(padding) if not isinstance(padding, int) else padding}")

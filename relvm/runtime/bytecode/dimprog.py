@@ -25,6 +25,7 @@ Statements::
     ("set", slot, expr)
     ("check", expr_a, expr_b, message)  # a == b, else DimError(message with {a} and {b})
     ("broadcast", expr_a, expr_b, message)  # a == b or either is 1, else DimError(...)
+    ("le", expr_a, expr_b, message)     # a <= b, else DimError(...)
     ("bound", expr, limit, message)     # 0 <= expr <= limit
     ("reshape", data_arg, shape_arg, first_slot)   # dyn.reshape: resolve 0 (copy) and -1
     ("reshape_allowzero", data_arg, shape_arg, first_slot)   # the same with 0 meaning 0
@@ -89,7 +90,7 @@ EXPRESSIONS: dict[str, tuple[str, ...]] = {
 }
 STATEMENTS: dict[str, tuple[str, ...]] = {
     "set": ("slot", "e"), "check": ("e", "e", "message:a,b"),
-    "broadcast": ("e", "e", "message:a,b"),
+    "broadcast": ("e", "e", "message:a,b"), "le": ("e", "e", "message:a,b"),
     "bound": ("e", "int", "message:value,limit"), "reshape": ("arg", "arg", "slot"),
     "reshape_allowzero": ("arg", "arg", "slot"),
 }
@@ -233,6 +234,14 @@ def _statement(s: tuple) -> Compiled:
             if a != b and a != 1 and b != 1:
                 raise DimError(message.format(a=a, b=b))
         return run_broadcast
+    if tag == "le":
+        fa, fb, message = compile_expr(s[1]), compile_expr(s[2]), str(s[3])
+
+        def run_le(dims: list, args: Sequence[Any]) -> None:
+            a, b = fa(dims, args), fb(dims, args)
+            if a > b:
+                raise DimError(message.format(a=a, b=b))
+        return run_le
     if tag == "bound":
         f, limit, message = compile_expr(s[1]), int(s[2]), str(s[3])
 

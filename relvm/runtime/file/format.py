@@ -26,9 +26,9 @@ from ...errors import RelvmFormatError
 
 MAGIC = b"RELVMEXE"
 WEIGHTS_MAGIC = b"RELVMWTS"
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 #: Format version -> the first relvm release that reads it. Never remove an entry.
-RELEASES = {1: "0.1.0", 2: "0.2.0", 3: "0.3.0", 4: "0.4.0"}
+RELEASES = {1: "0.1.0", 2: "0.2.0", 3: "0.3.0", 4: "0.4.0", 5: "0.5.0"}
 ALIGNMENT = 64
 
 
@@ -280,9 +280,10 @@ def relvm_version() -> str:
 
 #: Format version -> the reader of its header and section table. Never remove an entry.
 #: Version 3 changed only the layout of four instructions in ``code`` (``dst`` first; see
-#: ``opcodes.LEGACY_LAYOUTS``); version 4 added the ``extern`` section.
+#: ``opcodes.LEGACY_LAYOUTS``); version 4 added the ``extern`` section; version 5 the ``le``
+#: statement of dim programs (a bound a relation assumed: an index within a length).
 READERS: dict[int, Callable[..., "Container"]] = {1: _open_v1, 2: _open_v3, 3: _open_v3,
-                                                  4: _open_v2}
+                                                  4: _open_v2, 5: _open_v2}
 
 
 # --- docs/format.md ------------------------------------------------------------------------
