@@ -11,6 +11,16 @@ refused). Each instruction remembers the shape sets it has checked, so a call wi
 shapes costs one set lookup, and a replay (whose shapes are those of the call it was made from)
 none. A failure is a RelvmRuntimeError, which the VM reports with the function, the pc and
 the instruction.
+
+Shapes never seen before are the rule, not the exception, in the traffic a dynamic-shape VM
+serves (every OCR crop, sentence or decoding step has new lengths), so the relation is not run
+on IR types per call. Once per kernel entry it is run on *symbolic* inputs -- a fresh symbol for
+every input dim -- and what it finds, every output dim as an expression of the input dims and
+every equality or broadcast it had to assume, becomes a dim program over the operands' shapes
+(:func:`compiled_relation`): a handful of integer comparisons a call. A relation that cannot
+be stated that way (one that needs a dim's value) keeps the exact check on IR types. A compiled
+program that refuses hands over to the exact relation, which gives the message (and has the
+last word).
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ import numpy as np
 
 from ... import dtypes
 from ...errors import RelvmRuntimeError
+from ..bytecode.dimprog import DimError, compile_program
 from ..executable import KernelEntry
 
 #: Shape sets remembered per instruction; one more empties the set (dynamic dims make more).
@@ -30,7 +41,7 @@ MAX_SEEN = 1024
 class OperandCheck:
     """The check of one kernel entry's operands; ``seen`` holds the shape tuples that passed."""
 
-    __slots__ = ("entry", "seen", "_dtypes", "_ranks", "_relation")
+    __slots__ = ("entry", "seen", "_dtypes", "_ranks", "_relation", "_compiled")
 
     def __init__(self, entry: KernelEntry):
         self.entry = entry
@@ -39,6 +50,9 @@ class OperandCheck:
         ranks = entry.input_ranks + entry.output_ranks
         self._ranks = ranks if len(ranks) == len(self._dtypes) else None
         self._relation: Callable | None = None
+        #: The relation as an integer program over the operands' shapes; False where the
+        #: relation cannot be stated so (then every new shape set runs the exact one).
+        self._compiled: Callable | bool | None = None
 
     def __call__(self, arrays: Sequence[Any]) -> None:
         """Check ``arrays`` (inputs, then outputs); remember their shapes when they pass."""
@@ -71,7 +85,16 @@ class OperandCheck:
         return self._sizes(arrays)
 
     def _sizes(self, arrays: Sequence[np.ndarray]) -> str | None:
-        """The output shapes the op's type relation gives for these inputs, compared."""
+        """The output shapes the op's type relation gives for these inputs, compared: by the
+        compiled relation, or (where there is none, or it refuses) on IR types."""
+        if self._compiled is None:
+            self._compiled = compiled_relation(self.entry) or False
+        if self._compiled:
+            try:
+                self._compiled(None, arrays)
+                return None
+            except DimError:
+                pass  # the exact relation below says why (and may accept after all)
         if self._relation is None:
             self._relation = _relation(self.entry)
         n_in = len(self.entry.inputs)
@@ -96,46 +119,57 @@ def _dims(shape: Sequence) -> str:
     return "[" + ", ".join(str(d) if isinstance(d, int) else "?" for d in shape) + "]"
 
 
-def _relation(entry: KernelEntry) -> Callable[[list[tuple]], list[tuple] | str]:
-    """``shapes of the inputs -> shapes of the outputs`` (ints; another type where a dim
-    depends on values), or a message saying why the inputs are wrong for the op."""
+def _op_of(entry: KernelEntry) -> tuple[Any, Any, Any]:
+    """The op (with attrs) an entry runs and, for a generated loop over an anchor's product,
+    that anchor step (its result must be the output's shape), else None."""
     from ...ir.nodes import Attrs
-    from ...ir.types import TensorType, TupleType
     from ...ops.fused import make_fused, steps_from_json
-    from ...ops.registry import OPS, OpTypeError
+    from ...ops.registry import OPS
 
-    anchor = None  # a generated loop's anchor step: its result must be the output's shape
     if entry.op == "external":
         from ...ops.external import make_external
 
         region = entry.attrs["region"]
         steps = steps_from_json(region["steps"])  # each step's "type" is not read
-        op, attrs = make_external(entry.attrs["compiler"], entry.attrs["symbol"], steps,
-                                  [tuple(r) for r in region["outputs"]], len(entry.inputs),
-                                  region), Attrs()
-    elif entry.op == "fused":
+        return make_external(entry.attrs["compiler"], entry.attrs["symbol"], steps,
+                             [tuple(r) for r in region["outputs"]], len(entry.inputs),
+                             region), Attrs(), None
+    if entry.op == "fused":
         steps = steps_from_json(entry.attrs["steps"])
         n_args = len(entry.groups) if entry.groups else len(entry.inputs)
-        op, attrs = make_fused(steps, n_args), Attrs()
         plan = entry.attrs.get("plan")
-        if plan and any(o[0] < 0 for o in plan["operands"]):
-            anchor = steps[0]
-    else:
-        op = OPS[entry.op]
-        attrs = op.make_attrs(entry.attrs)
+        anchor = steps[0] if plan and any(o[0] < 0 for o in plan["operands"]) else None
+        return make_fused(steps, n_args), Attrs(), anchor
+    op = OPS[entry.op]
+    return op, op.make_attrs(entry.attrs), None
+
+
+def _types(groups: Sequence[int], shapes: Sequence[tuple], in_dtypes: Sequence[str]) -> list:
+    """The argument types of a kernel whose flattened inputs have ``shapes``."""
+    from ...ir.types import TensorType, TupleType
+
+    types, i = [], 0
+    for g in groups:
+        if g < 0:
+            types.append(TensorType(shapes[i], in_dtypes[i]))
+            i += 1
+        else:
+            types.append(TupleType(tuple(TensorType(shapes[j], in_dtypes[j])
+                                         for j in range(i, i + g))))
+            i += g
+    return types
+
+
+def _relation(entry: KernelEntry) -> Callable[[list[tuple]], list[tuple] | str]:
+    """``shapes of the inputs -> shapes of the outputs`` (ints; another type where a dim
+    depends on values), or a message saying why the inputs are wrong for the op."""
+    from ...ops.registry import OpTypeError
+
+    op, attrs, anchor = _op_of(entry)
     groups = entry.groups or (-1,) * len(entry.inputs)
-    in_dtypes = entry.inputs
 
     def relation(shapes: list[tuple]) -> list[tuple] | str:
-        types, i = [], 0
-        for g in groups:
-            if g < 0:
-                types.append(TensorType(shapes[i], in_dtypes[i]))
-                i += 1
-            else:
-                types.append(TupleType(tuple(TensorType(shapes[j], in_dtypes[j])
-                                             for j in range(i, i + g))))
-                i += g
+        types = _types(groups, shapes, entry.inputs)
         try:
             result = op.infer(attrs, *types)
             first = anchor and anchor.op.infer(anchor.attrs, *[types[i] for _, i in anchor.args])
@@ -146,6 +180,94 @@ def _relation(entry: KernelEntry) -> Callable[[list[tuple]], list[tuple] | str]:
                    f"{_dims(result.shape)}"
         return [tuple(t.shape) for t in _leaves(result)]
     return relation
+
+
+def compiled_relation(entry: KernelEntry) -> Callable | None:
+    """The kernel's operand relation as a compiled dim program ``run(None, arrays)`` raising
+    DimError where ``arrays`` (inputs, then outputs) do not fit it; None where the op's type
+    relation cannot be stated over symbolic dims (see the module docstring)."""
+    from ...ir import dims as D
+
+    op, attrs, anchor = _op_of(entry)
+    groups = entry.groups or (-1,) * len(entry.inputs)
+    ranks = entry.input_ranks
+    if len(ranks) != len(entry.inputs):
+        return None
+    where: dict[str, tuple] = {}  # symbol name -> ("shape", arg, axis)
+    shapes = []
+    for i, rank in enumerate(ranks):
+        shape = []
+        for axis in range(rank):
+            sym = D.Sym(f"_{i}_{axis}")
+            where[sym.name] = ("shape", i, axis)
+            shape.append(D.as_expr(sym))
+        shapes.append(tuple(shape))
+    types = _types(groups, shapes, entry.inputs)
+    try:
+        with D.assumptions() as assumed:
+            result = op.infer(attrs, *types)
+            first = anchor and anchor.op.infer(anchor.attrs, *[types[i] for _, i in anchor.args])
+    except Exception:  # noqa: BLE001 -- the relation needs values: the exact check stays
+        return None
+    leaves = [tuple(t.shape) for t in _leaves(result)]
+    if len(leaves) != len(entry.outputs) or any(
+            len(s) != r for s, r in zip(leaves, entry.output_ranks)):
+        return None
+    statements: list[tuple] = []
+    try:
+        for kind, a, b in assumed:
+            tag = {"equal": "check", "broadcast": "broadcast", "le": "le"}[kind]
+            statements.append((tag, _expr(a, where), _expr(b, where), f"{kind} {{a}} {{b}}"))
+        if first:
+            for a, b in zip(first.shape, result.shape):
+                if D.prove_equal(a, b) is not True:
+                    statements.append(("check", _expr(a, where), _expr(b, where), "anchor"))
+        n_in = len(entry.inputs)
+        for j, shape in enumerate(leaves):
+            for axis, d in enumerate(shape):
+                if isinstance(d, int) or all(s.name in where for s in D.free_symbols(d)):
+                    statements.append(("check", ("shape", n_in + j, axis), _expr(d, where),
+                                       "output"))
+                # else a dim the values decide: as the exact relation, it is not compared
+    except _NotExpressible:
+        return None
+    if not statements:
+        return lambda dims, arrays: None
+    run = compile_program(tuple(statements))
+    return lambda dims, arrays: run([], arrays)
+
+
+class _NotExpressible(Exception):
+    """A dim the dim-program language cannot state."""
+
+
+def _expr(d: Any, where: dict[str, tuple]) -> tuple:
+    """The dim-program expression of symbolic dim ``d`` over the operands' shapes."""
+    from ...ir import dims as D
+
+    if isinstance(d, int):
+        return ("const", d)
+    total: tuple | None = None
+    for mono, coeff in d.terms:
+        term: tuple = ("const", coeff)
+        for atom in mono:
+            if isinstance(atom, D.Sym):
+                if atom.name not in where or atom.anonymous:
+                    raise _NotExpressible(atom.text())
+                factor = where[atom.name]
+            else:
+                tag = _ATOMS.get(type(atom).__name__)
+                if tag is None:
+                    raise _NotExpressible(atom.text())
+                a, b = atom.children()
+                factor = (tag, _expr(a, where), _expr(b, where))
+            term = factor if term == ("const", 1) else ("mul", term, factor)
+        total = term if total is None else ("add", total, term)
+    return total if total is not None else ("const", 0)
+
+
+_ATOMS = {"FloorDivAtom": "floordiv", "ModAtom": "mod", "MaxAtom": "max", "MinAtom": "min",
+          "BroadcastAtom": "bcast"}
 
 
 def _leaves(t: Any):
