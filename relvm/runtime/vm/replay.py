@@ -17,7 +17,9 @@ A kernel may also offer ``kernel.bind(arrays, fixed)``: given the arrays of the 
 which of them a replay passes again unchanged (``fixed``: kept registers, the very same objects),
 it returns a callable taking only the others, with its plan and the fixed arrays' pointers made
 once (or None, and the replay calls the kernel as the run loop does). A replay's kernel steps are
-bound that way when it is made, so a replayed call skips the kernels' per-call lookups too.
+bound that way the first time it runs them, so a replayed call skips the kernels' per-call
+lookups too -- and a call whose shapes never come back (most calls, in real traffic) pays
+nothing for a replay it never uses.
 
 A function qualifies when it is made of kernels, pure instructions, storage and tensor
 allocations, dims, ``if``/``goto`` and ``ret`` (the opcode table's flags say which is which),
@@ -299,11 +301,25 @@ def _bound_step(kernel: Callable, ins: tuple, regs: list, keep: Sequence[bool],
     return step
 
 
+def _binding(steps: list, i: int, kernel: Callable, ins: tuple, keep: Sequence[bool],
+             plain: Callable) -> Callable:
+    """Kernel step ``i`` of a replay, which binds the kernel on its first run (on that call's
+    arrays: the kept ones are the very objects every replayed call passes, the others have
+    the shapes of the call the replay was made from) and puts the bound step in its place."""
+    def bind_then_run(f):
+        pc = steps[i][0]
+        step = _bound_step(kernel, ins, f.regs, keep, pc + 1) or plain
+        steps[i] = (pc, step)
+        return step(f)
+    return bind_then_run
+
+
 class Replay:
     """The registers and dims of one finished call, as the next call with its shapes starts,
-    and the live steps to run from there (kernel steps bound, see the module docstring)."""
+    and the live steps to run from there (kernel steps bound as they first run, see the module
+    docstring)."""
 
-    __slots__ = ("regs", "dims", "epoch", "steps", "frame")
+    __slots__ = ("regs", "dims", "epoch", "frame", "_steps", "_made")
 
     def __init__(self, fn: VMFunction, regs: list, dims: list, n_inputs: int,
                  keep: Sequence[bool], epoch: int, live_steps: Sequence[tuple[int, Callable]],
@@ -312,17 +328,34 @@ class Replay:
         self.regs = [r if k else None for r, k in zip(regs[n_inputs:], keep[n_inputs:])]
         self.dims = list(dims)
         self.epoch = epoch
-        steps = []
+        #: The frame replayed calls run in, made by the VM at the first one and kept.
+        self.frame: Any = None
+        self._steps: list[tuple[int, Callable]] | None = None
+        # What the steps are made of, at the first replay (most replays never run).
+        self._made = (fn, keep, live_steps, kernel, taken)
+
+    @property
+    def steps(self) -> list[tuple[int, Callable]]:
+        """(pc, step) for each live instruction, in order; a kernel's step replaces itself
+        with its bound form when it first runs."""
+        if self._steps is None:
+            self._steps = self._make_steps(*self._made)
+            self._made = None
+        return self._steps
+
+    @staticmethod
+    def _make_steps(fn: VMFunction, keep: Sequence[bool],
+                    live_steps: Sequence[tuple[int, Callable]],
+                    kernel: Callable[[int], Callable],
+                    taken: Mapping[int, bool] | None) -> list[tuple[int, Callable]]:
+        steps: list[tuple[int, Callable]] = []
         for pc, step in live_steps:
             ins = fn.instructions[pc]
             if spec_of(ins).has("kernel"):
                 # Its shapes are those of the call it was made from: checked then.
-                step = (_bound_step(kernel(ins.kernel), ins, regs, keep, pc + 1)
-                        or getattr(step, "replayed", step))
+                step = _binding(steps, len(steps), kernel(ins.kernel), ins, keep,
+                                getattr(step, "replayed", step))
             elif spec_of(ins).name == "If":
                 step = _guard(ins, taken[pc], pc + 1)
             steps.append((pc, step))
-        #: (pc, step) for each live instruction, in order.
-        self.steps = tuple(steps)
-        #: The frame replayed calls run in, made by the VM at the first one and kept.
-        self.frame: Any = None
+        return steps
