@@ -21,6 +21,7 @@ output over the row dims and, along ``cols``, matches it (contiguous) or is all 
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import re
 import tempfile
@@ -167,34 +168,48 @@ def check_plan(plan: dict, library: FusedLibrary, out_dtype: str, name: str) -> 
                                section="meta")
 
 
-def _check_shapes(name: str, operands: list, col_dims: int, arrays: Sequence[np.ndarray],
-                  out: np.ndarray, anchor_out: np.ndarray) -> None:
-    """Each operand must fit the loop the strides describe, or the loop reads past it."""
+def _row_layout(name: str, operands: list, col_dims: int, arrays: Sequence[np.ndarray],
+                out: np.ndarray, anchor_out: np.ndarray) -> tuple[int, int, list[list[int]]]:
+    """The loop over ``out``: its rows, its columns and, per operand, its element strides over
+    the output's row dims (0 where it broadcasts). Each operand must fit the loop the strides
+    describe, or the loop reads past it: a ValueError says which does not. One pass per
+    operand: a call with shapes not seen before (most calls, in real traffic) computes this."""
     shape = out.shape
-    row_ndim = len(shape) - col_dims
+    ndim = len(shape)
+    row_ndim = ndim - col_dims
     if not 0 <= row_ndim <= MAX_ROW_DIMS:
         raise ValueError(f"{name}: an output of shape {shape} has {row_ndim} row dims; the "
                          f"loop takes 0..{MAX_ROW_DIMS}")
+    rows, cols = math.prod(shape[:row_ndim]), math.prod(shape[row_ndim:])
+    inner = shape[row_ndim:]
+    layout = []
     for k, (i, _, ones, contiguous) in enumerate(operands):
         a = anchor_out if i < 0 else arrays[i]
         view = a.shape + (1,) * ones
-        fits = len(view) <= len(shape)
-        view = (1,) * (len(shape) - len(view)) + view
-        fits = fits and all(v in (1, o) for v, o in zip(view[:row_ndim], shape)) and all(
-            v == o if contiguous else v == 1 for v, o in zip(view[row_ndim:], shape[row_ndim:]))
-        if not fits:
-            raise ValueError(f"{name}: operand {k} of shape {a.shape} does not fit the loop "
-                             f"over the output's shape {shape} ({col_dims} inner dims"
-                             f"{', contiguous' if contiguous else ', broadcast'})")
+        pad = ndim - len(view)
+        if pad >= 0:
+            view = (1,) * pad + view
+            cols_fit = (view[row_ndim:] == inner if contiguous else
+                        all(v == 1 for v in view[row_ndim:]))
+        if pad < 0 or not cols_fit:
+            _misfit(name, k, a, shape, col_dims, contiguous)
+        strides = [0] * row_ndim
+        step = cols if contiguous else 1
+        for d in range(row_ndim - 1, -1, -1):
+            v = view[d]
+            if v == shape[d]:
+                strides[d] = step
+            elif v != 1:
+                _misfit(name, k, a, shape, col_dims, contiguous)
+            step *= v
+        layout.append(strides)
+    return rows, cols, layout
 
 
-def _row_strides(view: tuple[int, ...], out_shape: tuple[int, ...], row_ndim: int) -> list[int]:
-    """Element strides of an operand over the output's row dims (0 where it broadcasts)."""
-    strides, step = [0] * len(view), 1
-    for d in range(len(view) - 1, -1, -1):
-        strides[d] = 0 if view[d] == 1 and out_shape[d] != 1 else step
-        step *= view[d]
-    return strides[:row_ndim]
+def _misfit(name: str, k: int, a: np.ndarray, shape: tuple, col_dims: int, contiguous: bool):
+    raise ValueError(f"{name}: operand {k} of shape {a.shape} does not fit the loop over the "
+                     f"output's shape {shape} ({col_dims} inner dims"
+                     f"{', contiguous' if contiguous else ', broadcast'})")
 
 
 def make_fused_kernel(plan: dict, library: FusedLibrary, n_inputs: int,
@@ -234,21 +249,16 @@ def make_fused_kernel(plan: dict, library: FusedLibrary, n_inputs: int,
         key = tuple(a.shape for a in arrays) + (out.shape,)
         ctx = contexts.get(key)
         if ctx is None:
-            _check_shapes(name, operands, col_dims, arrays, out, anchor_out)
+            rows, cols, layout = _row_layout(name, operands, col_dims, arrays, out, anchor_out)
             ctx = ffi.new("relvm_fused_ctx *")
             shape = out.shape
             row_ndim = len(shape) - col_dims
             ctx.row_ndim = row_ndim
-            ctx.rows = int(np.prod(shape[:row_ndim], dtype=np.int64))
-            ctx.cols = int(np.prod(shape[row_ndim:], dtype=np.int64))
-            for d in range(row_ndim):
-                ctx.row_dims[d] = shape[d]
-            for k, (i, _, ones, _) in enumerate(operands):
-                a = anchor_out if i < 0 else arrays[i]
-                view = a.shape + (1,) * ones
-                view = (1,) * (len(shape) - len(view)) + view
-                for d, s in enumerate(_row_strides(view, shape, row_ndim)):
-                    ctx.row_strides[k][d] = s
+            ctx.rows = rows
+            ctx.cols = cols
+            ctx.row_dims[0:row_ndim] = shape[:row_ndim]
+            for k, strides in enumerate(layout):
+                ctx.row_strides[k][0:row_ndim] = strides
             if len(contexts) > 64:
                 contexts.clear()
                 pool_ctx.clear()
