@@ -229,6 +229,18 @@ RELVM_EXPORT int relvm_binary(int op, int dtype, int ndim, const int64_t *shape,
     return RELVM_OK;
 }
 
+RELVM_EXPORT int relvm_binary_bcast(int op, int dtype, int ndim_out, const int64_t *out_shape,
+                                    const void *a, int ndim_a, const int64_t *a_shape,
+                                    const void *b, int ndim_b, const int64_t *b_shape, void *out) {
+    const int ndims[2] = {ndim_a, ndim_b};
+    const int64_t *const shapes[2] = {a_shape, b_shape};
+    int ndim;
+    int64_t shape[NEST_MAX_DIMS], strides[3][NEST_MAX_DIMS];
+    if (nest_broadcast(2, ndims, shapes, ndim_out, out_shape, 1, &ndim, shape, strides))
+        return RELVM_UNSUPPORTED;
+    return relvm_binary(op, dtype, ndim, shape, a, strides[0], b, strides[1], out);
+}
+
 struct flat_job {
     binary_fn fn;
     const char *a, *b;
@@ -305,4 +317,18 @@ RELVM_EXPORT int relvm_where(int itemsize, int ndim, const int64_t *shape, const
     struct where_job j = {itemsize, c_strides[ndim - 1], x_strides[ndim - 1], y_strides[ndim - 1]};
     nest_run(&t, where_row, &j, RELVM_GRAIN);
     return RELVM_OK;
+}
+
+RELVM_EXPORT int relvm_where_bcast(int itemsize, int ndim_out, const int64_t *out_shape,
+                                   const void *cond, int ndim_c, const int64_t *c_shape,
+                                   const void *x, int ndim_x, const int64_t *x_shape,
+                                   const void *y, int ndim_y, const int64_t *y_shape, void *out) {
+    const int ndims[3] = {ndim_c, ndim_x, ndim_y};
+    const int64_t *const shapes[3] = {c_shape, x_shape, y_shape};
+    int ndim;
+    int64_t shape[NEST_MAX_DIMS], strides[4][NEST_MAX_DIMS];
+    if (nest_broadcast(3, ndims, shapes, ndim_out, out_shape, 1, &ndim, shape, strides))
+        return RELVM_UNSUPPORTED;
+    return relvm_where(itemsize, ndim, shape, cond, strides[0], x, strides[1], y, strides[2],
+                       out);
 }

@@ -26,9 +26,22 @@ int relvm_binary(int op, int dtype, int ndim, const int64_t *shape, const void *
 int relvm_binary_flat(int op, int dtype, const void *a, int64_t sa, const void *b, int64_t sb,
                       void *out, int64_t n);
 
+/* relvm_binary with NumPy broadcasting planned here from the operands' shapes (a of ndim_a
+ * dims, b of ndim_b, out contiguous of ndim_out): what a call on shapes not seen before runs.
+ * RELVM_UNSUPPORTED where a and b do not broadcast to exactly out's shape. */
+int relvm_binary_bcast(int op, int dtype, int ndim_out, const int64_t *out_shape, const void *a,
+                       int ndim_a, const int64_t *a_shape, const void *b, int ndim_b,
+                       const int64_t *b_shape, void *out);
+
 /* out = cond ? x : y over a loop nest as relvm_binary's; cond is bool, x, y and out have
  * `itemsize` bytes (1, 2, 4 or 8) per element: where moves elements, whatever their dtype. */
 int relvm_where(int itemsize, int ndim, const int64_t *shape, const void *cond,
                 const int64_t *c_strides, const void *x, const int64_t *x_strides, const void *y,
                 const int64_t *y_strides, void *out);
+
+/* relvm_where with the broadcast planned here from the operands' shapes (relvm_binary_bcast). */
+int relvm_where_bcast(int itemsize, int ndim_out, const int64_t *out_shape, const void *cond,
+                      int ndim_c, const int64_t *c_shape, const void *x, int ndim_x,
+                      const int64_t *x_shape, const void *y, int ndim_y, const int64_t *y_shape,
+                      void *out);
 #endif

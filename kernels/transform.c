@@ -196,6 +196,44 @@ RELVM_EXPORT int relvm_copy_strided(int itemsize, int ndim, const int64_t *shape
     return RELVM_OK;
 }
 
+RELVM_EXPORT int relvm_broadcast_copy(int itemsize, int ndim, const int64_t *shape,
+                                      const void *src, int src_ndim, const int64_t *src_shape,
+                                      void *dst) {
+    const int64_t *const shapes[1] = {src_shape};
+    int nd;
+    int64_t merged[NEST_MAX_DIMS], strides[2][NEST_MAX_DIMS];
+    if (nest_broadcast(1, &src_ndim, shapes, ndim, shape, 0, &nd, merged, strides))
+        return RELVM_UNSUPPORTED;
+    return relvm_copy_strided(itemsize, nd, merged, src, strides[0], dst, strides[1]);
+}
+
+RELVM_EXPORT int relvm_transpose(int itemsize, int ndim, const int64_t *src_shape,
+                                 const int64_t *perm, const void *src, void *dst) {
+    if (ndim < 0 || ndim > NEST_MAX_DIMS) return RELVM_UNSUPPORTED;
+    int64_t own[NEST_MAX_DIMS], shape[NEST_MAX_DIMS], st[2][NEST_MAX_DIMS];
+    int seen[NEST_MAX_DIMS] = {0};
+    int64_t run = 1;
+    for (int d = ndim - 1; d >= 0; --d) {
+        if (src_shape[d] < 0) return RELVM_UNSUPPORTED;
+        own[d] = run;
+        run *= src_shape[d];
+    }
+    run = 1;
+    for (int d = ndim - 1; d >= 0; --d) {
+        const int64_t a = perm[d];
+        if (a < 0 || a >= ndim || seen[a]) return RELVM_UNSUPPORTED;
+        seen[a] = 1;
+        shape[d] = src_shape[a];
+        st[0][d] = own[a];
+        st[1][d] = run;
+        run *= shape[d];
+    }
+    int nd;
+    int64_t merged[NEST_MAX_DIMS], strides[2][NEST_MAX_DIMS];
+    nest_merge(2, ndim, shape, st, &nd, merged, strides);
+    return relvm_copy_strided(itemsize, nd, merged, src, strides[0], dst, strides[1]);
+}
+
 /* --- relvm_transpose_f32 (internal/transpose.h) ------------------------------------------- */
 
 typedef float tr_vec __attribute__((vector_size(32), aligned(4)));

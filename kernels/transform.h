@@ -10,6 +10,18 @@
 int relvm_copy_strided(int itemsize, int ndim, const int64_t *shape, const void *src,
                        const int64_t *src_strides, void *dst, const int64_t *dst_strides);
 
+/* dst = src broadcast to dst's shape (ndim dims, contiguous): src's dims (src_ndim of them,
+ * its leading ones missing) each 1 or dst's. The nest is planned here from the two shapes, so
+ * a call on shapes never seen before plans nothing in Python. RELVM_UNSUPPORTED where src does
+ * not broadcast to dst's shape. */
+int relvm_broadcast_copy(int itemsize, int ndim, const int64_t *shape, const void *src,
+                         int src_ndim, const int64_t *src_shape, void *dst);
+
+/* dst = src with its axes permuted: dst (contiguous) has src's dim perm[d] as its dim d. The
+ * nest is planned here from src's shape. RELVM_UNSUPPORTED for a perm that is not one. */
+int relvm_transpose(int itemsize, int ndim, const int64_t *src_shape, const int64_t *perm,
+                    const void *src, void *dst);
+
 /* memcpy for the reshape-like ops, on the thread pool for large copies. */
 void relvm_copy(void *dst, const void *src, int64_t nbytes);
 

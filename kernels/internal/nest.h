@@ -30,6 +30,76 @@ static inline void nest_operand(struct nest *t, int op, const void *base, int64_
     }
 }
 
+/* Merges the nest of `nops` operands over `shape` (ndim dims; st: each operand's element
+ * strides per dim) into *nd dims: dims of 1 dropped, each dim merged into the one before it
+ * where every operand's strides line up (a contiguous run, or a broadcast along both). At
+ * least one dim. The same as ckernels.common.merge_dims. */
+static inline void nest_merge(int nops, int ndim, const int64_t *shape,
+                              int64_t (*st)[NEST_MAX_DIMS], int *nd, int64_t *merged,
+                              int64_t (*strides)[NEST_MAX_DIMS]) {
+    int n = 0;
+    for (int d = 0; d < ndim; ++d) {
+        const int64_t len = shape[d];
+        if (len == 1) continue;
+        int merge = n > 0;
+        for (int i = 0; merge && i < nops; ++i) merge = strides[i][n - 1] == st[i][d] * len;
+        if (merge) {
+            merged[n - 1] *= len;
+        } else {
+            merged[n] = len;
+            ++n;
+        }
+        for (int i = 0; i < nops; ++i) strides[i][n - 1] = st[i][d];
+    }
+    if (n == 0) {
+        merged[0] = 1;
+        for (int i = 0; i < nops; ++i) strides[i][0] = 1;
+        n = 1;
+    }
+    *nd = n;
+}
+
+/* The loop nest of `nin` inputs broadcast (NumPy's rule) to a contiguous output: writes its
+ * ndim, shape and each input's element strides (0 where it broadcasts), merged (nest_merge).
+ * With `exact`, the output's shape must be exactly the inputs' broadcast (its rank the largest
+ * input's: a binary op's); without, it may be larger (broadcast_to's). -1 where it does not
+ * fit. What a kernel computes from the shapes of the call in front of it, so a call on shapes
+ * never seen before plans nothing in Python. `strides` has nin + 1 rows: the output's last. */
+static inline int nest_broadcast(int nin, const int *ndims, const int64_t *const *shapes,
+                                 int ndim_out, const int64_t *out_shape, int exact, int *ndim,
+                                 int64_t *shape, int64_t (*strides)[NEST_MAX_DIMS]) {
+    if (nin < 1 || nin >= NEST_MAX_OPS || ndim_out < 0 || ndim_out > NEST_MAX_DIMS) return -1;
+    int64_t st[NEST_MAX_OPS][NEST_MAX_DIMS]; /* inputs, then the output; per output dim */
+    int widest = 0;
+    for (int i = 0; i < nin; ++i) {
+        if (ndims[i] < 0 || ndims[i] > ndim_out) return -1;
+        if (ndims[i] > widest) widest = ndims[i];
+    }
+    if (exact && widest != ndim_out) return -1;
+    for (int d = 0; d < ndim_out; ++d) {
+        int64_t want = 1;
+        if (out_shape[d] < 0) return -1;
+        for (int i = 0; i < nin; ++i) {
+            const int at = d - (ndim_out - ndims[i]);
+            const int64_t n = at >= 0 ? shapes[i][at] : 1;
+            if (n < 0 || (n != 1 && n != out_shape[d])) return -1;
+            if (n != 1) want = n;
+        }
+        if (exact && want != out_shape[d]) return -1;
+    }
+    for (int i = 0; i <= nin; ++i) {
+        int64_t run = 1;
+        for (int d = ndim_out - 1; d >= 0; --d) {
+            const int at = i == nin ? d : d - (ndim_out - ndims[i]);
+            const int64_t n = at >= 0 ? (i == nin ? out_shape[d] : shapes[i][at]) : 1;
+            st[i][d] = n == 1 && i < nin ? 0 : run;
+            run *= n;
+        }
+    }
+    nest_merge(nin + 1, ndim_out, out_shape, st, ndim, shape, strides);
+    return 0;
+}
+
 static inline int64_t nest_rows(const struct nest *t) {
     int64_t rows = 1;
     for (int d = 0; d < t->ndim - 1; ++d) rows *= t->shape[d];

@@ -26,7 +26,9 @@ ALL = tuple(dtypes.DTYPES)
 MAX_DIMS = 64  # NEST_MAX_DIMS in kernels/internal/nest.h
 PLAN_CACHE_SIZE = 256  # shapes remembered per kernel; dynamic dims make more, rarely
 
-_STATUS = {-1: "arguments the kernel does not support", -2: "out of memory",
+#: RELVM_UNSUPPORTED (relvm_config.h): what a kernel returns for arguments it does not take.
+UNSUPPORTED = -1
+_STATUS = {UNSUPPORTED: "arguments the kernel does not support", -2: "out of memory",
            -3: "an index out of range", -4: "OpenBLAS is not loaded",
            -5: "dims too large for BLAS (2**31 or more)"}
 

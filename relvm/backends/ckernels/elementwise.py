@@ -9,8 +9,8 @@ from ...ops.common import normalize_axis
 from ...ops.elementwise import TRIGONOMETRIC, clip_bounds
 from ...ops.transform import at_run_time
 from . import kernel
-from .common import (ALL, CODE, attrs_of, FLOATS, INTEGERS, ITEMSIZE, NUMBERS,
-                     broadcast_strides, check_rank,
+from .common import (ALL, CODE, attrs_of, FLOATS, INTEGERS, ITEMSIZE, NUMBERS, UNSUPPORTED,
+                     broadcast_strides, check, check_rank,
                      contiguous_strides, int64s, library, merge_dims, np_dtype, remember,
                      shape_error)
 
@@ -126,7 +126,10 @@ def make_cast(entry):
 # --- broadcasting ops -----------------------------------------------------------------------
 
 def broadcast_plan(shapes, out_shape, name: str):
-    """(ndim, shape, strides per input) of the merged loop nest writing ``out_shape``."""
+    """(ndim, shape, strides per input) of the merged loop nest writing ``out_shape``.
+
+    The kernels plan in C from the shapes of each call (``relvm_binary_bcast``); this is the
+    same plan in Python, which names the shapes when they do not broadcast."""
     try:
         want = np.broadcast_shapes(*shapes)
     except ValueError:
@@ -143,8 +146,8 @@ def broadcast_plan(shapes, out_shape, name: str):
 def make_binary(entry):
     ffi, lib = library()
     op, dt = getattr(lib, BINARY[entry.op][0]), CODE[entry.inputs[0]]
-    binary, flat, ptr, name, plans = (lib.relvm_binary, lib.relvm_binary_flat, ffi.from_buffer,
-                                      entry.name, {})
+    bcast, flat, ptr, name = lib.relvm_binary_bcast, lib.relvm_binary_flat, ffi.from_buffer, \
+        entry.name
 
     def run(a, b, out):
         # Equal shapes, or one 0-d operand (x + 1): a flat loop, no broadcast plan.
@@ -159,13 +162,12 @@ def make_binary(entry):
         elif not a.shape and b.shape == shape:
             flat(op, dt, ptr(a), 0, ptr(b), 1, ptr(out), out.size)
             return
-        key = (a.shape, b.shape, shape)
-        plan = plans.get(key)
-        if plan is None:
-            plan = remember(plans, key, broadcast_plan(key[:2], out.shape, name))
-        if out.size:
-            ndim, shape, sa, sb = plan
-            binary(op, dt, ndim, shape, ptr(a), sa, ptr(b), sb, ptr(out))
+        # Broadcast: the C kernel plans the loop from the shapes (no plan per shape here).
+        if not out.size or bcast(op, dt, out.ndim, shape, ptr(a), a.ndim, a.shape, ptr(b),
+                                 b.ndim, b.shape, ptr(out)):
+            broadcast_plan((a.shape, b.shape), shape, name)  # which shapes do not fit
+            if out.size:
+                check(UNSUPPORTED, f"{name} {a.shape}, {b.shape} -> {shape}")
     return run
 
 
@@ -177,16 +179,15 @@ for _op, (_, _dtypes) in BINARY.items():
 def make_where(entry):
     ffi, lib = library()
     size = ITEMSIZE[entry.inputs[1]]
-    where, ptr, name, plans = lib.relvm_where, ffi.from_buffer, entry.name, {}
+    where, ptr, name = lib.relvm_where_bcast, ffi.from_buffer, entry.name
 
     def run(c, x, y, out):
-        key = (c.shape, x.shape, y.shape, out.shape)
-        plan = plans.get(key)
-        if plan is None:
-            plan = remember(plans, key, broadcast_plan(key[:3], out.shape, name))
-        if out.size:
-            ndim, shape, sc, sx, sy = plan
-            where(size, ndim, shape, ptr(c), sc, ptr(x), sx, ptr(y), sy, ptr(out))
+        shape = out.shape
+        if not out.size or where(size, out.ndim, shape, ptr(c), c.ndim, c.shape, ptr(x), x.ndim,
+                                 x.shape, ptr(y), y.ndim, y.shape, ptr(out)):
+            broadcast_plan((c.shape, x.shape, y.shape), shape, name)  # which do not fit
+            if out.size:
+                check(UNSUPPORTED, f"{name} {c.shape}, {x.shape}, {y.shape} -> {shape}")
     return run
 
 

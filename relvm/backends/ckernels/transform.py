@@ -72,16 +72,23 @@ def _permutation(axes, ndim: int) -> tuple[int, ...]:
 
 @kernel("transpose", dtypes=ALL)
 def make_transpose(entry):
-    attrs = attrs_of(entry)
+    """The C kernel plans the copy from x's shape and the permutation, on every call."""
+    ffi, lib = library()
+    attrs, size = attrs_of(entry), ITEMSIZE[entry.inputs[0]]
+    transpose, ptr, perms = lib.relvm_transpose, ffi.from_buffer, {}
 
-    def plan_of(x, out):
-        check_rank(len(x), "transpose")
-        perm = _permutation(attrs.axes, len(x))
-        if out != tuple(x[a] for a in perm):
-            raise shape_error("transpose: wrong output shape", data=x, output=out)
-        own = contiguous_strides(x)
-        return _copy_plan(out, [own[a] for a in perm], contiguous_strides(out))
-    return _make_strided(entry, plan_of)
+    def run(x, out):
+        ndim = x.ndim
+        perm = perms.get(ndim)
+        if perm is None:
+            check_rank(ndim, "transpose")
+            perm = perms[ndim] = _permutation(attrs.axes, ndim)
+        shape = x.shape
+        if out.shape != tuple([shape[a] for a in perm]):
+            raise shape_error("transpose: wrong output shape", data=shape, output=out.shape)
+        if out.size:
+            check(transpose(size, ndim, shape, perm, ptr(x), ptr(out)), f"transpose {shape}")
+    return run
 
 
 @kernel("strided_slice", dtypes=ALL)
@@ -108,19 +115,37 @@ def make_strided_slice(entry):
 
 @kernel("broadcast_to", dtypes=ALL)
 def make_broadcast_to(entry):
-    def plan_of(x, out):
-        check_rank(len(out), "broadcast_to")
-        try:
-            ok = np.broadcast_shapes(x, out) == out
-        except ValueError:
-            ok = False
-        if not ok:
-            raise shape_error("broadcast_to: cannot broadcast", data=x, output=out)
-        lead = len(out) - len(x)
-        own = contiguous_strides(x)
-        strides = [0 if d < lead or x[d - lead] == 1 else own[d - lead] for d in range(len(out))]
-        return _copy_plan(out, strides, contiguous_strides(out))
-    return _make_strided(entry, plan_of)
+    """The C kernel plans the copy from x's and the output's shapes, on every call."""
+    ffi, lib = library()
+    size = ITEMSIZE[entry.inputs[0]]
+    copy, ptr = lib.relvm_broadcast_copy, ffi.from_buffer
+
+    def run(x, out):
+        if out.size:
+            if not copy(size, out.ndim, out.shape, ptr(x), x.ndim, x.shape, ptr(out)):
+                return
+        elif _broadcasts_to(x.shape, out.shape):
+            return  # nothing to copy
+        raise shape_error("broadcast_to: cannot broadcast", data=x.shape, output=out.shape)
+    return run
+
+
+def _broadcasts_to(shape: tuple, out: tuple) -> bool:
+    try:
+        return np.broadcast_shapes(shape, out) == out
+    except ValueError:
+        return False
+
+
+@kernel("dyn.broadcast_to", dtypes=ALL)
+def make_dyn_broadcast_to(entry):
+    """broadcast_to's copy: the target's values made the output's shape (the program computed
+    it from them, checked), so the kernel copies data into the output as broadcast_to does."""
+    copy = make_broadcast_to(entry)
+
+    def run(x, shape, out):
+        copy(x, out)
+    return run
 
 
 # --- concatenate, split ---------------------------------------------------------------------------
