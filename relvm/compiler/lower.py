@@ -632,6 +632,36 @@ class FunctionLowering:
         if statements:
             self.emit("ComputeDims", self.program.dim_program(statements), ())
 
+    def expand_dims(self, call: Call, in_regs: list[int]) -> None:
+        """dyn.broadcast_to's dims, each the broadcast of data's dim and the shape's entry:
+        nothing to compute where type inference knows the shape's value (every dim is then
+        exact); else each dim it does not know is read from the entry when the program runs,
+        and each it knows (a static dim of data) is checked against it."""
+        if call.args[1].shape_value is not None:
+            return
+        out = call.checked_type
+        data = call.args[0].checked_type.ndim
+        length = call.args[1].checked_type.shape[0]
+        rank = len(out.shape)
+        statements = []
+        for axis, d in enumerate(out.shape):
+            own = axis - (rank - data)
+            at = axis - (rank - length)
+            if at < 0:
+                continue  # data's own dim, as it is
+            both = ("bcast", ("shape", 0, own) if own >= 0 else ("const", 1), ("item", 1, at))
+            if isinstance(d, int) or self.dims.slot_of(d) is not None:
+                statements.append(("check", both, self.dims.expr(d),
+                                   f"expand: axis {axis} is {{b}}, but the shape gives {{a}}"))
+                continue
+            slot = self.dims.new_slot(d)
+            statements += [("set", slot, both),
+                           ("check", ("max", ("slot", slot), ("const", 0)), ("slot", slot),
+                            f"expand: size {{b}} of axis {axis} is negative")]
+        if statements:
+            self.emit("ComputeDims", self.program.dim_program(statements),
+                      (in_regs[0], in_regs[1]))
+
     def compute_data_dims(self, call: Call, op: Op, in_regs: list[int]) -> None:
         """Before allocating a data-dependent op's output, compute its fresh dims from values.
 
@@ -639,6 +669,9 @@ class FunctionLowering:
         values: ``arange(0, n)`` is ``[n]``) are computed from the symbols, as any other dim.
         """
         out = call.checked_type
+        if op.name == "dyn.broadcast_to":
+            self.expand_dims(call, in_regs)
+            return
         fresh = [d for t in tensor_types(out) for d in t.shape
                  if not isinstance(d, int) and self.dims.slot_of(d) is None
                  and not all(self.dims.knows(s) for s in D.free_symbols(d))]

@@ -1,4 +1,5 @@
-"""Ops whose result shape depends on input *values*: ``arange``, ``argwhere``, ``dyn.reshape``;
+"""Ops whose result shape depends on input *values*: ``arange``, ``argwhere``, ``dyn.reshape``,
+``dyn.broadcast_to``;
 ``shape_of``, whose value is a shape but whose own shape is static; and ``guard``, whose value
 decides whether the program may go on.
 
@@ -111,6 +112,48 @@ register("dyn.reshape", inputs=("data", "newshape"), infer=_dyn_reshape_type,
          reference=_dyn_reshape_ref, pattern=OPAQUE, data_dependent=True, shape_inputs=(1,),
          doc="reshape to a shape given as a tensor (codes 0 and -1)",
          attrs=[attr("allowzero", ZERO_OR_ONE, 0)])
+
+
+# --- dyn.broadcast_to: ONNX Expand to a shape computed at run time ------------------------------
+
+def _dyn_broadcast_to_type(attrs, data, shape):
+    t, s = tensor_arg(data, "data"), tensor_arg(shape, "shape")
+    check_rank(s, "shape", 1)
+    check_dtype(s, "shape", INDEX_DTYPES, "dtype int32 or int64")
+    if not isinstance(s.shape[0], int):
+        raise OpTypeError(f"shape {fmt_shape(s.shape)} must have a static length: with data's "
+                          "rank it decides the rank of the result")
+    rank = max(s.shape[0], t.ndim)
+    check_result_rank(rank)
+    # A static dim of data other than 1 is the result's (the shape's entry must be 1 or it);
+    # the rest are the shape's values, known when the program runs.
+    own = (1,) * (rank - t.ndim) + tuple(t.shape)
+    return TensorType(tuple(d if isinstance(d, int) and d != 1 else D.fresh() for d in own),
+                      t.dtype)
+
+
+def expanded_shape(data: tuple, target: list) -> tuple:
+    """The result shape of broadcasting ``data`` and ``target`` together (NumPy's rule), or a
+    ValueError naming both."""
+    if min(target, default=0) < 0:
+        raise ValueError(f"dyn.broadcast_to: shape {target} holds a negative size")
+    try:
+        return np.broadcast_shapes(tuple(data), tuple(target))
+    except ValueError:
+        raise ValueError(f"dyn.broadcast_to: data {tuple(data)} and shape {target} do not "
+                         "broadcast") from None
+
+
+def _dyn_broadcast_to_ref(attrs, x, shape):
+    target = [int(v) for v in np.asarray(shape).reshape(-1)]
+    return np.broadcast_to(x, expanded_shape(x.shape, target)).copy()
+
+
+register("dyn.broadcast_to", inputs=("data", "shape"), infer=_dyn_broadcast_to_type,
+         reference=_dyn_broadcast_to_ref, pattern=OPAQUE, data_dependent=True, shape_inputs=(1,),
+         doc="broadcast data and a shape given as a run-time 1-d tensor together (ONNX Expand, "
+             "ConstantOfShape of a scalar): one copy where a shape computed from shapes would "
+             "otherwise build a tensor of zeros to add")
 
 
 # --- guard --------------------------------------------------------------------------------------

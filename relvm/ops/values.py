@@ -470,6 +470,24 @@ def _vanishes_with(t: D.Dim, d: D.Dim) -> bool:
     return all(all(a in m for a in mono) for m, _ in d.terms)
 
 
+def _expanded(data: tuple, target) -> tuple[D.Dim, ...] | None:
+    """dyn.broadcast_to's result shape from a symbolic target shape, or None. Where a pair of
+    dims is not provably equal or 1, the result is their broadcast, assumed (and checked when
+    the program runs) to exist."""
+    if target is None or target.ndim != 1:
+        return None
+    dims = target.tolist()
+    if any(isinstance(d, int) and d < 0 for d in dims):
+        return None  # dyn.broadcast_to refuses it at run time
+    rank = max(len(dims), len(data))
+    a = (1,) * (rank - len(data)) + tuple(data)
+    b = (1,) * (rank - len(dims)) + tuple(dims)
+    try:
+        return tuple(D.broadcast(p, q) for p, q in zip(a, b))
+    except ValueError:
+        return None  # provably does not broadcast: refused at run time
+
+
 def _newshape(attrs, types, newshape, assume=D.assume) -> tuple[D.Dim, ...] | None:
     """dyn.reshape's result shape from a symbolic newshape, or None.
 
@@ -526,6 +544,11 @@ def refine(op: Op, attrs, args: Sequence[Expr], inferred: Type) -> Type:
         refined = TensorType((n,), inferred.dtype)
     elif op.name == "dyn.reshape":
         shape = _newshape(attrs, types, values[1])
+        if shape is None:
+            return inferred
+        refined = TensorType(shape, inferred.dtype)
+    elif op.name == "dyn.broadcast_to":
+        shape = _expanded(types[0].shape, values[1])
         if shape is None:
             return inferred
         refined = TensorType(shape, inferred.dtype)

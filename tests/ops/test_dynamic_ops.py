@@ -165,3 +165,30 @@ def test_dyn_reshape_allowzero_and_run_time_errors():
     with pytest.raises(ValueError, match=r"cannot reshape data \(2, 3\) into newshape \[4, -1\]: "
                                          r"6 is not a multiple of 4"):
         run("dyn.reshape", np.zeros((2, 3)), np.array([4, -1], np.int64))
+
+
+# --- dyn.broadcast_to ---------------------------------------------------------------------------
+
+def test_dyn_broadcast_to_type_rank_is_the_larger_of_data_and_shape():
+    t = infer("dyn.broadcast_to", T((n, 1)), T((3,), "int64"))
+    assert t.dtype == "float32" and t.ndim == 3 and all(is_fresh(d) for d in t.shape)
+    assert infer("dyn.broadcast_to", T((2, 3, 1), "int8"), T((1,), "int32")).ndim == 3
+    with pytest.raises(OpTypeError, match="must have a static length"):
+        infer("dyn.broadcast_to", T((2,)), T((m,), "int64"))
+
+
+@pytest.mark.parametrize("shape,target,want", [
+    ((3, 1), [2, 1, 6], (2, 3, 6)), ((), [2, 3], (2, 3)), ((4,), [1], (4,)),
+    ((2, 1), [0, 2, 5], (0, 2, 5)), ((1, 3), [], (1, 3))])
+def test_dyn_broadcast_to_reference_broadcasts_data_and_shape_together(shape, target, want):
+    x = np.arange(math.prod(shape), dtype=np.float32).reshape(shape)
+    out = checked("dyn.broadcast_to", x, np.array(target, np.int64))
+    np.testing.assert_array_equal(out, np.broadcast_to(x, want))
+
+
+@pytest.mark.parametrize("shape,target,message", [
+    ((2, 1), [2, -1], "holds a negative size"),
+    ((3, 1), [2, 2], r"data \(3, 1\) and shape \[2, 2\] do not broadcast")])
+def test_dyn_broadcast_to_reference_errors(shape, target, message):
+    with pytest.raises(ValueError, match=message):
+        run("dyn.broadcast_to", np.zeros(shape, np.float32), np.array(target, np.int64))

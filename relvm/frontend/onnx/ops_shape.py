@@ -537,11 +537,9 @@ def filled(n: Node, shape_input: int, fill, dtype: str):
 
 def filled_at_run_time(n: Node, shape, value, dtype: str):
     """A tensor of the shape a run-time 1-d int64 tensor holds, every element ``value`` (a
-    scalar): a 1-d arange of the right length, filled, then reshaped -- its dims exact where
-    type inference knows the shape's value."""
-    flat = n.call("arange", scalar(n, 0, "int64"), n.call("prod", shape), scalar(n, 1, "int64"))
-    flat = n.call("full_like", n.call("cast", flat, dtype=dtype), value)
-    return n.call("dyn.reshape", flat, shape, allowzero=1)
+    scalar of ``dtype``): the scalar broadcast to it -- its dims exact where type inference
+    knows the shape's value."""
+    return n.call("dyn.broadcast_to", value, shape)
 
 
 @converter("ConstantOfShape")
@@ -558,7 +556,7 @@ def constant_of_shape(n: Node):
 
 @converter("Expand")
 def expand(n: Node):
-    x, xshape, dtype = n.x(0), n.shape(0), n.dtype(0)
+    x, xshape = n.x(0), n.shape(0)
     dims = _dims_of(n, 1)
     if dims is not None:
         rank = max(len(dims), len(xshape))
@@ -573,8 +571,10 @@ def expand(n: Node):
             except ValueError:
                 raise n.fail(f"cannot expand {D.shape_str(xshape)} to {list(dims)}") from None
             return n.call("broadcast_to", x, shape=out)
-    zeros = filled(n, 1, False if dtype == "bool" else 0, dtype)
-    return n.call("logical_or" if dtype == "bool" else "add", x, zeros)
+    shape = n.x(1)
+    if n.dtype(1) != "int64":
+        shape = n.call("cast", shape, dtype="int64")
+    return n.call("dyn.broadcast_to", x, shape)
 
 
 @converter("Range")
