@@ -122,12 +122,18 @@ def differ(a: Dim, b: Dim) -> bool:
 
 def cannot_broadcast_to(d: Dim, want: Dim) -> bool:
     """True only when ``d`` provably is neither 1 nor ``want``; else the relation goes on
-    assuming it broadcasts to ``want``, and records it (to a ``want`` of 1: that it is 1)."""
+    assuming it is one of them, and records that exactly (``broadcast(d, want) == want``: a
+    ``want`` that is 1 at run time lets no other ``d`` through)."""
     if D.prove_equal(want, 1) is True:
         return not D.equal_or_assumed(d, 1)
-    if D.prove_equal(d, 1) is False and D.prove_equal(d, want) is False:
-        return True
-    D.assume("broadcast", d, want)
+    one, same = D.prove_equal(d, 1), D.prove_equal(d, want)
+    if one is True or same is True:
+        return False
+    if one is False:
+        return not D.equal_or_assumed(d, want)
+    if same is False:
+        return not D.equal_or_assumed(d, 1)
+    D.assume("equal", D.broadcast(d, want), want)
     return False
 
 

@@ -282,8 +282,7 @@ def _tensor_scatter_type(attrs, data, update, write_indices):
                                if i != axis):
         raise OpTypeError(f"update {fmt_shape(u.shape)} must have data's shape "
                           f"{fmt_shape(t.shape)} but along axis {axis}")
-    if isinstance(u.shape[axis], int) and isinstance(t.shape[axis], int) and \
-            u.shape[axis] > t.shape[axis]:
+    if not D.at_most(u.shape[axis], t.shape[axis]):
         raise OpTypeError(f"update's length {u.shape[axis]} along axis {axis} is past data's "
                           f"{t.shape[axis]}")
     check_dtype(w, "write_indices", ("int64",), "dtype int64")

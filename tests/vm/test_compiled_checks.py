@@ -48,6 +48,13 @@ PROGRAMS = [
      [(3, 4), (4,), (4,)]),
     ("concat", "def @main(%x: Tensor[(n, m), float32], %y: Tensor[(n, k), float32]) "
                "{ exp(concatenate((%x, %y), axis=1)) }", [(2, 3), (2, 4)]),
+    ("attention_softmax", "def @main(%s: Tensor[(b, h, q, k), float32], "
+                          "%m: Tensor[(q, k), float32], %p: Tensor[(b, 2), int64]) "
+                          "{ nn.attention_softmax(%s, %m, %p) }",
+     [(1, 2, 3, 4), (3, 4), ("i", 1, 2, 3)]),
+    ("tensor_scatter", "def @main(%d: Tensor[(b, n, 4), float32], %u: Tensor[(b, m, 4), float32], "
+                       "%w: Tensor[(b), int64]) { tensor_scatter(%d, %u, %w, axis=1) }",
+     [(2, 5, 4), (2, 2, 4), ("i", 2, 3)]),
 ]
 
 
