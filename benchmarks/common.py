@@ -1,9 +1,13 @@
-"""Shared helpers for relvm's benchmarks: timing with medians, optional peers."""
+"""Shared helpers for relvm's benchmarks: timing with medians, optional peers, the machine's
+description for a report's header, and failures reported by stage."""
 
 from __future__ import annotations
 
+import platform
 import statistics
+import subprocess
 import time
+from pathlib import Path
 from typing import Callable
 
 
@@ -74,3 +78,60 @@ def optional(module: str):
         return __import__(module)
     except ImportError:
         return None
+
+
+def cpu_model() -> str:
+    """lscpu's "Model name" (or /proc/cpuinfo's "model name")."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name:"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def gemm_isa() -> str:
+    """The instruction set relvm's packed GEMM chose on this CPU. relvm has no public call for
+    it: this reads the kernel library's ``relvm_pgemm_isa()`` (as relvm's kernel tests do)."""
+    try:
+        from relvm.backends.native import load
+
+        ffi, lib = load()
+        return ffi.string(lib.relvm_pgemm_isa()).decode()
+    except Exception as e:  # noqa: BLE001 -- reported, not fatal
+        return f"unknown ({type(e).__name__})"
+
+
+def first_line(e: BaseException) -> str:
+    """The error's type and first line (OpenVINO's first lines only say where it was thrown)."""
+    text = [line for line in str(e).strip().splitlines()
+            if not line.startswith(("Exception from", "Check '"))]
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
+
+
+class StageError(Exception):
+    """A failure at a named stage (export, import, build, run, mismatch, ...): reports give the
+    stage and the error's first line, and go on with the next model."""
+
+    def __init__(self, stage: str, error: BaseException | str):
+        self.stage = stage
+        self.line = error if isinstance(error, str) else first_line(error)
+        super().__init__(f"{stage}: {self.line}")
+
+
+def stage(name: str, fn, *args, **kwargs):
+    """Call fn, turning any exception into a StageError for ``name``."""
+    try:
+        return fn(*args, **kwargs)
+    except StageError:
+        raise
+    except Exception as e:  # noqa: BLE001 -- every failure of relvm is a finding
+        raise StageError(name, e) from e

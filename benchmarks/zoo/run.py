@@ -33,65 +33,12 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]  # the zoo's modules, then benchmarks/common.py
 from catalog import BY_NAME, MODELS, Model  # noqa: E402
 
-from common import interleaved_us, paired_ratio  # noqa: E402
+from common import (StageError, cpu_model, first_line, gemm_isa,  # noqa: E402
+                    interleaved_us, paired_ratio, stage)
 
 RTOL = 1e-4
 #: Back-to-back pairs timed for the symbolic/static ratio (see ``paired_ratio``).
 SYMBOLIC_STATIC_ROUNDS = 9
-
-
-def cpu_model() -> str:
-    """lscpu's "Model name" (or /proc/cpuinfo's "model name")."""
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name:"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def gemm_isa() -> str:
-    """The instruction set relvm's packed GEMM chose on this CPU. relvm has no public call for
-    it: this reads the kernel library's ``relvm_pgemm_isa()`` (as relvm's kernel tests do)."""
-    try:
-        from relvm.backends.native import load
-
-        ffi, lib = load()
-        return ffi.string(lib.relvm_pgemm_isa()).decode()
-    except Exception as e:  # noqa: BLE001 -- reported, not fatal
-        return f"unknown ({type(e).__name__})"
-
-
-def first_line(e: BaseException) -> str:
-    """The error's type and first line (OpenVINO's first lines only say where it was thrown)."""
-    text = [line for line in str(e).strip().splitlines()
-            if not line.startswith(("Exception from", "Check '"))]
-    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
-
-
-class StageError(Exception):
-    def __init__(self, stage: str, error: BaseException | str):
-        self.stage = stage
-        self.line = error if isinstance(error, str) else first_line(error)
-        super().__init__(f"{stage}: {self.line}")
-
-
-def stage(name: str, fn, *args, **kwargs):
-    """Call fn, turning any exception into a StageError for ``name``."""
-    try:
-        return fn(*args, **kwargs)
-    except StageError:
-        raise
-    except Exception as e:  # noqa: BLE001 -- every failure of relvm is a finding
-        raise StageError(name, e) from e
 
 
 def timed(fn, *args, **kwargs):
