@@ -35,9 +35,14 @@ def _torch():
     return torch
 
 
-def _export(module, args: tuple, path: Path, names: list[str], outputs: list[str],
-            dims: dict[str, dict[int, str]], dynamo: bool) -> None:
-    """torch.onnx.export, legacy (``dynamic_axes``) or dynamo (``dynamic_shapes``)."""
+def torch_export(module, args: tuple, path: Path, names: list[str], outputs: list[str],
+                 dims: dict[str, dict[int, str]], dynamo: bool) -> None:
+    """torch.onnx.export, legacy (``dynamic_axes``) or dynamo (``dynamic_shapes``).
+
+    ``args`` are tensors, one per name in ``names``; ``dims`` names the dynamic axes of each
+    (one name, one dim across inputs). The dynamo exporter wants the dims shaped like
+    ``module.forward``'s signature (a ``*past`` parameter takes a tuple of them): a
+    ``ShapesCollection`` keyed by the tensors themselves builds that structure."""
     torch = _torch()
     module.eval()
     with torch.no_grad(), warnings.catch_warnings():
@@ -45,10 +50,13 @@ def _export(module, args: tuple, path: Path, names: list[str], outputs: list[str
         if dynamo:
             Dim = torch.export.Dim
             made: dict[str, object] = {}
-            shapes = tuple({axis: made.setdefault(d, Dim(d.replace(".", "_"), max=1 << 20))
-                            for axis, d in dims.get(n, {}).items()} for n in names)
+            shapes = torch.export.ShapesCollection()
+            for tensor, name in zip(args, names):
+                shapes[tensor] = {axis: made.setdefault(d, Dim(d.replace(".", "_"), max=1 << 20))
+                                  for axis, d in dims.get(name, {}).items()}
             torch.onnx.export(module, args, str(path), input_names=names, output_names=outputs,
-                              dynamic_shapes=shapes, dynamo=True, external_data=False)
+                              dynamic_shapes=shapes.dynamic_shapes(module, args), dynamo=True,
+                              external_data=False)
         else:
             torch.onnx.export(module, args, str(path), input_names=names, output_names=outputs,
                               dynamic_axes=dims, opset_version=LEGACY_OPSET, dynamo=False)
@@ -71,15 +79,15 @@ def torchvision_cnn(model: Model, path: Path) -> None:
     import torchvision
 
     net = getattr(torchvision.models, model.name)(weights=None)
-    _export(net, _example(model), path, ["input"], ["logits"], _symbolic(model), dynamo=False)
+    torch_export(net, _example(model), path, ["input"], ["logits"], _symbolic(model), dynamo=False)
 
 
 def yolo(model: Model, path: Path) -> None:
     _torch()
     import yolo_like
 
-    _export(yolo_like.YoloV8n(), _example(model), path, ["input"], ["output"], _symbolic(model),
-            dynamo=False)
+    torch_export(yolo_like.YoloV8n(), _example(model), path, ["input"], ["output"],
+                 _symbolic(model), dynamo=False)
 
 
 def bert(model: Model, path: Path) -> None:
@@ -89,8 +97,8 @@ def bert(model: Model, path: Path) -> None:
     config = BertConfig(**model.options["config"], attn_implementation="eager")
     net = BertModel(config, add_pooling_layer=False)
     wrapped = _Outputs(net, "last_hidden_state")
-    _export(wrapped, _example(model), path, [i.name for i in model.inputs],
-            ["last_hidden_state"], _symbolic(model), dynamo=model.options["dynamo"])
+    torch_export(wrapped, _example(model), path, [i.name for i in model.inputs],
+                 ["last_hidden_state"], _symbolic(model), dynamo=model.options["dynamo"])
 
 
 def gpt2(model: Model, path: Path) -> None:
@@ -99,8 +107,8 @@ def gpt2(model: Model, path: Path) -> None:
 
     config = GPT2Config(use_cache=False, attn_implementation="eager")  # the small model's sizes
     net = _Outputs(GPT2LMHeadModel(config), "logits", use_cache=False)
-    _export(net, _example(model), path, ["input_ids", "attention_mask"], ["logits"],
-            _symbolic(model), dynamo=False)
+    torch_export(net, _example(model), path, ["input_ids", "attention_mask"], ["logits"],
+                 _symbolic(model), dynamo=False)
 
 
 def whisper_encoder(model: Model, path: Path) -> None:
@@ -112,8 +120,8 @@ def whisper_encoder(model: Model, path: Path) -> None:
                            encoder_ffn_dim=1536, num_mel_bins=80, max_source_positions=1500,
                            attn_implementation="eager")
     net = _WhisperEncoder(WhisperEncoder(config))
-    _export(net, _example(model), path, ["input_features"], ["last_hidden_state"],
-            _symbolic(model), dynamo=True)
+    torch_export(net, _example(model), path, ["input_features"], ["last_hidden_state"],
+                 _symbolic(model), dynamo=True)
 
 
 def rnn(model: Model, path: Path) -> None:
@@ -128,8 +136,8 @@ def rnn(model: Model, path: Path) -> None:
         def forward(self, x):
             return self.head(self.rnn(x)[0])
 
-    _export(Net(model.options["cell"]), _example(model), path, ["input"], ["output"],
-            _symbolic(model), dynamo=False)
+    torch_export(Net(model.options["cell"]), _example(model), path, ["input"], ["output"],
+                 _symbolic(model), dynamo=False)
 
 
 def _module():
