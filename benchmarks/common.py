@@ -80,6 +80,17 @@ def optional(module: str):
         return None
 
 
+def ort_session(path: Path, threads: int):
+    """An ONNX Runtime CPU session on ``threads`` intra-op threads (one inter-op thread)."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3  # no warnings about unused initializers
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
 def cpu_model() -> str:
     """lscpu's "Model name" (or /proc/cpuinfo's "model name")."""
     try:

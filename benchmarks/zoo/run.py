@@ -34,7 +34,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]  # the zoo's modules, then benchmar
 from catalog import BY_NAME, MODELS, Model  # noqa: E402
 
 from common import (StageError, cpu_model, first_line, gemm_isa,  # noqa: E402
-                    interleaved_us, paired_ratio, stage)
+                    interleaved_us, ort_session, paired_ratio, stage)
 
 RTOL = 1e-4
 #: Back-to-back pairs timed for the symbolic/static ratio (see ``paired_ratio``).
@@ -131,16 +131,6 @@ class Relvm:
                                                              output_args=outs))
         except Exception:  # noqa: BLE001 -- fall back to invoke, as a user would
             return got, (lambda: self.vm.invoke("main", *inputs))
-
-
-def ort_session(path: Path, threads: int):
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    opts.log_severity_level = 3  # no warnings about unused initializers
-    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
 
 def openvino_model(path: Path, threads: int):
