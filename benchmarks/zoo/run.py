@@ -1,8 +1,8 @@
 """relvm vs ONNX Runtime and OpenVINO on the zoo of real networks: 3 shapes, 1 and 2 threads.
 
 Run: ``python benchmarks/zoo/run.py [--models a,b] [--threads 1,2] [--rounds N] [--shapes 0,2]
-[--json out.json] [--no-openvino] [--no-static] [--check-only]`` (``pip install ".[zoo]"``;
-models missing from the cache are exported first, see ``export.py``). Each model runs in a
+[--json out.json] [--no-openvino] [--no-static] [--check-only] [--traffic [--traffic-calls N]]``
+(``pip install ".[zoo]"``; models missing from the cache are exported first, see ``export.py``). Each model runs in a
 process of its own (a crash or a hang costs that model only): relvm imports and builds it once
 with every dim symbolic (timed), ONNX Runtime makes a session per thread count (timed), OpenVINO
 compiles it per thread count (timed). At every shape relvm's outputs are checked against ORT's
@@ -11,6 +11,11 @@ shape per model is also run on a static copy of the model (its input dims fixed,
 alike) for the symbolic/static ratio, the median of 9 back-to-back pairs. A model relvm fails to import, build or run, or whose
 outputs differ, is reported with the stage and the error's first line and left out of the
 geometric means; the run goes on.
+
+``--traffic [--traffic-calls N]`` measures traffic as users send it instead: per model and
+thread count (default 1) a process builds relvm and an ORT session, then sends both a sequence
+of N distinct shapes drawn from the model's traffic distribution (``catalog.py``), every shape
+new to both engines, then the same sequence again, each call timed and checked.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,6 +45,11 @@ from common import (StageError, cpu_model, first_line, gemm_isa,  # noqa: E402
 RTOL = 1e-4
 #: Back-to-back pairs timed for the symbolic/static ratio (see ``paired_ratio``).
 SYMBOLIC_STATIC_ROUNDS = 9
+#: The seed of every model's traffic: the same shapes in the same order on every run.
+TRAFFIC_SEED = 0
+#: Seconds the process rests before each timed call of the traffic, as ``interleaved_us``
+#: does: a thread pool spinning after its last call would take a core from the other engine.
+TRAFFIC_SETTLE_S = 0.05
 
 
 def timed(fn, *args, **kwargs):
@@ -66,6 +77,13 @@ def compare(got: list, want: list) -> float:
         if w.size and scale > 0:
             worst = max(worst, float(np.max(np.abs(g.astype(np.float64) - w))) / scale)
     return worst
+
+
+def mismatch(e: AssertionError) -> StageError:
+    """A failed ``compare`` as the ``mismatch`` stage: its first line and the "Max" lines."""
+    lines = str(e).strip().splitlines()
+    return StageError("mismatch", lines[0] + " -- " + " ".join(
+        line.strip() for line in lines if "Max" in line))
 
 
 def relative_error(got: list, want: list) -> float | None:
@@ -144,10 +162,12 @@ def measure(model: Model, args) -> dict:
     """Everything about one model, in this process; failures become the result's stage/error."""
     result = {"name": model.name, "family": model.family, "source": model.source,
               "inputs": {i.name: [str(d) for d in i.dims] for i in model.inputs},
-              "shapes": [model.label(s) for s in model.shapes], "status": "ok", "stage": None,
-              "error": None, "cells": [], "complete": False}
+              **({"traffic": str(model.traffic), "threads": args.threads[0]} if args.traffic
+                 else {"shapes": [model.label(s) for s in model.shapes]}),
+              "status": "ok", "stage": None, "error": None,
+              ("calls" if args.traffic else "cells"): [], "complete": False}
     try:
-        _measure(model, args, result)
+        (_traffic if args.traffic else _measure)(model, args, result)
     except StageError as e:
         result.update(status="failed", stage=e.stage, error=e.line)
     result["complete"] = True
@@ -164,15 +184,32 @@ def save(result: dict, args) -> None:
         os.replace(tmp, args.child_json)
 
 
-def _measure(model: Model, args, result: dict) -> None:
-    import relvm
-
+def model_file(model: Model, result: dict) -> Path:
+    """The model's ONNX file, exported first when missing."""
     import export
 
     path = stage("export", export.ensure, model)
     if path is None:
         raise StageError("export", f"package {model.package[0]} is not installed")
     result["file"] = str(path)
+    return path
+
+
+def build_symbolic(model: Model, path: Path, caches: str, result: dict) -> Relvm:
+    """relvm's build of the model with every dim symbolic, its kernels compiled afresh (into
+    ``caches``, a folder of the caller's own), as on a first build."""
+    os.environ["RELVM_CACHE_DIR"] = os.path.join(caches, "symbolic")
+    built = Relvm(str(path), "")
+    result["import_s"], result["compile_s"] = built.import_s, built.compile_s
+    print(f"  {model.name}: relvm import {built.import_s:.1f} s + build {built.compile_s:.1f} s",
+          flush=True)
+    return built
+
+
+def _measure(model: Model, args, result: dict) -> None:
+    import relvm
+
+    path = model_file(model, result)
     threads = args.threads
     sessions, result["ort_session_s"] = {}, {}
     for k in threads:
@@ -191,11 +228,7 @@ def _measure(model: Model, args, result: dict) -> None:
     # Each build compiles its fused kernels afresh (a cache dir of its own), as a first build
     # does; the kernel cache would otherwise make the second build of a model look free.
     caches = tempfile.TemporaryDirectory(prefix="relvm-zoo-")
-    os.environ["RELVM_CACHE_DIR"] = os.path.join(caches.name, "symbolic")
-    built = Relvm(str(path), "")
-    result["import_s"], result["compile_s"] = built.import_s, built.compile_s
-    print(f"  {model.name}: relvm import {built.import_s:.1f} s + build {built.compile_s:.1f} s",
-          flush=True)
+    built = build_symbolic(model, path, caches.name, result)
 
     static_index = model.static_shape if model.static_shape in args.shapes else None
     static = None
@@ -258,9 +291,7 @@ def _cell(model: Model, index: int, k: int, names: list[str], built: Relvm, stat
         cell["max_rel_err"] = relative_error(got, want)
         if "openvino_max_rel_err" in cell:  # is ORT the odd one out?
             cell["relvm_vs_openvino_rel_err"] = relative_error(got, got_ov)
-        lines = str(e).strip().splitlines()
-        raise StageError("mismatch", lines[0] + " -- " + " ".join(
-            line.strip() for line in lines if "Max" in line)) from e
+        raise mismatch(e) from e
     if static is not None:
         try:
             got_static, fns["relvm_static"] = static.runner(inputs)
@@ -287,25 +318,94 @@ def _cell(model: Model, index: int, k: int, names: list[str], built: Relvm, stat
                                                repeat=args.repeat, warmup=warmup)
 
 
+def _traffic(model: Model, args, result: dict) -> None:
+    """The model's traffic at one thread count: the shapes drawn from its distribution, every
+    one new to both engines (pass ``new``), then the same sequence again (``repeated``).
+
+    Each call is timed alone, the engines taking turns (relvm first on the sequence's first
+    call, ORT first on the second, and so on), on the same inputs. relvm runs through
+    ``vm.invoke``, which allocates the outputs in the call as ``sess.run`` does: preallocated
+    outputs (``invoke_with_outputs``, as the other mode times) need their shapes before the
+    call, and relvm has no public call giving them short of running the model, which would
+    show it the shape before its timed call.
+    """
+    import relvm
+
+    path = model_file(model, result)
+    k = args.threads[0]
+    sess, seconds = timed(stage, "ort", ort_session, path, k)
+    result["ort_session_s"] = {str(k): seconds}
+    names = [i.name for i in sess.get_inputs()]
+    caches = tempfile.TemporaryDirectory(prefix="relvm-zoo-")
+    built = build_symbolic(model, path, caches.name, result)
+    relvm.set_num_threads(k)
+    sequence = model.traffic.draw(args.traffic_calls, seed=TRAFFIC_SEED)
+    save(result, args)
+    for pass_name in ("new", "repeated"):
+        for index, sizes in enumerate(sequence):
+            call = {"pass": pass_name, "index": index, "shape": model.label(sizes),
+                    "dims": sizes}
+            result["calls"].append(call)
+            try:
+                _traffic_call(model, sizes, index, names, built.vm, sess, call)
+            except StageError as e:
+                call["error"] = f"{e.stage}: {e.line}"
+                if result["status"] == "ok":
+                    result.update(status="failed", stage=e.stage, error=e.line)
+            print(f"  {model.name} {pass_name} {index + 1}/{len(sequence)} {call['shape']}: "
+                  + ", ".join(f"{key}={call[key]:.4g}" for key in
+                              ("relvm_ms", "ort_ms", "max_rel_err") if key in call)
+                  + (f" {call['error']}" if "error" in call else ""), flush=True)
+            save(result, args)
+    del built, sess
+    gc.collect()
+    caches.cleanup()
+
+
+def _traffic_call(model: Model, sizes: dict, index: int, names: list[str], vm, sess,
+                  call: dict) -> None:
+    """One call of each engine at one shape of the traffic, timed, relvm's outputs checked."""
+    feeds_by_name = model.feeds(sizes, seed=index)
+    feeds = {n: feeds_by_name[n] for n in names}
+    inputs = list(feeds.values())
+    engines = {"relvm": ("run", lambda: vm.invoke("main", *inputs)),
+               "ort": ("ort", lambda: sess.run(None, feeds))}
+    outs = {}
+    for engine in ("relvm", "ort") if index % 2 == 0 else ("ort", "relvm"):
+        what, fn = engines[engine]
+        time.sleep(TRAFFIC_SETTLE_S)
+        outs[engine], seconds = stage(what, timed, fn)
+        call[f"{engine}_ms"] = seconds * 1e3
+    got = as_list(outs["relvm"])
+    try:
+        call["max_rel_err"] = compare(got, outs["ort"])
+    except AssertionError as e:
+        call["max_rel_err"] = relative_error(got, outs["ort"])
+        raise mismatch(e) from e
+
+
 # --- the parent: one process per model, then the report ----------------------------------
 
-def child_command(name: str, args, out: str) -> list[str]:
+def child_command(name: str, args, out: str, threads: list[int]) -> list[str]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", name, "--child-json", out,
-           "--threads", ",".join(map(str, args.threads)), "--rounds", str(args.rounds),
+           "--threads", ",".join(map(str, threads)), "--rounds", str(args.rounds),
            "--repeat", str(args.repeat), "--shapes", ",".join(map(str, args.shapes))]
     cmd += [] if args.openvino else ["--no-openvino"]
     cmd += [] if args.static else ["--no-static"]
     cmd += ["--check-only"] if args.check_only else []
+    cmd += ["--traffic", "--traffic-calls", str(args.traffic_calls)] if args.traffic else []
     cmd += ["--memory-limit", str(args.memory_limit)]
     return cmd
 
 
-def run_child(model: Model, args) -> dict:
+def run_child(model: Model, args, threads: list[int]) -> dict:
+    """Measure the model at ``threads`` in a process of its own (with ``--traffic``, one
+    thread count: a shape the process has seen at another would no longer be new)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "result.json")
         start = time.perf_counter()
         try:
-            proc = subprocess.run(child_command(model.name, args, out), stdout=None,
+            proc = subprocess.run(child_command(model.name, args, out, threads), stdout=None,
                                   stderr=subprocess.PIPE, text=True, timeout=args.timeout,
                                   cwd=tmp)
             stderr, code = proc.stderr, proc.returncode
@@ -314,7 +414,7 @@ def run_child(model: Model, args) -> dict:
             stderr = stderr.decode(errors="replace") if isinstance(stderr, bytes) else stderr
         wall = time.perf_counter() - start
         result = {"name": model.name, "family": model.family, "source": model.source,
-                  "cells": []}
+                  **({"threads": threads[0], "calls": []} if args.traffic else {"cells": []})}
         if os.path.exists(out):
             result = json.loads(Path(out).read_text())
         if not result.get("complete"):
@@ -401,6 +501,89 @@ def report(results: list[dict], args, header: dict) -> dict:
     return summary
 
 
+def traffic_summary(calls: list[dict]) -> dict:
+    """Mean and median ms per call of each engine on each pass, over the calls both engines
+    finished but the sequence's first (the first call after the build, given apart: on both
+    passes, so that the two passes average the same shapes), and their ratios (of the means)."""
+    summary = {}
+    for c in calls:
+        if c["pass"] == "new" and c["index"] == 0:
+            summary.update(relvm_first_ms=c.get("relvm_ms"), ort_first_ms=c.get("ort_ms"))
+    for pass_name in ("new", "repeated"):
+        done = [c for c in calls if c["pass"] == pass_name and c["index"] > 0
+                and "relvm_ms" in c and "ort_ms" in c]
+        summary[f"{pass_name}_calls"] = len(done)
+        for engine in ("relvm", "ort"):
+            ms = [c[f"{engine}_ms"] for c in done]
+            summary[f"{engine}_{pass_name}_mean_ms"] = statistics.fmean(ms) if ms else None
+            summary[f"{engine}_{pass_name}_median_ms"] = statistics.median(ms) if ms else None
+
+    def ratio(a: str, b: str) -> float | None:
+        return summary[a] / summary[b] if summary[a] and summary[b] else None
+
+    for engine in ("relvm", "ort"):
+        summary[f"{engine}_new_repeated"] = ratio(f"{engine}_new_mean_ms",
+                                                  f"{engine}_repeated_mean_ms")
+    for pass_name in ("new", "repeated"):
+        summary[f"relvm_ort_{pass_name}"] = ratio(f"relvm_{pass_name}_mean_ms",
+                                                  f"ort_{pass_name}_mean_ms")
+    return summary
+
+
+def report_traffic(results: list[dict], args, header: dict) -> dict:
+    print(f"\nrelvm zoo traffic -- CPU: {header['cpu']}; relvm GEMM ISA: {header['gemm_isa']}; "
+          f"threads {','.join(map(str, args.threads))}; {args.traffic_calls} calls per pass "
+          "(fewer where the model caps them)")
+    print("  versions: " + ", ".join(f"{k} {v}" for k, v in header["versions"].items()))
+    print("\nModels (seconds: relvm import + build of the symbolic model; ORT session)")
+    print(f"  {'model':<22} {'thr':>3} {'relvm':>13} {'ORT':>6} {'calls':>5} "
+          f"{'max rel err':>11}  status")
+    for r in results:
+        r["summary"] = traffic_summary(r["calls"])
+        errs = [c["max_rel_err"] for c in r["calls"] if c.get("max_rel_err") is not None]
+        build = (f"{r['import_s']:5.1f}+{r['compile_s']:5.1f}s" if "compile_s" in r
+                 else f"{'-':>13}")
+        status = "ok" if r["status"] == "ok" else f"{r['stage']}: {r['error']}"
+        print(f"  {r['name']:<22} {r['threads']:>3} {build} "
+              f"{fmt(r.get('ort_session_s', {}).get(str(r['threads'])), '.1f', 6)} "
+              f"{sum(c['pass'] == 'new' for c in r['calls']):>5} "
+              f"{fmt(max(errs) if errs else None, '.1e', 11)}  {status}")
+
+    print("\nms per call, mean and median over calls 2..N of each pass -- new: shapes neither "
+          "engine had seen,\nrepeated: the same sequence again; ratios of the means; first "
+          "call: the sequence's first, after the build")
+    print(f"  {'':<26} " + " ".join(f"{title:<17}" for title in (
+        "relvm new", "ORT new", "relvm repeated", "ORT repeated")) + " new/repeated  relvm/ORT"
+          "     first call")
+    print(f"  {'model':<22} {'thr':>3} " + " ".join([f"{'mean':>8} {'median':>8}"] * 4)
+          + f" {'relvm':>6} {'ORT':>6} {'new':>5} {'rep':>5} {'relvm':>7} {'ORT':>7}")
+    for r in results:
+        m = r["summary"]
+        print(f"  {r['name']:<22} {r['threads']:>3} " + " ".join(
+            f"{fmt(m[f'{e}_{p}_mean_ms'], '.2f', 8)} {fmt(m[f'{e}_{p}_median_ms'], '.2f', 8)}"
+            for p in ("new", "repeated") for e in ("relvm", "ort"))
+            + f" {fmt(m['relvm_new_repeated'], '.2f', 6)} {fmt(m['ort_new_repeated'], '.2f', 6)}"
+            f" {fmt(m['relvm_ort_new'], '.2f', 5)} {fmt(m['relvm_ort_repeated'], '.2f', 5)}"
+            f" {fmt(m.get('relvm_first_ms'), '.1f', 7)} {fmt(m.get('ort_first_ms'), '.1f', 7)}")
+
+    summary = {"geomean": {}}
+    keys = ("relvm_ort_new", "relvm_ort_repeated", "relvm_new_repeated", "ort_new_repeated")
+    print("\nGeometric means over the models that passed:")
+    for k in args.threads:
+        passed = [r["summary"] for r in results if r["status"] == "ok" and r["threads"] == k]
+        g = {key: geomean([m[key] for m in passed]) for key in keys}
+        summary["geomean"][k] = {"values": g, "models": len(passed)}
+        print(f"  {k} thread{'s' if k > 1 else ' '} ({len(passed)} models): relvm/ORT on new "
+              f"shapes {fmt(g['relvm_ort_new'], '.3f', 6)}, on repeated "
+              f"{fmt(g['relvm_ort_repeated'], '.3f', 6)}; new/repeated: relvm "
+              f"{fmt(g['relvm_new_repeated'], '.3f', 6)}, ORT "
+              f"{fmt(g['ort_new_repeated'], '.3f', 6)}")
+    failed = sorted({r["name"] for r in results if r["status"] != "ok"})
+    if failed:
+        print(f"  left out (failed): {', '.join(failed)}")
+    return summary
+
+
 def limit_memory(gib: float) -> None:
     """Cap this process's data (heap and anonymous maps): a model that asks for more fails
     with a MemoryError in its own stage instead of waking the kernel's OOM killer."""
@@ -433,7 +616,7 @@ def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", help="comma-separated names (default: all): "
                    + ",".join(m.name for m in MODELS))
-    p.add_argument("--threads", default="1,2", help="thread counts (default 1,2)")
+    p.add_argument("--threads", help="thread counts (default 1,2; with --traffic 1)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     p.add_argument("--repeat", type=int, default=3,
                    help="timed runs per engine in each round, of which the median (default 3)")
@@ -443,6 +626,11 @@ def parse(argv=None):
     p.add_argument("--no-static", dest="static", action="store_false",
                    help="skip the static copy (the symbolic/static ratio)")
     p.add_argument("--check-only", action="store_true", help="check outputs, time nothing")
+    p.add_argument("--traffic", action="store_true",
+                   help="time traffic as users send it: shapes new to both engines, then "
+                   "the same again (see the README)")
+    p.add_argument("--traffic-calls", type=int, default=24,
+                   help="distinct shapes per model with --traffic (24; some models cap it)")
     p.add_argument("--timeout", type=float, default=600,
                    help="seconds per model (600); the cells it finished are kept")
     p.add_argument("--memory-limit", type=float, default=_default_memory_gib(),
@@ -452,8 +640,13 @@ def parse(argv=None):
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--child-json", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    args.threads = [int(t) for t in args.threads.split(",")]
+    if args.traffic and args.check_only:
+        p.error("--check-only times nothing: --traffic checks every call it times")
+    if args.traffic_calls < 2:
+        p.error("--traffic-calls: at least 2 (the first call is reported apart)")
+    args.threads = [int(t) for t in (args.threads or ("1" if args.traffic else "1,2")).split(",")]
     args.shapes = [int(s) for s in args.shapes.split(",")]
+    args.openvino = args.openvino and not args.traffic  # the traffic compares relvm with ORT
     if args.openvino:
         try:
             import openvino  # noqa: F401
@@ -476,7 +669,8 @@ def main(argv=None) -> int:
             inputs = ", ".join(f"{i.name}[{', '.join(map(str, i.dims))}]" for i in m.inputs)
             print(f"{m.name} ({m.family}): {m.source}\n    inputs {inputs}\n    shapes "
                   + "; ".join(m.label(s) for s in m.shapes)
-                  + f" (static copy: {m.label(m.shapes[m.static_shape])})")
+                  + f" (static copy: {m.label(m.shapes[m.static_shape])})"
+                  + f"\n    traffic {m.traffic}")
         return 0
     unknown = [n for n in names if n not in BY_NAME]
     if unknown:
@@ -487,13 +681,15 @@ def main(argv=None) -> int:
           f"{header['gemm_isa']}", flush=True)
     start = time.perf_counter()
     results = []
-    for name in names:
+    runs = ([(name, [k]) for name in names for k in args.threads] if args.traffic
+            else [(name, args.threads) for name in names])
+    for name, threads in runs:
         print(f"== {name}", flush=True)
-        results.append(run_child(BY_NAME[name], args))
+        results.append(run_child(BY_NAME[name], args, threads))
         r = results[-1]
         print(f"== {name}: {'ok' if r['status'] == 'ok' else r['stage'] + ': ' + r['error']} "
               f"({r['wall_s']:.0f} s)", flush=True)
-    summary = report(results, args, header)
+    summary = (report_traffic if args.traffic else report)(results, args, header)
     total = time.perf_counter() - start
     print(f"\ntotal {total:.0f} s ({total / 60:.1f} min)")
     if args.json:
