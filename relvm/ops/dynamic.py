@@ -18,7 +18,7 @@ from ..ir import dims as D
 from ..ir.types import TensorType
 from .common import (NUMERIC, check_dtype, check_rank, check_result_rank, fmt_shape, np_dtype,
                      same_dtype, tensor_arg)
-from .registry import DTYPE_OR_EMPTY, OPAQUE, STR, OpTypeError, attr, choice, register
+from .registry import DTYPE_OR_EMPTY, OPAQUE, OPT_INT, STR, OpTypeError, attr, choice, register
 from .transform import INDEX_DTYPES, ZERO_OR_ONE, at_run_time, infer_newshape
 
 
@@ -120,10 +120,15 @@ def _dyn_broadcast_to_type(attrs, data, shape):
     t, s = tensor_arg(data, "data"), tensor_arg(shape, "shape")
     check_rank(s, "shape", 1)
     check_dtype(s, "shape", INDEX_DTYPES, "dtype int32 or int64")
-    if not isinstance(s.shape[0], int):
+    length = s.shape[0]
+    if attrs.length is not None:  # a kernel entry's: its shape's length, recorded
+        if not D.equal_or_assumed(length, attrs.length):
+            raise OpTypeError(f"shape {fmt_shape(s.shape)} must have {attrs.length} entries")
+        length = attrs.length
+    if not isinstance(length, int):
         raise OpTypeError(f"shape {fmt_shape(s.shape)} must have a static length: with data's "
                           "rank it decides the rank of the result")
-    rank = max(s.shape[0], t.ndim)
+    rank = max(length, t.ndim)
     check_result_rank(rank)
     # A static dim of data other than 1 is the result's (the shape's entry must be 1 or it);
     # the rest are the shape's values, known when the program runs.
@@ -149,8 +154,14 @@ def _dyn_broadcast_to_ref(attrs, x, shape):
     return np.broadcast_to(x, expanded_shape(x.shape, target)).copy()
 
 
+def _dyn_broadcast_to_entry_attrs(attrs, data, shape) -> dict:
+    """The call's attrs with length set: an entry's ranks do not show the shape's length."""
+    return dict(attrs, length=tensor_arg(shape, "shape").shape[0])
+
+
 register("dyn.broadcast_to", inputs=("data", "shape"), infer=_dyn_broadcast_to_type,
          reference=_dyn_broadcast_to_ref, pattern=OPAQUE, data_dependent=True, shape_inputs=(1,),
+         attrs=[attr("length", OPT_INT, None)], entry_attrs=_dyn_broadcast_to_entry_attrs,
          doc="broadcast data and a shape given as a run-time 1-d tensor together (ONNX Expand, "
              "ConstantOfShape of a scalar): one copy where a shape computed from shapes would "
              "otherwise build a tensor of zeros to add")
