@@ -369,9 +369,12 @@ def run_child(name: str, exporter: str, args) -> dict:
 
 
 def versions() -> dict[str, str]:
-    """Installed versions, read without importing (torch stays out of the timed processes)."""
-    out = {"python": platform.python_version()}
-    for name in ("relvm", "onnxruntime", "torch", "transformers", "onnx", "onnxscript", "numpy"):
+    """Versions: relvm's of the relvm that runs (a checkout on PYTHONPATH names its own), the
+    others installed ones, read without importing (torch stays out of the timed processes)."""
+    import relvm
+
+    out = {"python": platform.python_version(), "relvm": relvm.__version__}
+    for name in ("onnxruntime", "torch", "transformers", "onnx", "onnxscript", "numpy"):
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
