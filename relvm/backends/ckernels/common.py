@@ -66,6 +66,16 @@ def int64s(values: Sequence[int]) -> Any:
     return ffi.new("int64_t[]", [int(v) for v in values] or [0])
 
 
+def shape_args(*shapes: Sequence[int]) -> tuple:
+    """``(ndim, int64_t[] dims)`` for each shape, flattened: how the kernels that plan in C
+    take their operands' shapes. Made once per shape set (kernels keep them by shape), so a
+    call on shapes seen before converts nothing."""
+    out: list = []
+    for s in shapes:
+        out += [len(s), int64s(s)]
+    return tuple(out)
+
+
 def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
     """Element strides of a C-contiguous array of ``shape``."""
     out, step = [], 1

@@ -12,7 +12,7 @@ from . import kernel
 from .common import (ALL, CODE, attrs_of, FLOATS, INTEGERS, ITEMSIZE, NUMBERS, UNSUPPORTED,
                      broadcast_strides, check, check_rank,
                      contiguous_strides, int64s, library, merge_dims, np_dtype, remember,
-                     shape_error)
+                     shape_args, shape_error)
 
 # op -> (the C enum constant, dtypes). kernels/elementwise.c's table must agree (a test checks).
 UNARY = {
@@ -146,8 +146,8 @@ def broadcast_plan(shapes, out_shape, name: str):
 def make_binary(entry):
     ffi, lib = library()
     op, dt = getattr(lib, BINARY[entry.op][0]), CODE[entry.inputs[0]]
-    bcast, flat, ptr, name = lib.relvm_binary_bcast, lib.relvm_binary_flat, ffi.from_buffer, \
-        entry.name
+    bcast, flat, ptr, name, seen = (lib.relvm_binary_bcast, lib.relvm_binary_flat,
+                                    ffi.from_buffer, entry.name, {})
 
     def run(a, b, out):
         # Equal shapes, or one 0-d operand (x + 1): a flat loop, no broadcast plan.
@@ -163,8 +163,12 @@ def make_binary(entry):
             flat(op, dt, ptr(a), 0, ptr(b), 1, ptr(out), out.size)
             return
         # Broadcast: the C kernel plans the loop from the shapes (no plan per shape here).
-        if not out.size or bcast(op, dt, out.ndim, shape, ptr(a), a.ndim, a.shape, ptr(b),
-                                 b.ndim, b.shape, ptr(out)):
+        key = (a.shape, b.shape, shape)
+        s = seen.get(key)
+        if s is None:
+            s = remember(seen, key, shape_args(shape, a.shape, b.shape))
+        if not out.size or bcast(op, dt, s[0], s[1], ptr(a), s[2], s[3], ptr(b), s[4], s[5],
+                                 ptr(out)):
             broadcast_plan((a.shape, b.shape), shape, name)  # which shapes do not fit
             if out.size:
                 check(UNSUPPORTED, f"{name} {a.shape}, {b.shape} -> {shape}")
@@ -179,12 +183,16 @@ for _op, (_, _dtypes) in BINARY.items():
 def make_where(entry):
     ffi, lib = library()
     size = ITEMSIZE[entry.inputs[1]]
-    where, ptr, name = lib.relvm_where_bcast, ffi.from_buffer, entry.name
+    where, ptr, name, seen = lib.relvm_where_bcast, ffi.from_buffer, entry.name, {}
 
     def run(c, x, y, out):
         shape = out.shape
-        if not out.size or where(size, out.ndim, shape, ptr(c), c.ndim, c.shape, ptr(x), x.ndim,
-                                 x.shape, ptr(y), y.ndim, y.shape, ptr(out)):
+        key = (c.shape, x.shape, y.shape, shape)
+        s = seen.get(key)
+        if s is None:
+            s = remember(seen, key, shape_args(shape, c.shape, x.shape, y.shape))
+        if not out.size or where(size, s[0], s[1], ptr(c), s[2], s[3], ptr(x), s[4], s[5],
+                                 ptr(y), s[6], s[7], ptr(out)):
             broadcast_plan((c.shape, x.shape, y.shape), shape, name)  # which do not fit
             if out.size:
                 check(UNSUPPORTED, f"{name} {c.shape}, {x.shape}, {y.shape} -> {shape}")

@@ -11,8 +11,9 @@ from ...ops import transform as transform_ops
 from ...ops.common import normalize_axis
 from ...ops.transform import at_run_time
 from . import first_output, kernel
-from .common import (ALL, CODE, ITEMSIZE, attrs_of, check, check_rank, contiguous_strides,
-                     int64s, library, merge_dims, np_dtype, prod, remember, shape_error)
+from .common import (ALL, CODE, ITEMSIZE, UNSUPPORTED, attrs_of, check, check_rank,
+                     contiguous_strides, int64s, library, merge_dims, np_dtype, prod, remember,
+                     shape_args, shape_error)
 
 
 def _copy_plan(shape, src_strides, dst_strides, src_offset=0, dst_offset=0):
@@ -75,19 +76,21 @@ def make_transpose(entry):
     """The C kernel plans the copy from x's shape and the permutation, on every call."""
     ffi, lib = library()
     attrs, size = attrs_of(entry), ITEMSIZE[entry.inputs[0]]
-    transpose, ptr, perms = lib.relvm_transpose, ffi.from_buffer, {}
+    transpose, ptr, seen = lib.relvm_transpose, ffi.from_buffer, {}
 
     def run(x, out):
-        ndim = x.ndim
-        perm = perms.get(ndim)
-        if perm is None:
-            check_rank(ndim, "transpose")
-            perm = perms[ndim] = _permutation(attrs.axes, ndim)
         shape = x.shape
-        if out.shape != tuple([shape[a] for a in perm]):
+        s = seen.get(shape)
+        if s is None:  # the result's shape, and the C call's shape and permutation arrays
+            check_rank(x.ndim, "transpose")
+            perm = _permutation(attrs.axes, x.ndim)
+            s = remember(seen, shape, (tuple(shape[a] for a in perm), x.ndim, int64s(shape),
+                                       int64s(perm)))
+        want, ndim, dims, perm = s
+        if out.shape != want:
             raise shape_error("transpose: wrong output shape", data=shape, output=out.shape)
-        if out.size:
-            check(transpose(size, ndim, shape, perm, ptr(x), ptr(out)), f"transpose {shape}")
+        if out.size and transpose(size, ndim, dims, perm, ptr(x), ptr(out)):
+            check(UNSUPPORTED, f"transpose {shape}")
     return run
 
 
@@ -118,11 +121,15 @@ def make_broadcast_to(entry):
     """The C kernel plans the copy from x's and the output's shapes, on every call."""
     ffi, lib = library()
     size = ITEMSIZE[entry.inputs[0]]
-    copy, ptr = lib.relvm_broadcast_copy, ffi.from_buffer
+    copy, ptr, seen = lib.relvm_broadcast_copy, ffi.from_buffer, {}
 
     def run(x, out):
         if out.size:
-            if not copy(size, out.ndim, out.shape, ptr(x), x.ndim, x.shape, ptr(out)):
+            key = (x.shape, out.shape)
+            s = seen.get(key)
+            if s is None:
+                s = remember(seen, key, shape_args(out.shape, x.shape))
+            if not copy(size, s[0], s[1], ptr(x), s[2], s[3], ptr(out)):
                 return
         elif _broadcasts_to(x.shape, out.shape):
             return  # nothing to copy
