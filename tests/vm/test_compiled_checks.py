@@ -52,6 +52,14 @@ PROGRAMS = [
                           "%m: Tensor[(q, k), float32], %p: Tensor[(b, 2), int64]) "
                           "{ nn.attention_softmax(%s, %m, %p) }",
      [(1, 2, 3, 4), (3, 4), ("i", 1, 2, 3)]),
+    ("rotary_embedding", "def @main(%x: Tensor[(b, h, s, 8), float32], %c: Tensor[(p, s, 2), float32], "
+                         "%n: Tensor[(q, s, 2), float32]) "
+                         "{ nn.rotary_embedding(%x, %c, %n, rotary_dim=4) }",
+     [(1, 3, 9, 8), (1, 9, 2), (1, 9, 2)]),
+    ("conv2d_integer", "def @main(%x: Tensor[(1, 1, h, w), uint8], %k: Tensor[(o, 1, 1, 1), uint8], "
+                       "%xz: uint8, %kz: Tensor[(z), uint8]) "
+                       "{ nn.conv2d_integer(%x, %k, %xz, %kz) }",
+     [("u8", 1, 1, 7, 7), ("u8", 1, 1, 1, 1), ("u8",), ("u8", 1)]),
     ("tensor_scatter", "def @main(%d: Tensor[(b, n, 4), float32], %u: Tensor[(b, m, 4), float32], "
                        "%w: Tensor[(b), int64]) { tensor_scatter(%d, %u, %w, axis=1) }",
      [(2, 5, 4), (2, 2, 4), ("i", 2, 3)]),
@@ -64,6 +72,8 @@ def _inputs(specs, rng):
         if spec and spec[0] == "i":
             *shape, high = spec[1:]
             arrays.append(rng.integers(0, high, shape).astype(np.int64))
+        elif spec and spec[0] == "u8":
+            arrays.append(rng.integers(0, 255, spec[1:]).astype(np.uint8))
         else:
             arrays.append(rng.standard_normal(spec).astype(F) if spec else np.float32(0.5))
     return arrays
