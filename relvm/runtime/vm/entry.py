@@ -67,6 +67,9 @@ class EntryPoint:
         self.diverged = 0  # calls that went another way than their replay (replay.py)
         self.live_steps: tuple | None = None
         self.keep: list[bool] = []
+        #: A function with ifs: path (the pcs a call ran) -> (live steps, keep), planned once
+        #: per path, not per replay (a plan walks the whole function).
+        self.path_plans: dict[tuple, tuple] = {}
         self.replays: OrderedDict[tuple, Any] = OrderedDict()
         self._last_outs: tuple = ()
         self._last_inputs: list = []

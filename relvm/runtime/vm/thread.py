@@ -341,12 +341,18 @@ class ThreadState:
             return result
         if live_steps is None:  # a function with ifs: planned along the path this call took
             pcs = replay.path(ep.fn, frame.taken)
-            found = None if pcs is None else replay.plan(ep.fn, self.exe.dim_programs, pcs)
-            if found is None:
-                ep.replayable = False  # a register written twice on this path: never again
-                return result
-            live, keep = found
-            live_steps = tuple((pc, ep.steps[pc]) for pc in live)
+            planned = None if pcs is None else ep.path_plans.get(tuple(pcs))
+            if planned is None:
+                found = None if pcs is None else replay.plan(ep.fn, self.exe.dim_programs, pcs)
+                if found is None:
+                    ep.replayable = False  # a register written twice on this path: never again
+                    return result
+                live, keep = found
+                planned = (tuple((pc, ep.steps[pc]) for pc in live), keep)
+                if len(ep.path_plans) >= replay.MAX_REPLAYS:
+                    ep.path_plans.clear()
+                ep.path_plans[tuple(pcs)] = planned
+            live_steps, keep = planned
         ep.replays.pop(key, None)  # a stale one for these shapes
         if len(ep.replays) >= replay.MAX_REPLAYS:
             ep.replays.popitem(last=False)
