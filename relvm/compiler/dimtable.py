@@ -54,34 +54,17 @@ class DimTable:
         With ``symbols_only`` it reads only the slots of bare symbols, never a derived dim's
         slot (for code placed before the instruction that computed that slot).
         """
-        if isinstance(d, int):
-            return ("const", d)
-        k = self.slot_of(d)
-        if k is not None and (not symbols_only or _bare(d)):
-            return ("slot", k)
-        total: tuple | None = None
-        for mono, coeff in d.terms:
-            term: tuple = ("const", coeff)
-            for atom in mono:
-                factor = self._atom(atom, symbols_only)
-                term = factor if term == ("const", 1) else ("mul", term, factor)
-            total = term if total is None else ("add", total, term)
-        return total if total is not None else ("const", 0)
+        def known(x: Dim) -> tuple | None:
+            k = self.slot_of(x)
+            return ("slot", k) if k is not None and (not symbols_only or _bare(x)) else None
+        try:
+            return D.program_expr(d, known)
+        except D.NotInProgram as e:
+            raise RelvmCompileError(f"@{self.func_name}: dim {e} is not known at this point "
+                                    f"of the program") from None
 
     def expr_from_symbols(self, d: Dim) -> tuple:
         return self.expr(d, symbols_only=True)
-
-    def _atom(self, atom: D.Atom, symbols_only: bool = False) -> tuple:
-        if isinstance(atom, D.Sym):
-            k = self.slot_of(D.as_expr(atom))
-            if k is None:
-                raise RelvmCompileError(f"@{self.func_name}: dim {atom.text()} is not known at "
-                                        f"this point of the program")
-            return ("slot", k)
-        op = {D.FloorDivAtom: "floordiv", D.ModAtom: "mod", D.MaxAtom: "max",
-              D.MinAtom: "min", D.BroadcastAtom: "bcast"}[type(atom)]
-        a, b = atom.children()
-        return (op, self.expr(a, symbols_only), self.expr(b, symbols_only))
 
     def ensure(self, dims: list[Dim], statements: list[tuple]) -> None:
         """Give every dim in ``dims`` a slot, appending the statements that compute new ones."""

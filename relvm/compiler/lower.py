@@ -328,7 +328,7 @@ class FunctionLowering:
             symbols = D.free_symbols(a) | D.free_symbols(b)
             if not all(self.dims.knows(s) for s in symbols):
                 continue
-            tag = {"equal": "check", "broadcast": "broadcast", "le": "le"}[kind]
+            tag = D.ASSUMPTION_STATEMENTS[kind]
             key = (tag, D.dim_key(a), D.dim_key(b))
             if key in self.checked:
                 continue

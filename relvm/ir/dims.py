@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import itertools
-from typing import Iterable, Iterator, Mapping, Union
+from typing import Callable, Iterable, Iterator, Mapping, Union
 
 Dim = Union[int, "DimExpr"]
 
@@ -535,6 +535,10 @@ def assume(kind: str, a: Dim, b: Dim) -> None:
     found.append((kind, a, b))
 
 
+#: The dim-program statement (``runtime/bytecode/dimprog.py``) that checks each assumption kind.
+ASSUMPTION_STATEMENTS = {"equal": "check", "broadcast": "broadcast", "le": "le"}
+
+
 def equal_or_assumed(a: Dim, b: Dim) -> bool:
     """False when ``a`` and ``b`` provably differ; else True, recording the assumption that
     they are equal when that depends on run-time values."""
@@ -666,6 +670,44 @@ def _apply_atom(atom: Atom, f) -> Dim:
     if isinstance(atom, BroadcastAtom):
         return broadcast(a, b)
     raise AssertionError(f"unknown atom {atom!r}")
+
+
+class NotInProgram(ValueError):
+    """A symbol a dim program cannot read (:func:`program_expr`); its text is the message."""
+
+
+def program_expr(d: Dim, known: Callable[[Dim], tuple | None]) -> tuple:
+    """``d`` as a dim-program expression (``runtime/bytecode/dimprog.py``'s grammar).
+
+    ``known(x)`` gives the expression of a dim the program already has -- a slot, an operand's
+    shape -- or None; every symbol of ``d`` must be one (else :class:`NotInProgram`). The
+    compiler states a function's dims over its slots with it, the VM a kernel's operand
+    relation over the operands' shapes.
+    """
+    if isinstance(d, int):
+        return ("const", d)
+    whole = known(d)
+    if whole is not None:
+        return whole
+    total: tuple | None = None
+    for mono, coeff in d.terms:
+        term: tuple = ("const", coeff)
+        for atom in mono:
+            if isinstance(atom, Sym):
+                factor = known(as_expr(atom))
+                if factor is None:
+                    raise NotInProgram(atom.text())
+            else:
+                a, b = atom.children()
+                factor = (_PROGRAM_OPS[type(atom)], program_expr(a, known),
+                          program_expr(b, known))
+            term = factor if term == ("const", 1) else ("mul", term, factor)
+        total = term if total is None else ("add", total, term)
+    return total if total is not None else ("const", 0)
+
+
+_PROGRAM_OPS = {FloorDivAtom: "floordiv", ModAtom: "mod", MaxAtom: "max", MinAtom: "min",
+                BroadcastAtom: "bcast"}
 
 
 def map_symbols(x: Dim, f) -> Dim:

@@ -138,7 +138,7 @@ def check_entry(entry: KernelEntry, ranks: list[tuple[tuple[int, ...], tuple[int
         raise Bad(f"unknown op {entry.op!r}")
     attrs = op.make_attrs(entry.attrs)
     for in_ranks, out_ranks in ranks:
-        args = _grouped(_types(entry.inputs, in_ranks), entry.groups)
+        args = symbolic_args(entry.inputs, in_ranks, entry.groups)
         got = list(tensor_types(_infer(op, attrs, args)))
         _same_outputs(entry, got, out_ranks)
 
@@ -157,11 +157,17 @@ def _type(i: int, rank: int, dtype: str) -> TensorType:
     return t
 
 
+def symbolic_args(dts: Iterable[str], ranks: Iterable[int], groups: tuple[int, ...]) -> list:
+    """A kernel entry's arguments with every dim a symbol of its own (any size): argument
+    ``i``'s dim ``a`` is ``arg{i}.{a}`` (inputs flattened, as the kernel takes them)."""
+    return grouped(_types(dts, ranks), groups)
+
+
 def _types(dts: Iterable[str], ranks: Iterable[int]) -> list[TensorType]:
     return [_type(i, r, dt) for i, (dt, r) in enumerate(zip(dts, ranks))]
 
 
-def _grouped(types: list[TensorType], groups: tuple[int, ...]) -> list:
+def grouped(types: list[TensorType], groups: tuple[int, ...]) -> list:
     """The op's arguments: tuple inputs rebuilt from the flattened tensors."""
     out, i = [], 0
     for g in groups or (-1,) * len(types):

@@ -144,32 +144,17 @@ def _op_of(entry: KernelEntry) -> tuple[Any, Any, Any]:
     return op, op.make_attrs(entry.attrs), None
 
 
-def _types(groups: Sequence[int], shapes: Sequence[tuple], in_dtypes: Sequence[str]) -> list:
-    """The argument types of a kernel whose flattened inputs have ``shapes``."""
-    from ...ir.types import TensorType, TupleType
-
-    types, i = [], 0
-    for g in groups:
-        if g < 0:
-            types.append(TensorType(shapes[i], in_dtypes[i]))
-            i += 1
-        else:
-            types.append(TupleType(tuple(TensorType(shapes[j], in_dtypes[j])
-                                         for j in range(i, i + g))))
-            i += g
-    return types
-
-
 def _relation(entry: KernelEntry) -> Callable[[list[tuple]], list[tuple] | str]:
     """``shapes of the inputs -> shapes of the outputs`` (ints; another type where a dim
     depends on values), or a message saying why the inputs are wrong for the op."""
+    from ...ir.types import TensorType, tensor_types
     from ...ops.registry import OpTypeError
+    from ..verify.kernelcheck import grouped
 
     op, attrs, anchor = _op_of(entry)
-    groups = entry.groups or (-1,) * len(entry.inputs)
 
     def relation(shapes: list[tuple]) -> list[tuple] | str:
-        types = _types(groups, shapes, entry.inputs)
+        types = grouped([TensorType(s, dt) for s, dt in zip(shapes, entry.inputs)], entry.groups)
         try:
             result = op.infer(attrs, *types)
             first = anchor and anchor.op.infer(anchor.attrs, *[types[i] for _, i in anchor.args])
@@ -178,7 +163,7 @@ def _relation(entry: KernelEntry) -> Callable[[list[tuple]], list[tuple] | str]:
         if first and tuple(first.shape) != tuple(result.shape):
             return f"its anchor's result {_dims(first.shape)} is not the output's " \
                    f"{_dims(result.shape)}"
-        return [tuple(t.shape) for t in _leaves(result)]
+        return [tuple(t.shape) for t in tensor_types(result)]
     return relation
 
 
@@ -187,94 +172,51 @@ def compiled_relation(entry: KernelEntry) -> Callable | None:
     DimError where ``arrays`` (inputs, then outputs) do not fit it; None where the op's type
     relation cannot be stated over symbolic dims (see the module docstring)."""
     from ...ir import dims as D
+    from ...ir.types import tensor_types
+    from ..verify.kernelcheck import symbolic_args
 
     op, attrs, anchor = _op_of(entry)
-    groups = entry.groups or (-1,) * len(entry.inputs)
-    ranks = entry.input_ranks
-    if len(ranks) != len(entry.inputs):
+    if len(entry.input_ranks) != len(entry.inputs):
         return None
-    where: dict[str, tuple] = {}  # symbol name -> ("shape", arg, axis)
-    shapes = []
-    for i, rank in enumerate(ranks):
-        shape = []
-        for axis in range(rank):
-            sym = D.Sym(f"_{i}_{axis}")
-            where[sym.name] = ("shape", i, axis)
-            shape.append(D.as_expr(sym))
-        shapes.append(tuple(shape))
-    types = _types(groups, shapes, entry.inputs)
+    # The verifier's symbolic arguments: input i's dim a is a symbol of its own, read from
+    # the operand's shape.
+    types = symbolic_args(entry.inputs, entry.input_ranks, entry.groups)
+    flat = [leaf for t in types for leaf in tensor_types(t)]
+    where = {D.dim_key(d): ("shape", i, axis)
+             for i, t in enumerate(flat) for axis, d in enumerate(t.shape)}
     try:
         with D.assumptions() as assumed:
             result = op.infer(attrs, *types)
             first = anchor and anchor.op.infer(anchor.attrs, *[types[i] for _, i in anchor.args])
     except Exception:  # noqa: BLE001 -- the relation needs values: the exact check stays
         return None
-    leaves = [tuple(t.shape) for t in _leaves(result)]
+    leaves = [tuple(t.shape) for t in tensor_types(result)]
     if len(leaves) != len(entry.outputs) or any(
             len(s) != r for s, r in zip(leaves, entry.output_ranks)):
         return None
+
+    def expr(d: Any) -> tuple:
+        return D.program_expr(d, lambda x: where.get(D.dim_key(x)))
+
     statements: list[tuple] = []
     try:
         for kind, a, b in assumed:
-            tag = {"equal": "check", "broadcast": "broadcast", "le": "le"}[kind]
-            statements.append((tag, _expr(a, where), _expr(b, where), f"{kind} {{a}} {{b}}"))
+            statements.append((D.ASSUMPTION_STATEMENTS[kind], expr(a), expr(b),
+                               f"{kind} {{a}} {{b}}"))
         if first:
             for a, b in zip(first.shape, result.shape):
                 if D.prove_equal(a, b) is not True:
-                    statements.append(("check", _expr(a, where), _expr(b, where), "anchor"))
+                    statements.append(("check", expr(a), expr(b), "anchor"))
         n_in = len(entry.inputs)
         for j, shape in enumerate(leaves):
             for axis, d in enumerate(shape):
-                if isinstance(d, int) or all(s.name in where for s in D.free_symbols(d)):
-                    statements.append(("check", ("shape", n_in + j, axis), _expr(d, where),
-                                       "output"))
+                if isinstance(d, int) or all(D.dim_key(D.as_expr(s)) in where
+                                             for s in D.free_symbols(d)):
+                    statements.append(("check", ("shape", n_in + j, axis), expr(d), "output"))
                 # else a dim the values decide: as the exact relation, it is not compared
-    except _NotExpressible:
+    except D.NotInProgram:
         return None
     if not statements:
         return lambda dims, arrays: None
     run = compile_program(tuple(statements))
     return lambda dims, arrays: run([], arrays)
-
-
-class _NotExpressible(Exception):
-    """A dim the dim-program language cannot state."""
-
-
-def _expr(d: Any, where: dict[str, tuple]) -> tuple:
-    """The dim-program expression of symbolic dim ``d`` over the operands' shapes."""
-    from ...ir import dims as D
-
-    if isinstance(d, int):
-        return ("const", d)
-    total: tuple | None = None
-    for mono, coeff in d.terms:
-        term: tuple = ("const", coeff)
-        for atom in mono:
-            if isinstance(atom, D.Sym):
-                if atom.name not in where or atom.anonymous:
-                    raise _NotExpressible(atom.text())
-                factor = where[atom.name]
-            else:
-                tag = _ATOMS.get(type(atom).__name__)
-                if tag is None:
-                    raise _NotExpressible(atom.text())
-                a, b = atom.children()
-                factor = (tag, _expr(a, where), _expr(b, where))
-            term = factor if term == ("const", 1) else ("mul", term, factor)
-        total = term if total is None else ("add", total, term)
-    return total if total is not None else ("const", 0)
-
-
-_ATOMS = {"FloorDivAtom": "floordiv", "ModAtom": "mod", "MaxAtom": "max", "MinAtom": "min",
-          "BroadcastAtom": "bcast"}
-
-
-def _leaves(t: Any):
-    from ...ir.types import TupleType
-
-    if isinstance(t, TupleType):
-        for f in t.fields:
-            yield from _leaves(f)
-    else:
-        yield t
