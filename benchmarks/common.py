@@ -4,6 +4,7 @@ description for a report's header, and failures reported by stage."""
 from __future__ import annotations
 
 import platform
+from importlib import metadata
 import statistics
 import subprocess
 import time
@@ -70,6 +71,21 @@ def paired_ratio(a: Callable[[], object], b: Callable[[], object], rounds: int =
         ta, tb = times if r % 2 == 0 else times[::-1]
         ratios.append(ta / tb)
     return statistics.median(ratios)
+
+
+def versions(names: tuple[str, ...]) -> dict[str, str]:
+    """Python's version, relvm's (of the relvm that runs: a checkout on PYTHONPATH names its
+    own) and those of the packages ``names`` as installed, read without importing them (torch
+    stays out of the timed processes)."""
+    import relvm
+
+    out = {"python": platform.python_version(), "relvm": relvm.__version__}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "missing"
+    return out
 
 
 def optional(module: str):

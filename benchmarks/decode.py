@@ -44,14 +44,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -63,7 +61,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE / "zoo")]  # common.py, then the zoo's export helper
 from common import (StageError, cpu_model, gemm_isa, interleaved_us,  # noqa: E402
-                    ort_session, stage)
+                    ort_session, stage, versions)
 
 CACHE = Path.home() / ".cache" / "relvm" / "decode"
 EXPORTERS = ("legacy", "dynamo")
@@ -368,20 +366,6 @@ def run_child(name: str, exporter: str, args) -> dict:
                 "error": f"exit {proc.returncode}: {lines[-1] if lines else ''}"[:300]}
 
 
-def versions() -> dict[str, str]:
-    """Versions: relvm's of the relvm that runs (a checkout on PYTHONPATH names its own), the
-    others installed ones, read without importing (torch stays out of the timed processes)."""
-    import relvm
-
-    out = {"python": platform.python_version(), "relvm": relvm.__version__}
-    for name in ("onnxruntime", "torch", "transformers", "onnx", "onnxscript", "numpy"):
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = "missing"
-    return out
-
-
 def fmt(value, spec: str, width: int) -> str:
     return f"{value:{width}{spec}}" if isinstance(value, (int, float)) else f"{'-':>{width}}"
 
@@ -460,7 +444,8 @@ def main(argv=None) -> int:
         Path(args.child_json).write_text(json.dumps(result))
         return 0
     header = {"cpu": cpu_model(), "cores": os.cpu_count(), "gemm_isa": gemm_isa(),
-              "versions": versions()}
+              "versions": versions(("onnxruntime", "torch", "transformers", "onnx",
+                                              "onnxscript", "numpy"))}
     print(f"CPU: {header['cpu']} ({header['cores']} cores); relvm GEMM ISA: "
           f"{header['gemm_isa']}", flush=True)
     results = []

@@ -25,7 +25,6 @@ import gc
 import json
 import math
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -40,7 +39,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]  # the zoo's modules, then benchmar
 from catalog import BY_NAME, MODELS, Model  # noqa: E402
 
 from common import (StageError, cpu_model, first_line, gemm_isa,  # noqa: E402
-                    interleaved_us, ort_session, paired_ratio, stage)
+                    interleaved_us, ort_session, paired_ratio, stage, versions)
 
 RTOL = 1e-4
 #: Back-to-back pairs timed for the symbolic/static ratio (see ``paired_ratio``).
@@ -629,16 +628,6 @@ def _default_memory_gib() -> float:
     return round(total / 2**30 / 2, 1)
 
 
-def versions() -> dict:
-    out = {"python": platform.python_version()}
-    for name in ("relvm", "numpy", "onnx", "onnxruntime", "openvino"):
-        try:
-            out[name] = __import__(name).__version__
-        except Exception:  # noqa: BLE001
-            out[name] = "missing"
-    return out
-
-
 def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", help="comma-separated names (default: all): "
@@ -702,7 +691,8 @@ def main(argv=None) -> int:
     unknown = [n for n in names if n not in BY_NAME]
     if unknown:
         sys.exit(f"unknown models: {', '.join(unknown)}")
-    header = {"cpu": cpu_model(), "gemm_isa": gemm_isa(), "versions": versions(),
+    header = {"cpu": cpu_model(), "gemm_isa": gemm_isa(),
+              "versions": versions(("numpy", "onnx", "onnxruntime", "openvino")),
               "cores": os.cpu_count()}
     print(f"CPU: {header['cpu']} ({header['cores']} cores); relvm GEMM ISA: "
           f"{header['gemm_isa']}", flush=True)
